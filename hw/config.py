@@ -1,0 +1,183 @@
+"""The one frozen configuration of a bertaccel build.
+
+Every generator, driver and testbench receives an :class:`AccelConfig`; nothing reads a global.
+Derived sizes are properties, and every invariant is checked when the config is made, with a
+message that names the bad field and value.
+"""
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+
+__all__ = ["AccelConfig", "ConfigError", "PRESETS", "preset", "load_config"]
+
+
+class ConfigError(ValueError):
+    """An :class:`AccelConfig` field, or a preset name, is not acceptable."""
+
+
+def _is_pow2(value):
+    return isinstance(value, int) and value > 0 and value & (value - 1) == 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class AccelConfig:
+    """Parameters of one accelerator build.
+
+    The systolic array has ``rows`` x ``cols`` processing elements and is weight-stationary: a
+    ``rows`` x ``cols`` block of the right-hand operand is held in the array, a ``rows``-wide
+    slice of a left-hand row enters every cycle, and a ``cols``-wide row of partial sums leaves.
+    So ``rows`` is the reduction (K) tile and ``cols`` the output-column (N) tile.
+
+    Parameters
+    ----------
+    rows, cols : int
+        Array size. Each is a power of two from 2 to 64; the array need not be square.
+    in_width : int
+        Operand width in bits. Only 8 (int8) is built today.
+    acc_width : int
+        Accumulator width in bits. Only 32 (int32) is built today.
+    spad_depth : int
+        Rows in each of the two scratchpads: scratchpad A holds ``rows``-wide operand rows,
+        scratchpad B holds ``cols``-wide weight rows. A power of two from 64 to 65536.
+    acc_depth : int
+        Rows in the accumulator, each ``cols`` x ``acc_width``. A power of two from 64 to 65536.
+    queue_depth : int
+        Depth of each unit's instruction queue. A power of two from 2 to 64.
+    clock_mhz : float
+        Clock assumed when cycles are turned into latency. It does not change the hardware.
+    """
+
+    rows: int = 8
+    cols: int = 8
+    in_width: int = 8
+    acc_width: int = 32
+    spad_depth: int = 4096
+    acc_depth: int = 1024
+    queue_depth: int = 8
+    clock_mhz: float = 200.0
+
+    def __post_init__(self):
+        for name in ("rows", "cols"):
+            value = getattr(self, name)
+            if not (_is_pow2(value) and 2 <= value <= 64):
+                raise ConfigError(f"{name} must be a power of two from 2 to 64, not {value!r}")
+        if self.in_width != 8:
+            raise ConfigError(f"in_width must be 8 (int8 operands), not {self.in_width!r}")
+        if self.acc_width != 32:
+            raise ConfigError(f"acc_width must be 32 (int32 accumulators), not {self.acc_width!r}")
+        for name in ("spad_depth", "acc_depth"):
+            value = getattr(self, name)
+            if not (_is_pow2(value) and 64 <= value <= 65536):
+                raise ConfigError(f"{name} must be a power of two from 64 to 65536, not {value!r}")
+        if self.spad_depth < 2 * self.rows:
+            raise ConfigError(f"spad_depth must hold two weight blocks ({2 * self.rows} rows), "
+                              f"not {self.spad_depth!r}")
+        if not (_is_pow2(self.queue_depth) and 2 <= self.queue_depth <= 64):
+            raise ConfigError(f"queue_depth must be a power of two from 2 to 64, "
+                              f"not {self.queue_depth!r}")
+        if (isinstance(self.clock_mhz, bool) or not isinstance(self.clock_mhz, (int, float))
+                or not math.isfinite(self.clock_mhz) or not 1 <= self.clock_mhz <= 2000):
+            raise ConfigError(f"clock_mhz must be a number from 1 to 2000, not {self.clock_mhz!r}")
+
+    # -- derived sizes -------------------------------------------------------------------------
+
+    @property
+    def name(self):
+        """The array shape, ``"8x8"``."""
+        return f"{self.rows}x{self.cols}"
+
+    @property
+    def tag(self):
+        """A stable name for build folders and artifacts; it changes with every hardware field."""
+        tag = f"r{self.rows}c{self.cols}_i{self.in_width}a{self.acc_width}" \
+              f"_sp{self.spad_depth}_acc{self.acc_depth}_q{self.queue_depth}"
+        return tag
+
+    @property
+    def lanes(self):
+        """Operand lanes in one input-data beat: wide enough for an A row or a B row."""
+        return max(self.rows, self.cols)
+
+    @property
+    def macs_per_cycle(self):
+        return self.rows * self.cols
+
+    @property
+    def spad_addr_width(self):
+        return (self.spad_depth - 1).bit_length()
+
+    @property
+    def acc_addr_width(self):
+        return (self.acc_depth - 1).bit_length()
+
+    @property
+    def mesh_latency(self):
+        """Cycles from an A row entering the mesh to its ``cols`` sums leaving it, deskewed.
+
+        Row ``r`` is skewed by ``r`` cycles, the operand crosses ``c`` columns, each PE has a
+        multiplier register and a sum register, and column ``c`` is deskewed by
+        ``cols - 1 - c``: in all ``rows + cols`` cycles.
+        """
+        return self.rows + self.cols
+
+    @property
+    def in_range(self):
+        return -(1 << (self.in_width - 1)), (1 << (self.in_width - 1)) - 1
+
+    # -- serialisation --------------------------------------------------------------------------
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    def to_json(self):
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, fields):
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(fields) - known)
+        if unknown:
+            raise ConfigError(f"unknown config field(s) {', '.join(map(repr, unknown))}; "
+                              f"known fields are {', '.join(sorted(known))}")
+        return cls(**fields)
+
+
+_BASE = AccelConfig()
+
+PRESETS = {
+    "2x2":   dataclasses.replace(_BASE, rows=2,  cols=2,  spad_depth=1024, acc_depth=256),
+    "4x4":   dataclasses.replace(_BASE, rows=4,  cols=4,  spad_depth=2048, acc_depth=512),
+    "4x8":   dataclasses.replace(_BASE, rows=4,  cols=8,  spad_depth=2048, acc_depth=512),
+    "8x8":   dataclasses.replace(_BASE, rows=8,  cols=8,  spad_depth=4096, acc_depth=1024),
+    "16x16": dataclasses.replace(_BASE, rows=16, cols=16, spad_depth=4096, acc_depth=1024),
+    "32x32": dataclasses.replace(_BASE, rows=32, cols=32, spad_depth=4096, acc_depth=1024),
+}
+
+
+def preset(name):
+    """The preset config called ``name`` (``"8x8"``), or a :class:`ConfigError` listing them."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}; presets are "
+                          f"{', '.join(PRESETS)}") from None
+
+
+def load_config(spec):
+    """A config from a preset name or from a JSON file written by ``bertaccel verilog``."""
+    if isinstance(spec, AccelConfig):
+        return spec
+    if spec.endswith(".json"):
+        try:
+            with open(spec) as file:
+                fields = json.load(file)
+        except OSError as error:
+            raise ConfigError(f"cannot read config file {spec!r}: {error.strerror}") from None
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"config file {spec!r} is not JSON: {error}") from None
+        if not isinstance(fields, dict):
+            raise ConfigError(f"config file {spec!r} must hold a JSON object")
+        return AccelConfig.from_dict(fields)
+    return preset(spec)

@@ -1,0 +1,116 @@
+"""Instruction dispatch and the token channels between the units."""
+
+from amaranth import Cat, Module, Signal
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .isa import TOKEN_MAX, TOKEN_WIDTH, Instr, Opcode
+
+__all__ = ["TokenProducer", "TokenConsumer", "TokenChannel", "Controller"]
+
+
+class TokenProducer(wiring.Signature):
+    """A unit's side of a channel it pushes into: ``count`` lets it check there is room."""
+
+    def __init__(self):
+        super().__init__({"push": Out(1), "count": In(TOKEN_WIDTH)})
+
+
+class TokenConsumer(wiring.Signature):
+    """A unit's side of a channel it pops from: a token is there while ``count`` is nonzero."""
+
+    def __init__(self):
+        super().__init__({"pop": Out(1), "count": In(TOKEN_WIDTH)})
+
+
+class TokenChannel(wiring.Component):
+    """A counting semaphore between two units (TVM VTA's dependence queues, as counters).
+
+    Units only push when ``count`` leaves room and only pop when it is nonzero, so the counter
+    never wraps.
+
+    Members
+    -------
+    producer : In(TokenProducer())
+    consumer : In(TokenConsumer())
+    """
+
+    producer: In(TokenProducer())
+    consumer: In(TokenConsumer())
+
+    def elaborate(self, platform):
+        m = Module()
+        count = Signal(TOKEN_WIDTH)
+        m.d.comb += [self.producer.count.eq(count), self.consumer.count.eq(count)]
+        m.d.sync += count.eq(count + self.producer.push - self.consumer.pop)
+        return m
+
+
+assert TOKEN_MAX == (1 << TOKEN_WIDTH) - 1
+
+
+class Controller(wiring.Component):
+    """Decodes the instruction stream and queues each instruction for its unit.
+
+    LOAD goes to the load queue, MATMUL to the execute queue, STORE to the store queue; each
+    queue holds ``cfg.queue_depth`` instructions and the stream stalls while the one it needs
+    is full. Dispatch is in program order, which together with the token rules makes every
+    legal program deadlock-free. An illegal opcode sets the sticky ``o_error`` and from then on
+    every instruction is accepted and dropped, so a bad program drains instead of hanging.
+
+    Members
+    -------
+    i_instr : In(stream.Signature(Instr))
+    o_load, o_exec, o_store : Out(stream.Signature(Instr))
+    o_error : Out(1)
+    o_busy : Out(1)
+        Some queue is not empty.
+    """
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        super().__init__({
+            "i_instr": In(stream.Signature(Instr)),
+            "o_load":  Out(stream.Signature(Instr)),
+            "o_exec":  Out(stream.Signature(Instr)),
+            "o_store": Out(stream.Signature(Instr)),
+            "o_error": Out(1),
+            "o_busy":  Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        queues = {}
+        for name, opcode in (("load", Opcode.LOAD), ("exec", Opcode.MATMUL),
+                             ("store", Opcode.STORE)):
+            queue = fifo.SyncFIFOBuffered(width=Instr.size, depth=self._cfg.queue_depth)
+            m.submodules[f"{name}_queue"] = queue
+            queues[opcode] = queue
+            out = getattr(self, f"o_{name}")
+            m.d.comb += [
+                out.payload.eq(queue.r_data),
+                out.valid.eq(queue.r_rdy),
+                queue.r_en.eq(out.ready),
+                queue.w_data.eq(self.i_instr.payload),
+            ]
+
+        error = Signal()
+        m.d.comb += self.o_error.eq(error)
+        opcode = self.i_instr.payload.opcode
+        with m.If(error):
+            m.d.comb += self.i_instr.ready.eq(1)
+        with m.Else():
+            with m.Switch(opcode):
+                for op, queue in queues.items():
+                    with m.Case(op):
+                        m.d.comb += [
+                            self.i_instr.ready.eq(queue.w_rdy),
+                            queue.w_en.eq(self.i_instr.valid),
+                        ]
+                with m.Default():
+                    m.d.comb += self.i_instr.ready.eq(1)
+                    with m.If(self.i_instr.valid):
+                        m.d.sync += error.eq(1)
+
+        m.d.comb += self.o_busy.eq(Cat(q.level != 0 for q in queues.values()).any())
+        return m

@@ -1,0 +1,94 @@
+"""The accelerator core: controller, units, memories and token channels."""
+
+from amaranth import Module, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .controller import Controller, TokenChannel
+from .execute import ExecuteUnit
+from .isa import Instr
+from .load import LoadUnit
+from .memory import Accumulator, Scratchpad
+from .store import StoreUnit
+
+__all__ = ["BertAccelCore"]
+
+
+class BertAccelCore(wiring.Component):
+    """The bertaccel core, with a stream interface to the host.
+
+    Instructions arrive on ``i_instr`` and operand data on ``i_data``; accumulator rows leave on
+    ``o_data``. All three are ``amaranth.lib.stream`` interfaces with AXI-Stream handshake rules,
+    so a DMA engine or an AXI shell can wrap the core without knowing its insides.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+
+    Members
+    -------
+    i_instr : In(stream.Signature(isa.Instr))
+    i_data : In(stream.Signature(ArrayLayout(signed(in_width), cfg.lanes)))
+    o_data : Out(stream.Signature(ArrayLayout(signed(acc_width), cfg.cols)))
+    o_busy : Out(1)
+        High while an instruction is queued or any unit is working.
+    o_error : Out(1)
+        Sticky: an illegal instruction was received; later instructions are dropped.
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        super().__init__({
+            "i_instr": In(stream.Signature(Instr)),
+            "i_data":  In(stream.Signature(data.ArrayLayout(signed(cfg.in_width), cfg.lanes))),
+            "o_data":  Out(stream.Signature(data.ArrayLayout(signed(cfg.acc_width), cfg.cols))),
+            "o_busy":  Out(1),
+            "o_error": Out(1),
+        })
+
+    def elaborate(self, platform):
+        cfg = self.cfg
+        m = Module()
+        m.submodules.controller = controller = Controller(cfg)
+        m.submodules.load = load = LoadUnit(cfg)
+        m.submodules.execute = execute = ExecuteUnit(cfg)
+        m.submodules.store = store = StoreUnit(cfg)
+        m.submodules.spad_a = spad_a = Scratchpad(lanes=cfg.rows, width=cfg.in_width,
+                                                  depth=cfg.spad_depth)
+        m.submodules.spad_b = spad_b = Scratchpad(lanes=cfg.cols, width=cfg.in_width,
+                                                  depth=cfg.spad_depth)
+        m.submodules.acc = acc = Accumulator(cfg)
+        m.submodules.l2e = l2e = TokenChannel()
+        m.submodules.e2l = e2l = TokenChannel()
+        m.submodules.e2s = e2s = TokenChannel()
+        m.submodules.s2e = s2e = TokenChannel()
+
+        wiring.connect(m, wiring.flipped(self.i_instr), controller.i_instr)
+        wiring.connect(m, controller.o_load, load.i_instr)
+        wiring.connect(m, controller.o_exec, execute.i_instr)
+        wiring.connect(m, controller.o_store, store.i_instr)
+
+        wiring.connect(m, wiring.flipped(self.i_data), load.i_data)
+        wiring.connect(m, load.spad_a, spad_a.wr)
+        wiring.connect(m, load.spad_b, spad_b.wr)
+        wiring.connect(m, execute.spad_a, spad_a.rd)
+        wiring.connect(m, execute.spad_b, spad_b.rd)
+        wiring.connect(m, execute.acc_rd, acc.rmw_rd)
+        wiring.connect(m, execute.acc_wr, acc.wr)
+        wiring.connect(m, store.acc, acc.st_rd)
+        wiring.connect(m, store.o_data, wiring.flipped(self.o_data))
+
+        wiring.connect(m, load.to_exec, l2e.producer)
+        wiring.connect(m, execute.from_load, l2e.consumer)
+        wiring.connect(m, execute.to_load, e2l.producer)
+        wiring.connect(m, load.from_exec, e2l.consumer)
+        wiring.connect(m, execute.to_store, e2s.producer)
+        wiring.connect(m, store.from_exec, e2s.consumer)
+        wiring.connect(m, store.to_exec, s2e.producer)
+        wiring.connect(m, execute.from_store, s2e.consumer)
+
+        m.d.comb += [
+            self.o_busy.eq(controller.o_busy | load.o_busy | execute.o_busy | store.o_busy),
+            self.o_error.eq(controller.o_error),
+        ]
+        return m

@@ -1,0 +1,239 @@
+"""The execute unit: weight preload, operand streaming and accumulation."""
+
+from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .controller import TokenConsumer, TokenProducer
+from .isa import FIELD_WIDTH, TOKEN_MAX, TOKEN_WIDTH, Instr
+from .mesh import SystolicMesh
+
+__all__ = ["ExecuteUnit"]
+
+
+class ExecuteUnit(wiring.Component):
+    """Runs MATMUL instructions in order, two at a time in a two-stage pipeline.
+
+    *Preload* stage: the instruction waits for its tokens and for its weight bank to be free,
+    pops, then reads the ``rows`` weight rows ``spad_b[b_addr + rows - 1]`` .. ``spad_b[b_addr]``
+    and shifts them into that bank of the mesh, so row *r* of the bank holds ``spad_b[b_addr+r]``.
+
+    *Stream* stage: one row ``spad_a[a_addr + m]`` a cycle enters the mesh; ``cfg.mesh_latency``
+    cycles later its ``cols`` sums are written to ``acc[acc_addr + m]``, added to the old row when
+    ``accumulate`` is set (read-modify-write through a read port that is transparent to the write
+    port). The execute->load token is pushed with the last operand read; the execute->store
+    token with the last accumulator write.
+
+    MATMULs alternate between weight banks 0 and 1, so the preload of one overlaps the stream of
+    the one before. A bank is free again ``rows + cols - 2`` cycles after the last operand row that
+    used it was read, when that row has passed every PE. In steady state a MATMUL costs
+    ``max(m_len, 2 * rows + cols)`` cycles.
+
+    Members
+    -------
+    i_instr : In(stream.Signature(Instr))
+    spad_a, spad_b : In(ReadPort.Signature)
+    acc_rd : In(ReadPort.Signature)
+    acc_wr : In(WritePort.Signature)
+    from_load, from_store : Out(TokenConsumer())
+    to_load, to_store : Out(TokenProducer())
+    o_busy : Out(1)
+    """
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        a_shape = data.ArrayLayout(signed(cfg.in_width), cfg.rows)
+        b_shape = data.ArrayLayout(signed(cfg.in_width), cfg.cols)
+        acc_shape = data.ArrayLayout(signed(cfg.acc_width), cfg.cols)
+        super().__init__({
+            "i_instr":    In(stream.Signature(Instr)),
+            "spad_a":     In(memory.ReadPort.Signature(addr_width=cfg.spad_addr_width,
+                                                       shape=a_shape)),
+            "spad_b":     In(memory.ReadPort.Signature(addr_width=cfg.spad_addr_width,
+                                                       shape=b_shape)),
+            "acc_rd":     In(memory.ReadPort.Signature(addr_width=cfg.acc_addr_width,
+                                                       shape=acc_shape)),
+            "acc_wr":     In(memory.WritePort.Signature(addr_width=cfg.acc_addr_width,
+                                                        shape=acc_shape)),
+            "from_load":  Out(TokenConsumer()),
+            "to_load":    Out(TokenProducer()),
+            "to_store":   Out(TokenProducer()),
+            "from_store": Out(TokenConsumer()),
+            "o_busy":     Out(1),
+        })
+
+    @property
+    def bank_drain(self):
+        """Cycles a weight bank stays busy after its last operand read."""
+        return self._cfg.rows + self._cfg.cols - 2
+
+    def elaborate(self, platform):
+        cfg = self._cfg
+        m = Module()
+        m.submodules.mesh = mesh = SystolicMesh(cfg)
+
+        instr = self.i_instr.payload
+        body = instr.body.matmul
+
+        # -- bank bookkeeping --------------------------------------------------------------
+        next_bank = Signal()
+        quiet = [Signal(range(self.bank_drain + 1), name=f"quiet{b}") for b in range(2)]
+
+        # -- preload stage -----------------------------------------------------------------
+        p_full = Signal()
+        p_count = Signal(range(cfg.rows + 1))
+        p_bank = Signal()
+        p_b_addr = Signal(FIELD_WIDTH)
+        p_a_addr = Signal(FIELD_WIDTH)
+        p_acc_addr = Signal(FIELD_WIDTH)
+        p_m_len = Signal(FIELD_WIDTH)
+        p_accumulate = Signal()
+        p_push_load = Signal()
+        p_push_store = Signal()
+        p_done = Signal()
+        m.d.comb += p_done.eq(p_full & (p_count == cfg.rows))
+
+        # -- stream stage ------------------------------------------------------------------
+        s_active = Signal()
+        s_zero = Signal()           # a MATMUL with m_len == 0: one idle slot for its tokens
+        s_bank = Signal()
+        s_a_addr = Signal(FIELD_WIDTH)
+        s_acc_addr = Signal(FIELD_WIDTH)
+        s_remaining = Signal(FIELD_WIDTH)
+        s_accumulate = Signal()
+        s_push_load = Signal()
+        s_push_store = Signal()
+        s_last = Signal()
+        m.d.comb += s_last.eq(s_active & (s_remaining == 1))
+
+        # Execute->store pushes that are still travelling down the delay line.
+        store_inflight = Signal(TOKEN_WIDTH + 1)
+
+        # -- preload: accept ---------------------------------------------------------------
+        bank_free = Signal()
+        m.d.comb += bank_free.eq((quiet[0] == 0) & ~(s_active & (s_bank == 0)))
+        with m.If(next_bank):
+            m.d.comb += bank_free.eq((quiet[1] == 0) & ~(s_active & (s_bank == 1)))
+        can_pop = ((~instr.deps.pop_prev | (self.from_load.count != 0)) &
+                   (~instr.deps.pop_next | (self.from_store.count != 0)))
+        accept = Signal()
+        m.d.comb += accept.eq(~p_full & self.i_instr.valid & can_pop & bank_free)
+        with m.If(accept):
+            m.d.comb += [
+                self.i_instr.ready.eq(1),
+                self.from_load.pop.eq(instr.deps.pop_prev),
+                self.from_store.pop.eq(instr.deps.pop_next),
+            ]
+            m.d.sync += [
+                p_full.eq(1),
+                p_count.eq(0),
+                p_bank.eq(next_bank),
+                next_bank.eq(~next_bank),
+                p_b_addr.eq(body.b_addr),
+                p_a_addr.eq(body.a_addr),
+                p_acc_addr.eq(body.acc_addr),
+                p_m_len.eq(body.m_len),
+                p_accumulate.eq(body.accumulate),
+                p_push_load.eq(instr.deps.push_prev),
+                p_push_store.eq(instr.deps.push_next),
+            ]
+
+        # -- preload: shift the weight rows in, last row first --------------------------------
+        w_en = Signal()
+        w_bank = Signal()
+        with m.If(p_full & (p_count != cfg.rows)):
+            m.d.comb += [
+                self.spad_b.addr.eq(p_b_addr + (cfg.rows - 1) - p_count),
+                self.spad_b.en.eq(1),
+            ]
+            m.d.sync += p_count.eq(p_count + 1)
+        m.d.sync += [w_en.eq(p_full & (p_count != cfg.rows)), w_bank.eq(p_bank)]
+        m.d.comb += [
+            mesh.i_w.eq(self.spad_b.data),
+            mesh.i_w_en.eq(w_en),
+            mesh.i_w_bank.eq(w_bank),
+        ]
+
+        # -- hand the preloaded instruction to the stream stage ------------------------------
+        load_pushing = Signal()
+        m.d.comb += load_pushing.eq(s_last & s_push_load)
+        room_load = ~p_push_load | ((self.to_load.count + load_pushing) < TOKEN_MAX)
+        room_store = ~p_push_store | ((self.to_store.count + store_inflight) < TOKEN_MAX)
+        handoff = Signal()
+        m.d.comb += handoff.eq(p_done & (~s_active | s_last) & room_load & room_store)
+
+        # -- stream: one operand row a cycle ------------------------------------------------
+        Meta = data.StructLayout({
+            "valid": 1, "addr": cfg.acc_addr_width, "accumulate": 1, "push": 1,
+        })
+        meta_in = Signal(Meta)
+        bank_d = Signal()
+        with m.If(s_active):
+            m.d.comb += [
+                self.spad_a.addr.eq(s_a_addr),
+                self.spad_a.en.eq(~s_zero),
+                meta_in.valid.eq(~s_zero),
+                meta_in.addr.eq(s_acc_addr),
+                meta_in.accumulate.eq(s_accumulate),
+                meta_in.push.eq(s_push_store & s_last),
+                self.to_load.push.eq(load_pushing),
+            ]
+            m.d.sync += [
+                s_a_addr.eq(s_a_addr + 1),
+                s_acc_addr.eq(s_acc_addr + 1),
+                s_remaining.eq(s_remaining - 1),
+            ]
+            with m.If(s_last):
+                m.d.sync += s_active.eq(0)
+        m.d.sync += bank_d.eq(s_bank)
+        m.d.comb += [mesh.i_a.eq(self.spad_a.data), mesh.i_bank.eq(bank_d)]
+
+        with m.If(handoff):
+            m.d.sync += [
+                p_full.eq(0),
+                s_active.eq(1),
+                s_zero.eq(p_m_len == 0),
+                s_bank.eq(p_bank),
+                s_a_addr.eq(p_a_addr),
+                s_acc_addr.eq(p_acc_addr),
+                s_remaining.eq(Mux(p_m_len == 0, 1, p_m_len)),
+                s_accumulate.eq(p_accumulate),
+                s_push_load.eq(p_push_load),
+                s_push_store.eq(p_push_store),
+            ]
+            # A new accept in this cycle cannot happen: p_full is still set.
+
+        for b in range(2):
+            with m.If(s_active & (s_bank == b)):
+                m.d.sync += quiet[b].eq(self.bank_drain)
+            with m.Elif(quiet[b] != 0):
+                m.d.sync += quiet[b].eq(quiet[b] - 1)
+
+        # -- accumulate: read the old row one cycle before the sums arrive -------------------
+        latency = cfg.mesh_latency
+        meta = [meta_in]
+        for stage in range(latency + 1):
+            delayed = Signal(Meta, name=f"meta_d{stage + 1}")
+            m.d.sync += delayed.eq(meta[-1])
+            meta.append(delayed)
+        # meta[k] describes the row whose operand was read k cycles ago; its operand entered
+        # the mesh one cycle after the read, so its sums leave the mesh at k == latency + 1.
+        rd_meta, wr_meta = meta[latency], meta[latency + 1]
+        m.d.comb += [
+            self.acc_rd.addr.eq(rd_meta.addr),
+            self.acc_rd.en.eq(rd_meta.valid & rd_meta.accumulate),
+            self.acc_wr.addr.eq(wr_meta.addr),
+            self.acc_wr.en.eq(wr_meta.valid),
+            self.to_store.push.eq(wr_meta.push),
+        ]
+        for c in range(cfg.cols):
+            with m.If(wr_meta.accumulate):
+                m.d.comb += self.acc_wr.data[c].eq(mesh.o_c[c] + self.acc_rd.data[c])
+            with m.Else():
+                m.d.comb += self.acc_wr.data[c].eq(mesh.o_c[c])
+
+        m.d.sync += store_inflight.eq(store_inflight + (handoff & p_push_store) - wr_meta.push)
+
+        in_flight = Cat(stage.valid | stage.push for stage in meta[1:]).any()
+        m.d.comb += self.o_busy.eq(p_full | s_active | in_flight)
+        return m

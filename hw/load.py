@@ -1,0 +1,98 @@
+"""The load unit: moves beats of the input data stream into the scratchpads."""
+
+from amaranth import Module, Signal, signed
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .controller import TokenConsumer, TokenProducer
+from .isa import FIELD_WIDTH, TOKEN_MAX, Instr, Target
+
+__all__ = ["LoadUnit"]
+
+
+class LoadUnit(wiring.Component):
+    """Runs LOAD instructions in order.
+
+    A LOAD waits for its ``pop_next`` token (operand buffers are free), and for room in the
+    load->execute channel if it pushes, then writes ``count`` beats of ``i_data`` to consecutive
+    scratchpad rows at one beat a cycle, pushing with the last beat. A LOAD takes ``count + 1``
+    cycles when the data stream keeps up. Scratchpad A keeps the low ``rows`` lanes
+    of a beat, scratchpad B the low ``cols`` lanes.
+
+    Members
+    -------
+    i_instr : In(stream.Signature(Instr))
+    i_data : In(stream.Signature(ArrayLayout(signed(8), cfg.lanes)))
+    spad_a, spad_b : In(WritePort.Signature)
+    to_exec : Out(TokenProducer())
+    from_exec : Out(TokenConsumer())
+    o_busy : Out(1)
+    """
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        a_shape = data.ArrayLayout(signed(cfg.in_width), cfg.rows)
+        b_shape = data.ArrayLayout(signed(cfg.in_width), cfg.cols)
+        super().__init__({
+            "i_instr":   In(stream.Signature(Instr)),
+            "i_data":    In(stream.Signature(data.ArrayLayout(signed(cfg.in_width), cfg.lanes))),
+            "spad_a":    In(memory.WritePort.Signature(addr_width=cfg.spad_addr_width,
+                                                        shape=a_shape)),
+            "spad_b":    In(memory.WritePort.Signature(addr_width=cfg.spad_addr_width,
+                                                        shape=b_shape)),
+            "to_exec":   Out(TokenProducer()),
+            "from_exec": Out(TokenConsumer()),
+            "o_busy":    Out(1),
+        })
+
+    def elaborate(self, platform):
+        cfg = self._cfg
+        m = Module()
+
+        instr = self.i_instr.payload
+        target = Signal(Target)
+        addr = Signal(FIELD_WIDTH)
+        remaining = Signal(FIELD_WIDTH)
+        push = Signal()
+
+        beat = self.i_data.payload
+        m.d.comb += [
+            self.spad_a.addr.eq(addr),
+            self.spad_b.addr.eq(addr),
+            self.spad_a.data.eq(beat.as_value()[:cfg.rows * cfg.in_width]),
+            self.spad_b.data.eq(beat.as_value()[:cfg.cols * cfg.in_width]),
+        ]
+
+        with m.FSM(name="load_fsm"):
+            with m.State("Idle"):
+                can_pop = ~instr.deps.pop_next | (self.from_exec.count != 0)
+                can_push = ~instr.deps.push_next | (self.to_exec.count != TOKEN_MAX)
+                with m.If(self.i_instr.valid & can_pop & can_push):
+                    m.d.comb += [
+                        self.i_instr.ready.eq(1),
+                        self.from_exec.pop.eq(instr.deps.pop_next),
+                    ]
+                    m.d.sync += [
+                        target.eq(instr.body.load.target),
+                        addr.eq(instr.body.load.addr),
+                        remaining.eq(instr.body.load.count),
+                        push.eq(instr.deps.push_next),
+                    ]
+                    with m.If(instr.body.load.count == 0):
+                        m.d.comb += self.to_exec.push.eq(instr.deps.push_next)
+                    with m.Else():
+                        m.next = "Load"
+            with m.State("Load"):
+                m.d.comb += [self.o_busy.eq(1), self.i_data.ready.eq(1)]
+                with m.If(self.i_data.valid):
+                    with m.If(target == Target.SPAD_A):
+                        m.d.comb += self.spad_a.en.eq(1)
+                    with m.Else():
+                        m.d.comb += self.spad_b.en.eq(1)
+                    m.d.sync += [addr.eq(addr + 1), remaining.eq(remaining - 1)]
+                    with m.If(remaining == 1):
+                        # The last beat: the rows are written at this clock edge, so the
+                        # execute unit may read them from the next cycle on.
+                        m.d.comb += self.to_exec.push.eq(push)
+                        m.next = "Idle"
+        return m
