@@ -1,0 +1,91 @@
+"""Pure-Python tests of AccelConfig: invariants name the bad field, presets, serialisation."""
+
+import dataclasses
+import json
+
+import pytest
+
+from bertaccel.hw.config import PRESETS, AccelConfig, ConfigError, load_config, preset
+
+
+def test_defaults_and_presets_are_valid():
+    assert AccelConfig().name == "8x8"
+    for name, cfg in PRESETS.items():
+        assert cfg.name == name
+        assert cfg.lanes == max(cfg.rows, cfg.cols)
+        assert cfg.macs_per_cycle == cfg.rows * cfg.cols
+        assert cfg.mesh_latency == cfg.rows + cfg.cols
+        assert cfg.spad_addr_width == (cfg.spad_depth - 1).bit_length()
+
+
+@pytest.mark.parametrize("fields, field, value", [
+    ({"rows": 3}, "rows", "3"),
+    ({"rows": 128}, "rows", "128"),
+    ({"rows": 1}, "rows", "1"),
+    ({"cols": 96}, "cols", "96"),
+    ({"cols": 8.0}, "cols", "8.0"),
+    ({"spad_depth": 100}, "spad_depth", "100"),
+    ({"spad_depth": 32}, "spad_depth", "32"),
+    ({"acc_depth": 1 << 17}, "acc_depth", str(1 << 17)),
+    ({"in_width": 4}, "in_width", "4"),
+    ({"acc_width": 16}, "acc_width", "16"),
+    ({"queue_depth": 3}, "queue_depth", "3"),
+    ({"clock_mhz": 0}, "clock_mhz", "0"),
+    ({"clock_mhz": float("nan")}, "clock_mhz", "nan"),
+    ({"rows": 64, "spad_depth": 64}, "spad_depth", "64"),
+])
+def test_bad_field_is_named(fields, field, value):
+    with pytest.raises(ConfigError, match=field) as info:
+        AccelConfig(**fields)
+    assert value in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_unknown_preset_is_named_and_presets_listed():
+    with pytest.raises(ConfigError, match="'9x9'") as info:
+        preset("9x9")
+    for name in PRESETS:
+        assert name in str(info.value)
+    assert preset("4x8") is PRESETS["4x8"]
+    assert load_config("2x2") is PRESETS["2x2"]
+
+
+def test_from_dict_unknown_field_is_named():
+    with pytest.raises(ConfigError, match="'rowz'"):
+        AccelConfig.from_dict({"rowz": 8})
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_json_round_trip(name, tmp_path):
+    cfg = PRESETS[name]
+    assert AccelConfig.from_dict(json.loads(cfg.to_json())) == cfg
+    path = tmp_path / f"{cfg.tag}.json"
+    path.write_text(cfg.to_json())
+    assert load_config(str(path)) == cfg
+
+
+def test_load_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(str(tmp_path / "missing.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="not JSON"):
+        load_config(str(bad))
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="JSON object"):
+        load_config(str(listed))
+
+
+def test_config_is_frozen_and_tag_tracks_hardware_fields():
+    cfg = PRESETS["8x8"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.rows = 4
+    tags = {cfg.tag,
+            dataclasses.replace(cfg, spad_depth=2048).tag,
+            dataclasses.replace(cfg, acc_depth=512).tag,
+            dataclasses.replace(cfg, queue_depth=4).tag,
+            dataclasses.replace(cfg, cols=16).tag}
+    assert len(tags) == 5
+    # The clock does not change the hardware, so it does not change the tag.
+    assert dataclasses.replace(cfg, clock_mhz=100.0).tag == cfg.tag
