@@ -33,8 +33,8 @@ class SimHarness(wiring.Component):
     Parameters
     ----------
     cfg : AccelConfig
-    instr_depth, data_depth, out_depth : int
-        Memory depths, powers of two. Data-in words are ``cfg.lanes`` x 8 bits, data-out words
+    instr_depth, data_depth, out_depth : int, optional
+        Memory depths, powers of two; :meth:`default_depths` by default. Data-in words are ``cfg.lanes`` x 8 bits, data-out words
         ``cfg.cols`` x 32 bits, lane *i* in the *i*-th lowest bits.
 
     Members
@@ -58,7 +58,11 @@ class SimHarness(wiring.Component):
         The core's illegal-instruction flag.
     """
 
-    def __init__(self, cfg, *, instr_depth=1 << 14, data_depth=1 << 17, out_depth=1 << 16):
+    def __init__(self, cfg, *, instr_depth=None, data_depth=None, out_depth=None):
+        default = self.default_depths(cfg)
+        instr_depth = default[0] if instr_depth is None else instr_depth
+        data_depth = default[1] if data_depth is None else data_depth
+        out_depth = default[2] if out_depth is None else out_depth
         for name, depth in (("instr_depth", instr_depth), ("data_depth", data_depth),
                             ("out_depth", out_depth)):
             if not _is_pow2(depth):
@@ -88,6 +92,19 @@ class SimHarness(wiring.Component):
             "data_used":  Out(32),
             "error":      Out(1),
         })
+
+    @staticmethod
+    def default_depths(cfg):
+        """Default ``(instr_depth, data_depth, out_depth)`` for ``cfg``.
+
+        Amaranth spends about 3 s per Mbit of memory converting a design to Verilog (it expands
+        the zero initialiser bit by bit), so the depths come from a bit budget rather than a word
+        count: 4096 instructions, 1 Mbit of data-in and 2 Mbit of data-out words. The RTL device
+        runs larger programs in chunks.
+        """
+        data_bits = cfg.lanes * cfg.in_width
+        out_bits = cfg.cols * cfg.acc_width
+        return 1 << 12, max(1 << 10, (1 << 20) // data_bits), max(1 << 9, (1 << 21) // out_bits)
 
     def elaborate(self, platform):
         m = Module()

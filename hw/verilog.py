@@ -1,23 +1,62 @@
-"""Reproducible Verilog from Amaranth components."""
+"""Reproducible Verilog from Amaranth components: the one converter every tool here uses."""
 
+import itertools
 import re
 
 from amaranth.back import verilog
 
-__all__ = ["convert"]
+__all__ = ["convert", "compact_zero_init"]
 
-# Amaranth writes one `initial` assignment per memory word, even when every word is zero:
-# 131072 lines for a 128K-deep memory, which Verilator turns into one enormous C++ function.
-# Verilator and FPGA block RAMs both start at zero, so an all-zero initialiser says nothing.
 _ZERO_INIT = re.compile(
     r"^(?P<indent>[ \t]*)initial begin\n"
-    r"(?:[ \t]*\\?[\w$.]+ ?\[\d+\] = \d+'[hbd]0+;\n)+"
-    r"[ \t]*end\n",
-    re.MULTILINE)
+    r"(?P<body>(?:[ \t]*[A-Za-z_\\][^\s\[]*\[\d+\] = \d+'[dhb]0+;\n)+)"
+    r"(?P=indent)end\n", re.MULTILINE)
+_ZERO_LINE = re.compile(r"[ \t]*(?P<mem>[A-Za-z_\\][^\s\[]*)\[(?P<index>\d+)\] = \d+'[dhb]0+;")
 
 
-def convert(component, *, name):
-    """Verilog text of ``component`` as module ``name``, with no source paths (so identical from
-    run to run) and without all-zero memory initialisers."""
-    text = verilog.convert(component, name=name, emit_src=False)
-    return _ZERO_INIT.sub("", text)
+def compact_zero_init(text):
+    """Rewrite each all-zero memory ``initial`` block as a ``for`` loop.
+
+    Yosys writes one assignment a word (``mem[0] = 32'd0; ...``): a 2**17-deep memory becomes
+    131072 lines that Verilator needs seconds to parse. The loop means the same thing to every
+    simulator and synthesis tool. Blocks that are not exactly ``mem[0..n-1] = 0`` are left alone.
+    """
+    loops = itertools.count()
+
+    def replace(match):
+        indent = match["indent"]
+        lines = match["body"].splitlines()
+        parsed = [_ZERO_LINE.fullmatch(line) for line in lines]
+        if not all(parsed):
+            return match[0]
+        mem = parsed[0]["mem"]
+        if any(p["mem"] != mem or int(p["index"]) != i for i, p in enumerate(parsed)):
+            return match[0]
+        var = f"bertaccel_zero_init_{next(loops)}"
+        return (f"{indent}integer {var};\n"
+                f"{indent}initial begin\n"
+                f"{indent}  for ({var} = 0; {var} < {len(lines)}; {var} = {var} + 1)\n"
+                f"{indent}    {mem}[{var}] = 0;\n"
+                f"{indent}end\n")
+
+    return _ZERO_INIT.sub(replace, text)
+
+
+
+def convert(component, *, name, ports=None, compact_init=True):
+    """Verilog text of ``component`` as module ``name``.
+
+    The output carries no source locations (``emit_src=False``), so it is identical from run to
+    run and from checkout to checkout, and all-zero memory initialisers are written as loops
+    (:func:`compact_zero_init`; same meaning, far less for Verilator and yosys to parse).
+
+    Parameters
+    ----------
+    component : wiring.Component or Elaboratable
+    name : str
+    ports : list of Signal, optional
+        Top-level ports, for a design that is not a component.
+    compact_init : bool
+    """
+    text = verilog.convert(component, name=name, ports=ports, emit_src=False)
+    return compact_zero_init(text) if compact_init else text

@@ -6,7 +6,6 @@ program order. Then an illegal opcode: the error flag rises, the rest of the str
 consumed (nothing hangs) and nothing more reaches any unit.
 """
 
-import json
 import os
 import random
 
@@ -15,7 +14,7 @@ import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
 
-from bertaccel.hw.config import AccelConfig, PRESETS
+from bertaccel.hw.config import PRESETS
 from bertaccel.hw.controller import Controller
 from bertaccel.hw.isa import Load, Matmul, Store, Target, encode
 from bertaccel.verif.build import build, run_cocotb

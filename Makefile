@@ -1,0 +1,38 @@
+# bertaccel: make setup | test | demo | verilog
+#
+# Everything runs from a virtual environment (VENV, default .venv) that `setup` makes and
+# keeps current: it is remade when pyproject.toml changes.
+
+VENV    ?= .venv
+PYTHON  ?= python3
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.bertaccel-setup
+PRESETS := 2x2 4x4 4x8 8x8 16x16 32x32
+
+.PHONY: all setup test demo verilog clean
+.DEFAULT_GOAL := test
+
+all: test
+
+setup: $(STAMP)
+
+# torch first, pinned: it resolves from the local CPU wheel, whereas a bare `torch` requirement
+# can pull gigabytes of CUDA wheels. (pip's "Location ... is ignored" warnings are harmless.)
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install torch==2.13.0
+	$(BIN)/python -m pip install -e '.[dev]'
+	touch $@
+
+test: setup
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q
+
+demo: setup
+	$(BIN)/bertaccel demo
+
+verilog: setup
+	$(BIN)/bertaccel verilog $(addprefix --config ,$(PRESETS)) -o build/verilog
+
+clean:
+	rm -rf build

@@ -1,0 +1,263 @@
+"""The ``bertaccel`` command.
+
+::
+
+    bertaccel verilog --config 8x8 -o build/          # Verilog + config JSON of the core
+    bertaccel gemm --config 8x8 --m 256 --k 256 --n 256 --device rtl [--json]
+    bertaccel demo                                     # Verilog, then a GEMM on ref and rtl
+
+Bad arguments (an unknown preset, a dimension below 1, a stall probability out of range) give a
+one-line error on stderr and exit status 2 before anything is built or simulated. ``gemm`` exits
+with 1 when the result is not bit-exact, or when the device fails.
+"""
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+class _UsageError(Exception):
+    """Bad command-line input: reported in one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse prints the whole usage before its error; we promise one line.
+    def error(self, message):
+        raise _UsageError(message)
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+def _config(spec):
+    from ..hw.config import ConfigError, load_config
+    try:
+        return load_config(spec)
+    except ConfigError as error:
+        raise _UsageError(str(error)) from None
+
+
+def _dimension(name, value):
+    if value < 1:
+        raise _UsageError(f"--{name} must be at least 1, not {value}")
+    return value
+
+
+def _probability(name, value):
+    if value is None:
+        return 0.0
+    if not (0.0 <= value < 1.0):
+        raise _UsageError(f"--{name.replace('_', '-')} must be a probability in [0, 1), "
+                          f"not {value!r}")
+    return value
+
+
+def write_verilog(cfg, out_dir):
+    """Write ``bertaccel_core_<tag>.v`` and ``.json`` for ``cfg`` into ``out_dir``; return the
+    paths."""
+    from ..hw.core import BertAccelCore
+    from ..verif.build import verilog_text
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    v_path = out_dir / f"bertaccel_core_{cfg.tag}.v"
+    json_path = out_dir / f"bertaccel_core_{cfg.tag}.json"
+    text = verilog_text(BertAccelCore(cfg), "bertaccel_core")
+    v_path.write_text(text)
+    json_path.write_text(cfg.to_json() + "\n")
+    return v_path, json_path
+
+
+def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0,
+             build_root="build/sim"):
+    """Run a random ``m x k x n`` GEMM on ``device`` and check it; return a report dict.
+
+    The operands come from a torch generator seeded with ``seed``. The result is compared with
+    the software device and with :func:`bertaccel.golden.ops.gemm`.
+    """
+    import torch
+
+    from ..golden import ops
+    from .device import SoftwareDevice
+    from .tiler import compile_gemm
+
+    program = compile_gemm(cfg, m, k, n)  # raises before anything is simulated
+    generator = torch.Generator().manual_seed(seed)
+    a = torch.randint(-128, 128, (m, k), generator=generator, dtype=torch.int8)
+    b = torch.randint(-128, 128, (k, n), generator=generator, dtype=torch.int8)
+
+    begin = time.perf_counter()
+    with SoftwareDevice(cfg) as software:
+        expected = software.run(program, a=a, b=b)
+    golden = ops.gemm(a, b)
+    if device == "ref":
+        result = expected
+    else:
+        from .rtl import RtlDevice
+        with RtlDevice(cfg, build_root=build_root, seed=seed, src_idle=src_idle,
+                       sink_stall=sink_stall) as rtl:
+            result = rtl.run(program, a=a, b=b)
+    wall = time.perf_counter() - begin
+
+    c = result.outputs["c"]
+    bit_exact = bool(torch.equal(c, expected.outputs["c"]) and torch.equal(c, golden))
+    macs = m * k * n
+    ideal_exact = macs / cfg.macs_per_cycle
+    ideal = math.ceil(ideal_exact)
+    cycles = result.cycles if device == "rtl" else None
+    stats = result.stats
+    return {
+        "config": cfg.name, "tag": cfg.tag, "device": device,
+        "m": m, "k": k, "n": n, "macs": macs, "seed": seed,
+        "src_idle": stats.get("src_idle") if device == "rtl" else None,
+        "sink_stall": stats.get("sink_stall") if device == "rtl" else None,
+        "instructions": len(program.instrs),
+        "data_beats": program.n_data_beats, "out_beats": program.n_out_beats,
+        "cycles": cycles, "ideal_cycles": ideal, "ideal_cycles_exact": ideal_exact,
+        "utilization": ideal / cycles if cycles else None,
+        "bit_exact": bit_exact,
+        "sim_cycles_per_s": stats.get("sim_cycles_per_s"),
+        "chunks": stats.get("chunks"),
+        "device_wall_s": result.wall_s, "wall_s": wall,
+    }
+
+
+def _print_report(report, file=sys.stdout):
+    def line(key, value):
+        print(f"{key:<13}{value}", file=file)
+
+    line("config", f"{report['config']} ({report['tag']})")
+    line("gemm", f"{report['m']} x {report['k']} x {report['n']} ({report['macs']} MACs), "
+                 f"seed {report['seed']}")
+    device = report["device"]
+    if device == "rtl":
+        device += (f" (src_idle {report['src_idle']}/256, sink_stall {report['sink_stall']}/256"
+                   f"{', %d chunks' % report['chunks'] if report['chunks'] != 1 else ''})")
+    line("device", device)
+    line("program", f"{report['instructions']} instructions, {report['data_beats']} data beats, "
+                    f"{report['out_beats']} output beats")
+    if report["cycles"] is None:
+        line("cycles", f"- (the {report['device']} device does not count cycles); "
+                       f"ideal {report['ideal_cycles']}")
+    else:
+        line("cycles", f"{report['cycles']} (ideal {report['ideal_cycles']})")
+        line("utilization", f"{100 * report['utilization']:.1f} %")
+    if report["sim_cycles_per_s"]:
+        line("sim speed", f"{report['sim_cycles_per_s']:.0f} cycles/s")
+    line("wall", f"{report['wall_s']:.2f} s (device {report['device_wall_s']:.2f} s)")
+    print(f"bit-exact: {'yes' if report['bit_exact'] else 'NO'}", file=file)
+
+
+# -- commands -------------------------------------------------------------------------------------
+
+def _cmd_verilog(args):
+    configs = [_config(spec) for spec in args.config]
+    for cfg in configs:
+        for path in write_verilog(cfg, args.output):
+            print(path)
+    return 0
+
+
+def _cmd_gemm(args):
+    cfg = _config(args.config)
+    m, k, n = (_dimension(name, getattr(args, name)) for name in ("m", "k", "n"))
+    src_idle = _probability("src_idle", args.src_idle)
+    sink_stall = _probability("sink_stall", args.sink_stall)
+    if args.device == "ref" and (args.src_idle or args.sink_stall):
+        raise _UsageError("--src-idle and --sink-stall apply to --device rtl only")
+    if not 0 <= args.seed < 1 << 32:
+        raise _UsageError(f"--seed must be from 0 to 2**32-1, not {args.seed}")
+    from .program import ProgramError
+    try:
+        report = run_gemm(cfg, m, k, n, device=args.device, seed=args.seed, src_idle=src_idle,
+                          sink_stall=sink_stall, build_root=args.build_root)
+    except ProgramError as error:
+        raise _UsageError(str(error)) from None
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_report(report)
+    return 0 if report["bit_exact"] else 1
+
+
+def _cmd_demo(args):
+    from ..hw.config import preset
+    cfg = preset("8x8")
+    out_dir = Path(args.output)
+    print(f"== Verilog for {cfg.name} into {out_dir}")
+    for path in write_verilog(cfg, out_dir):
+        print(path)
+    ok = True
+    for device in ("ref", "rtl"):
+        print(f"\n== 64 x 64 x 64 GEMM on the {device} device"
+              + (" (the first run builds the simulator: about a minute)" if device == "rtl"
+                 else ""))
+        report = run_gemm(cfg, 64, 64, 64, device=device, seed=args.seed,
+                          build_root=args.build_root)
+        _print_report(report)
+        ok &= report["bit_exact"]
+    return 0 if ok else 1
+
+
+def _parser():
+    parser = _Parser(prog="bertaccel",
+                     description="int8 BERT accelerator generator: Verilog, GEMMs, demo")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    verilog = commands.add_parser("verilog", help="write the core's Verilog and config JSON")
+    verilog.add_argument("--config", action="append", required=True,
+                         help="a preset (2x2, 4x4, 4x8, 8x8, 16x16, 32x32) or a .json written "
+                              "by this command; may be repeated")
+    verilog.add_argument("-o", "--output", default="build", help="output folder (build/)")
+    verilog.set_defaults(func=_cmd_verilog)
+
+    gemm = commands.add_parser("gemm", help="run a random int8 GEMM and check it")
+    gemm.add_argument("--config", default="8x8", help="a preset or a .json (8x8)")
+    gemm.add_argument("--m", type=int, required=True)
+    gemm.add_argument("--k", type=int, required=True)
+    gemm.add_argument("--n", type=int, required=True)
+    gemm.add_argument("--device", choices=("ref", "rtl"), default="ref",
+                      help="ref: the bit-exact software device; rtl: the Verilated RTL")
+    gemm.add_argument("--seed", type=int, default=0,
+                      help="seeds the operands and the RTL stall generator (0)")
+    gemm.add_argument("--src-idle", type=float, metavar="P",
+                      help="rtl: probability of an idle cycle on the input streams")
+    gemm.add_argument("--sink-stall", type=float, metavar="P",
+                      help="rtl: probability of backpressure on the output stream")
+    gemm.add_argument("--json", action="store_true", help="print one JSON object")
+    gemm.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
+    gemm.set_defaults(func=_cmd_gemm)
+
+    demo = commands.add_parser("demo", help="Verilog for 8x8, then a 64^3 GEMM on ref and rtl")
+    demo.add_argument("-o", "--output", default="build/demo")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
+    demo.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv=None):
+    """Entry point of the ``bertaccel`` console script; returns the exit status."""
+    try:
+        args = _parser().parse_args(argv)
+        return args.func(args)
+    except _UsageError as error:
+        print(f"bertaccel: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("bertaccel: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 - a device or build failure: report, exit 1
+        from .device import DeviceError
+        from ..verif.build import SimulationError
+        if isinstance(error, (DeviceError, SimulationError)):
+            print(f"bertaccel: error: {error}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
