@@ -192,10 +192,10 @@ def _cmd_demo(args):
         print(path)
     ok = True
     for device in ("ref", "rtl"):
-        print(f"\n== 64 x 64 x 64 GEMM on the {device} device"
+        print(f"\n== 256 x 256 x 256 GEMM on the {device} device"
               + (" (the first run builds the simulator: about a minute)" if device == "rtl"
                  else ""))
-        report = run_gemm(cfg, 64, 64, 64, device=device, seed=args.seed,
+        report = run_gemm(cfg, 256, 256, 256, device=device, seed=args.seed,
                           build_root=args.build_root)
         _print_report(report)
         ok &= report["bit_exact"]
@@ -231,7 +231,7 @@ def _parser():
     gemm.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
     gemm.set_defaults(func=_cmd_gemm)
 
-    demo = commands.add_parser("demo", help="Verilog for 8x8, then a 64^3 GEMM on ref and rtl")
+    demo = commands.add_parser("demo", help="Verilog for 8x8, then a 256^3 GEMM on ref and rtl")
     demo.add_argument("-o", "--output", default="build/demo")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
