@@ -17,6 +17,11 @@ class ConfigError(ValueError):
     """An :class:`AccelConfig` field, or a preset name, is not acceptable."""
 
 
+#: Defaults of the AXI fields; a config with other values carries them in its tag.
+_AXI_DATA_WIDTH = 64
+_AXI_ADDR_WIDTH = 32
+
+
 def _is_pow2(value):
     return isinstance(value, int) and value > 0 and value & (value - 1) == 0
 
@@ -43,10 +48,18 @@ class AccelConfig:
         scratchpad B holds ``cols``-wide weight rows. A power of two from 64 to 65536.
     acc_depth : int
         Rows in the accumulator, each ``cols`` x ``acc_width``. A power of two from 64 to 65536.
+    pmem_depth : int
+        Rows in the epilogue parameter memory, each ``cols`` x 64 bits (bias or mask, and two
+        16-bit values, per column). A power of two from 16 to 65536.
     queue_depth : int
         Depth of each unit's instruction queue. A power of two from 2 to 64.
     clock_mhz : float
         Clock assumed when cycles are turned into latency. It does not change the hardware.
+    axi_data_width : int
+        Data width in bits of the AXI4 master of the FPGA shell (:mod:`bertaccel.hw.shell`),
+        a power of two from 32 to 512. It does not change the core.
+    axi_addr_width : int
+        Address width in bits of that AXI4 master, from 32 to 64. It does not change the core.
     """
 
     rows: int = 8
@@ -55,8 +68,11 @@ class AccelConfig:
     acc_width: int = 32
     spad_depth: int = 4096
     acc_depth: int = 1024
+    pmem_depth: int = 256
     queue_depth: int = 8
     clock_mhz: float = 200.0
+    axi_data_width: int = _AXI_DATA_WIDTH
+    axi_addr_width: int = _AXI_ADDR_WIDTH
 
     def __post_init__(self):
         for name in ("rows", "cols"):
@@ -67,6 +83,9 @@ class AccelConfig:
             raise ConfigError(f"in_width must be 8 (int8 operands), not {self.in_width!r}")
         if self.acc_width != 32:
             raise ConfigError(f"acc_width must be 32 (int32 accumulators), not {self.acc_width!r}")
+        if not (_is_pow2(self.pmem_depth) and 16 <= self.pmem_depth <= 65536):
+            raise ConfigError(f"pmem_depth must be a power of two from 16 to 65536, "
+                              f"not {self.pmem_depth!r}")
         for name in ("spad_depth", "acc_depth"):
             value = getattr(self, name)
             if not (_is_pow2(value) and 64 <= value <= 65536):
@@ -80,6 +99,13 @@ class AccelConfig:
         if (isinstance(self.clock_mhz, bool) or not isinstance(self.clock_mhz, (int, float))
                 or not math.isfinite(self.clock_mhz) or not 1 <= self.clock_mhz <= 2000):
             raise ConfigError(f"clock_mhz must be a number from 1 to 2000, not {self.clock_mhz!r}")
+        if not (_is_pow2(self.axi_data_width) and 32 <= self.axi_data_width <= 512):
+            raise ConfigError(f"axi_data_width must be a power of two from 32 to 512, "
+                              f"not {self.axi_data_width!r}")
+        if (isinstance(self.axi_addr_width, bool) or not isinstance(self.axi_addr_width, int)
+                or not 32 <= self.axi_addr_width <= 64):
+            raise ConfigError(f"axi_addr_width must be an int from 32 to 64, "
+                              f"not {self.axi_addr_width!r}")
 
     # -- derived sizes -------------------------------------------------------------------------
 
@@ -90,9 +116,15 @@ class AccelConfig:
 
     @property
     def tag(self):
-        """A stable name for build folders and artifacts; it changes with every hardware field."""
+        """A stable name for build folders and artifacts; it changes with every hardware field.
+
+        The AXI widths change only the FPGA shell, not the core: they are named (``_ax128a40``)
+        only when they differ from the defaults, so every core build keeps its name.
+        """
         tag = f"r{self.rows}c{self.cols}_i{self.in_width}a{self.acc_width}" \
-              f"_sp{self.spad_depth}_acc{self.acc_depth}_q{self.queue_depth}"
+              f"_sp{self.spad_depth}_acc{self.acc_depth}_pm{self.pmem_depth}_q{self.queue_depth}"
+        if (self.axi_data_width, self.axi_addr_width) != (_AXI_DATA_WIDTH, _AXI_ADDR_WIDTH):
+            tag += f"_ax{self.axi_data_width}a{self.axi_addr_width}"
         return tag
 
     @property
@@ -107,6 +139,15 @@ class AccelConfig:
     @property
     def spad_addr_width(self):
         return (self.spad_depth - 1).bit_length()
+
+    @property
+    def pmem_addr_width(self):
+        return (self.pmem_depth - 1).bit_length()
+
+    @property
+    def pmem_beats_per_row(self):
+        """Input-data beats that make one parameter-memory row (64 bits a column)."""
+        return max(1, (64 * self.cols) // (self.in_width * self.lanes))
 
     @property
     def acc_addr_width(self):

@@ -52,7 +52,7 @@ assert TOKEN_MAX == (1 << TOKEN_WIDTH) - 1
 class Controller(wiring.Component):
     """Decodes the instruction stream and queues each instruction for its unit.
 
-    LOAD goes to the load queue, MATMUL to the execute queue, STORE to the store queue; each
+    LOAD goes to the load queue, MATMUL to the execute queue, SET and STORE to the store queue; each
     queue holds ``cfg.queue_depth`` instructions and the stream stalls while the one it needs
     is full. Dispatch is in program order, which together with the token rules makes every
     legal program deadlock-free. An illegal opcode sets the sticky ``o_error`` and from then on
@@ -81,11 +81,10 @@ class Controller(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         queues = {}
-        for name, opcode in (("load", Opcode.LOAD), ("exec", Opcode.MATMUL),
-                             ("store", Opcode.STORE)):
+        for name in ("load", "exec", "store"):
             queue = fifo.SyncFIFOBuffered(width=Instr.size, depth=self._cfg.queue_depth)
             m.submodules[f"{name}_queue"] = queue
-            queues[opcode] = queue
+            queues[name] = queue
             out = getattr(self, f"o_{name}")
             m.d.comb += [
                 out.payload.eq(queue.r_data),
@@ -93,6 +92,8 @@ class Controller(wiring.Component):
                 queue.r_en.eq(out.ready),
                 queue.w_data.eq(self.i_instr.payload),
             ]
+        route = {Opcode.LOAD: "load", Opcode.MATMUL: "exec", Opcode.STORE: "store",
+                 Opcode.SET: "store"}
 
         error = Signal()
         m.d.comb += self.o_error.eq(error)
@@ -101,7 +102,8 @@ class Controller(wiring.Component):
             m.d.comb += self.i_instr.ready.eq(1)
         with m.Else():
             with m.Switch(opcode):
-                for op, queue in queues.items():
+                for op, unit in route.items():
+                    queue = queues[unit]
                     with m.Case(op):
                         m.d.comb += [
                             self.i_instr.ready.eq(queue.w_rdy),

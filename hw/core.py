@@ -8,7 +8,7 @@ from .controller import Controller, TokenChannel
 from .execute import ExecuteUnit
 from .isa import Instr
 from .load import LoadUnit
-from .memory import Accumulator, Scratchpad
+from .memory import Accumulator, ParamMemory, Scratchpad
 from .store import StoreUnit
 
 __all__ = ["BertAccelCore"]
@@ -56,7 +56,8 @@ class BertAccelCore(wiring.Component):
         m.submodules.spad_a = spad_a = Scratchpad(lanes=cfg.rows, width=cfg.in_width,
                                                   depth=cfg.spad_depth)
         m.submodules.spad_b = spad_b = Scratchpad(lanes=cfg.cols, width=cfg.in_width,
-                                                  depth=cfg.spad_depth)
+                                                  depth=cfg.spad_depth, aux_read=True)
+        m.submodules.pmem = pmem = ParamMemory(cfg)
         m.submodules.acc = acc = Accumulator(cfg)
         m.submodules.l2e = l2e = TokenChannel()
         m.submodules.e2l = e2l = TokenChannel()
@@ -71,11 +72,14 @@ class BertAccelCore(wiring.Component):
         wiring.connect(m, wiring.flipped(self.i_data), load.i_data)
         wiring.connect(m, load.spad_a, spad_a.wr)
         wiring.connect(m, load.spad_b, spad_b.wr)
+        wiring.connect(m, load.pmem, pmem.wr)
         wiring.connect(m, execute.spad_a, spad_a.rd)
         wiring.connect(m, execute.spad_b, spad_b.rd)
         wiring.connect(m, execute.acc_rd, acc.rmw_rd)
         wiring.connect(m, execute.acc_wr, acc.wr)
         wiring.connect(m, store.acc, acc.st_rd)
+        wiring.connect(m, store.pmem, pmem.rd)
+        wiring.connect(m, store.res, spad_b.rd_aux)
         wiring.connect(m, store.o_data, wiring.flipped(self.o_data))
 
         wiring.connect(m, load.to_exec, l2e.producer)

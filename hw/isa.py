@@ -7,7 +7,7 @@ same Amaranth layouts (a test checks them against ``Instr.const(...).as_bits()``
 Every instruction is 128 bits: a 4-bit opcode, four dependency flags, and a 120-bit body.
 
 Three units run concurrently: the load unit (LOAD), the execute unit (MATMUL) and the store unit
-(STORE). They synchronise through four token channels, as in TVM VTA: load->execute (operands are
+(SET and STORE). They synchronise through four token channels, as in TVM VTA: load->execute (operands are
 loaded), execute->load (operand buffers may be overwritten), execute->store (results are in the
 accumulator) and store->execute (accumulator rows may be overwritten). Each instruction may pop a
 token from the unit before it (``pop_prev``) or after it (``pop_next``) before it starts, and push
@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from amaranth.lib import data, enum
 
 __all__ = [
-    "INSTR_WIDTH", "FIELD_WIDTH", "FIELD_MAX", "TOKEN_MAX",
-    "Opcode", "Target", "DepFlags", "LoadBody", "MatmulBody", "StoreBody", "Body", "Instr",
-    "Load", "Matmul", "Store", "IllegalInstruction", "encode", "decode", "unit_of",
+    "INSTR_WIDTH", "FIELD_WIDTH", "FIELD_MAX", "TOKEN_MAX", "SET_VALUE_WIDTH",
+    "Opcode", "Target", "EpOp", "Dest", "Param", "DepFlags",
+    "LoadBody", "MatmulBody", "StoreBody", "SetBody", "Body", "Instr", "PmemWord",
+    "Load", "Matmul", "Store", "Set", "IllegalInstruction", "encode", "decode", "unit_of",
 ]
 
 INSTR_WIDTH = 128
@@ -35,17 +36,65 @@ TOKEN_WIDTH = 8
 TOKEN_MAX = (1 << TOKEN_WIDTH) - 1
 
 
+SET_VALUE_WIDTH = 64
+
+
 class Opcode(enum.Enum, shape=4):
     """Opcodes. Zero and every unlisted value are illegal: an all-zero word stops as an error."""
     LOAD = 1
     MATMUL = 2
     STORE = 3
+    SET = 4
 
 
-class Target(enum.Enum, shape=1):
-    """The scratchpad a LOAD writes."""
+class Target(enum.Enum, shape=2):
+    """The memory a LOAD writes."""
     SPAD_A = 0  # rows-wide operand rows (the left-hand matrix)
-    SPAD_B = 1  # cols-wide weight rows (the right-hand matrix)
+    SPAD_B = 1  # cols-wide weight rows (the right-hand matrix), and LayerNorm residuals
+    PMEM = 2    # epilogue parameters: one PmemWord per column; a row takes several beats
+
+
+class EpOp(enum.Enum, shape=3):
+    """The epilogue a STORE applies on its way out of the accumulator (see golden/intops.py)."""
+    RAW = 0        # int32 accumulator rows, unchanged
+    REQUANT = 1    # (x + bias) * scale, rounded, saturated to int8
+    GELU = 2       # int8 GELU (erf form) of x + bias
+    SOFTMAX = 3    # int8 127 * softmax(x + mask) over each row (two passes)
+    LAYERNORM = 4  # int8 LayerNorm(x + bias + residual) over each row (two passes)
+
+
+class Dest(enum.Enum, shape=2):
+    """Where a STORE sends its rows."""
+    HOST = 0       # the output stream; int8 results travel sign-extended in int32 lanes
+
+
+class Param(enum.Enum, shape=3):
+    """The store unit's scalar parameter registers, written by SET; what each op reads:
+
+    ============  =========  ==========  =======  ==========  ========  =====  =================
+    op            MUL0       SHIFT0      MUL1     SHIFT1      ROW_LEN   EPS    FLAGS
+    ============  =========  ==========  =======  ==========  ========  =====  =================
+    REQUANT       mul        shift                                             bit 0: per column
+    GELU          gmul       gshift      omul     oshift
+    SOFTMAX       mul        shift                            row_len
+    LAYERNORM     xmul       vshift      rmul     gshift      row_len   eps_n2
+    ============  =========  ==========  =======  ==========  ========  =====  =================
+    """
+    MUL0 = 0
+    SHIFT0 = 1
+    MUL1 = 2
+    SHIFT1 = 3
+    ROW_LEN = 4
+    EPS = 5
+    FLAGS = 6
+
+
+#: One column's epilogue parameters in the parameter memory (PMEM).
+PmemWord = data.StructLayout({
+    "bias": 32,   # int32 bias added to x (REQUANT, GELU, LAYERNORM); additive mask (SOFTMAX)
+    "p1":   16,   # LAYERNORM gamma (int16); REQUANT per-column mul (unsigned)
+    "p2":   16,   # LAYERNORM beta (int16); REQUANT per-column shift (low 6 bits)
+})
 
 
 DepFlags = data.StructLayout({
@@ -73,16 +122,33 @@ MatmulBody = data.StructLayout({
     "accumulate": 1,
 })
 
-#: STORE: send acc[acc_addr : acc_addr + count] to the output stream, one row a beat.
+#: STORE: drain ``rows`` x ``strips`` accumulator rows through the epilogue ``op``. Beat (m, s) --
+#: row m of the output, columns s*cols .. s*cols+cols-1 -- is acc[acc_addr + s*stride + m], uses
+#: PMEM row param_addr + s and (LAYERNORM) the residual spad_b[aux_addr + s*rows + m]. Beats
+#: leave row by row (m outer, s inner); SOFTMAX and LAYERNORM read each row twice.
 StoreBody = data.StructLayout({
-    "acc_addr": FIELD_WIDTH,
-    "count":    FIELD_WIDTH,
+    "acc_addr":   FIELD_WIDTH,
+    "rows":       FIELD_WIDTH,
+    "strips":     FIELD_WIDTH,
+    "stride":     FIELD_WIDTH,
+    "op":         EpOp,
+    "dest":       Dest,
+    "dest_addr":  FIELD_WIDTH,
+    "param_addr": FIELD_WIDTH,
+    "aux_addr":   FIELD_WIDTH,
+})
+
+#: SET: store-unit parameter register ``index`` takes ``value``.
+SetBody = data.StructLayout({
+    "index": Param,
+    "value": SET_VALUE_WIDTH,
 })
 
 Body = data.UnionLayout({
     "load":   LoadBody,
     "matmul": MatmulBody,
     "store":  StoreBody,
+    "set":    SetBody,
     "raw":    INSTR_WIDTH - 8,
 })
 
@@ -132,18 +198,43 @@ class Matmul(_Base):
 @dataclass(frozen=True, kw_only=True)
 class Store(_Base):
     acc_addr: int
-    count: int
+    rows: int
+    strips: int = 1
+    stride: int = 0
+    op: EpOp = EpOp.RAW
+    dest: Dest = Dest.HOST
+    dest_addr: int = 0
+    param_addr: int = 0
+    aux_addr: int = 0
     opcode = Opcode.STORE
     body = "store"
 
+    @property
+    def count(self):
+        """Beats this STORE sends: ``rows * strips``."""
+        return self.rows * self.strips
 
-_CLASSES = {Opcode.LOAD: Load, Opcode.MATMUL: Matmul, Opcode.STORE: Store}
+    @property
+    def two_pass(self):
+        return self.op in (EpOp.SOFTMAX, EpOp.LAYERNORM)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Set(_Base):
+    index: Param
+    value: int
+    opcode = Opcode.SET
+    body = "set"
+
+
+_CLASSES = {Opcode.LOAD: Load, Opcode.MATMUL: Matmul, Opcode.STORE: Store, Opcode.SET: Set}
 _FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 
 
 def unit_of(instr):
     """The unit that runs ``instr``: ``"load"``, ``"exec"`` or ``"store"``."""
-    return {Opcode.LOAD: "load", Opcode.MATMUL: "exec", Opcode.STORE: "store"}[instr.opcode]
+    return {Opcode.LOAD: "load", Opcode.MATMUL: "exec", Opcode.STORE: "store",
+            Opcode.SET: "store"}[instr.opcode]
 
 
 def _slices(layout, base=0):
@@ -165,7 +256,7 @@ _DEPS = {name: (Instr["deps"].offset + off, width)
          for name, (off, width) in _slices(DepFlags).items()}
 _BODIES = {body: {name: (Instr["body"].offset + Body[body].offset + off, width)
                   for name, (off, width) in _slices(Body[body].shape).items()}
-           for body in ("load", "matmul", "store")}
+           for body in ("load", "matmul", "store", "set")}
 
 
 def encode(instr):
@@ -194,8 +285,13 @@ def decode(word):
     for name, (offset, width) in _BODIES[_CLASSES[opcode].body].items():
         fields[name] = (word >> offset) & ((1 << width) - 1)
     cls = _CLASSES[opcode]
-    if cls is Load:
-        fields["target"] = Target(fields["target"])
+    enums = {"target": Target, "op": EpOp, "dest": Dest, "index": Param}
+    try:
+        for name, kind in enums.items():
+            if name in fields:
+                fields[name] = kind(fields[name])
+    except ValueError as error:
+        raise IllegalInstruction(f"{error} in word {word:#034x}") from None
     if cls is Matmul:
         fields["accumulate"] = bool(fields["accumulate"])
     return cls(**fields)

@@ -1,11 +1,11 @@
 """The load unit: moves beats of the input data stream into the scratchpads."""
 
-from amaranth import Module, Signal, signed
+from amaranth import Cat, Module, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .controller import TokenConsumer, TokenProducer
-from .isa import FIELD_WIDTH, TOKEN_MAX, Instr, Target
+from .isa import FIELD_WIDTH, TOKEN_MAX, Instr, PmemWord, Target
 
 __all__ = ["LoadUnit"]
 
@@ -16,14 +16,15 @@ class LoadUnit(wiring.Component):
     A LOAD waits for its ``pop_next`` token (operand buffers are free), and for room in the
     load->execute channel if it pushes, then writes ``count`` beats of ``i_data`` to consecutive
     scratchpad rows at one beat a cycle, pushing with the last beat. A LOAD takes ``count + 1``
-    cycles when the data stream keeps up. Scratchpad A keeps the low ``rows`` lanes
+    cycles when the data stream keeps up. A LOAD into the parameter memory packs
+    ``cfg.pmem_beats_per_row`` beats into each row, the first beat in the lowest bits. Scratchpad A keeps the low ``rows`` lanes
     of a beat, scratchpad B the low ``cols`` lanes.
 
     Members
     -------
     i_instr : In(stream.Signature(Instr))
     i_data : In(stream.Signature(ArrayLayout(signed(8), cfg.lanes)))
-    spad_a, spad_b : In(WritePort.Signature)
+    spad_a, spad_b, pmem : In(WritePort.Signature)
     to_exec : Out(TokenProducer())
     from_exec : Out(TokenConsumer())
     o_busy : Out(1)
@@ -40,6 +41,9 @@ class LoadUnit(wiring.Component):
                                                         shape=a_shape)),
             "spad_b":    In(memory.WritePort.Signature(addr_width=cfg.spad_addr_width,
                                                         shape=b_shape)),
+            "pmem":      In(memory.WritePort.Signature(addr_width=cfg.pmem_addr_width,
+                                                        shape=data.ArrayLayout(PmemWord,
+                                                                               cfg.cols))),
             "to_exec":   Out(TokenProducer()),
             "from_exec": Out(TokenConsumer()),
             "o_busy":    Out(1),
@@ -63,6 +67,21 @@ class LoadUnit(wiring.Component):
             self.spad_b.data.eq(beat.as_value()[:cfg.cols * cfg.in_width]),
         ]
 
+        # Parameter rows are wider than a beat: a gearbox shifts beats in from the top, so
+        # after ``per_row`` beats the first one sits in the lowest bits.
+        per_row = cfg.pmem_beats_per_row
+        row_bits = cfg.cols * PmemWord.size
+        beat_bits = min(cfg.lanes * cfg.in_width, row_bits)
+        pmem_addr = Signal(FIELD_WIDTH)
+        phase = Signal(range(per_row))
+        if per_row == 1:
+            row = beat.as_value()[:row_bits]
+        else:
+            gear = Signal(row_bits - beat_bits)
+            row = Signal(row_bits)
+            m.d.comb += row.eq(Cat(gear, beat.as_value()[:beat_bits]))
+        m.d.comb += [self.pmem.addr.eq(pmem_addr), self.pmem.data.eq(row)]
+
         with m.FSM(name="load_fsm"):
             with m.State("Idle"):
                 can_pop = ~instr.deps.pop_next | (self.from_exec.count != 0)
@@ -75,6 +94,8 @@ class LoadUnit(wiring.Component):
                     m.d.sync += [
                         target.eq(instr.body.load.target),
                         addr.eq(instr.body.load.addr),
+                        pmem_addr.eq(instr.body.load.addr),
+                        phase.eq(0),
                         remaining.eq(instr.body.load.count),
                         push.eq(instr.deps.push_next),
                     ]
@@ -85,10 +106,19 @@ class LoadUnit(wiring.Component):
             with m.State("Load"):
                 m.d.comb += [self.o_busy.eq(1), self.i_data.ready.eq(1)]
                 with m.If(self.i_data.valid):
-                    with m.If(target == Target.SPAD_A):
-                        m.d.comb += self.spad_a.en.eq(1)
-                    with m.Else():
-                        m.d.comb += self.spad_b.en.eq(1)
+                    with m.Switch(target):
+                        with m.Case(Target.SPAD_A):
+                            m.d.comb += self.spad_a.en.eq(1)
+                        with m.Case(Target.SPAD_B):
+                            m.d.comb += self.spad_b.en.eq(1)
+                        with m.Case(Target.PMEM):
+                            if per_row > 1:
+                                m.d.sync += gear.eq(row[beat_bits:])
+                            with m.If(phase == per_row - 1):
+                                m.d.comb += self.pmem.en.eq(1)
+                                m.d.sync += [pmem_addr.eq(pmem_addr + 1), phase.eq(0)]
+                            with m.Else():
+                                m.d.sync += phase.eq(phase + 1)
                     m.d.sync += [addr.eq(addr + 1), remaining.eq(remaining - 1)]
                     with m.If(remaining == 1):
                         # The last beat: the rows are written at this clock edge, so the

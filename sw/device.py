@@ -282,8 +282,17 @@ class SoftwareDevice(Device):
                     spad_b[instr.addr:instr.addr + count] = beats[:, :cols]
             elif kind is isa.Store:
                 if instr.count:
-                    # A copy: later MATMULs overwrite these accumulator rows.
-                    stored.append(acc[instr.acc_addr:instr.acc_addr + instr.count].clone())
+                    if instr.op != isa.EpOp.RAW:
+                        raise DeviceError(f"instruction {number} (STORE): epilogue "
+                                          f"{instr.op.name} is not implemented yet")
+                    # Beat (m, s) is acc[acc_addr + s*stride + m]; beats leave row by row.
+                    # index_select copies: later MATMULs overwrite these accumulator rows.
+                    m = torch.arange(instr.rows).unsqueeze(1)
+                    s = torch.arange(instr.strips).unsqueeze(0)
+                    index = (instr.acc_addr + s * instr.stride + m).reshape(-1)
+                    stored.append(acc.index_select(0, index))
+            elif kind is isa.Set:
+                pass  # the epilogue parameters matter only to non-RAW STOREs
             else:
                 raise DeviceError(f"instruction {number} is not an ISA instruction: {instr!r}")
         if pos != n_beats:

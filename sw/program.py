@@ -123,7 +123,8 @@ _CHANNELS = {
 _FIELDS = {
     isa.Load: ("addr", "count"),
     isa.Matmul: ("a_addr", "b_addr", "acc_addr", "m_len"),
-    isa.Store: ("acc_addr", "count"),
+    isa.Store: ("acc_addr", "rows", "strips", "stride", "dest_addr", "param_addr", "aux_addr"),
+    isa.Set: (),
 }
 
 
@@ -289,10 +290,14 @@ class Program:
                           f"scratchpad {'A' if instr.target == isa.Target.SPAD_A else 'B'}")
                 n_data += instr.count
                 channels = _CHANNELS["LOAD"]
+            elif kind is isa.Set:
+                channels = _CHANNELS["STORE"]
             else:
-                if instr.acc_addr + instr.count > accd:
-                    _past(number, instr, "acc_addr + count", instr.acc_addr + instr.count, accd,
-                          "the accumulator")
+                if instr.count:
+                    last = instr.acc_addr + (instr.strips - 1) * instr.stride + instr.rows
+                    if last > accd:
+                        _past(number, instr, "acc_addr + (strips-1)*stride + rows", last, accd,
+                              "the accumulator")
                 n_out += instr.count
                 channels = _CHANNELS["STORE"]
 

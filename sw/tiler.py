@@ -420,11 +420,12 @@ def compile_gemm(cfg, m, k, n, *, plan=None):
                                           push_next=step.last_k)
 
     def emit_store(step):
-        instrs.append(isa.Store(acc_addr=(step.tile % 2) * half_acc,
-                                count=step.ntlen * step.mlen, pop_prev=True,
+        # One STORE drains the tile row by row: beat (mi, nt) is acc[base + nt*mlen + mi].
+        instrs.append(isa.Store(acc_addr=(step.tile % 2) * half_acc, rows=step.mlen,
+                                strips=step.ntlen, stride=step.mlen, pop_prev=True,
                                 push_prev=step.tile + 2 < n_tiles))
-        nt = np.arange(step.ntlen)[:, None, None]
-        mi = np.arange(step.mlen)[None, :, None]
+        mi = np.arange(step.mlen)[:, None, None]
+        nt = np.arange(step.ntlen)[None, :, None]
         col = (step.nt0 + nt) * cols + np.arange(cols)
         index = (step.m0 + mi) * n + col
         unpack_parts.append(np.where(col < n, index, discard).reshape(-1, cols))

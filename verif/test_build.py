@@ -238,7 +238,7 @@ def test_rtl_device_errors(small_rtl):
     from bertaccel.sw.device import DeviceError, gemm
 
     class Illegal:  # _execute's view of a program: one word with the illegal opcode 0
-        instrs = [isa.Store(acc_addr=0, count=0)]
+        instrs = [isa.Store(acc_addr=0, rows=0)]
 
         def words(self):
             return [0]

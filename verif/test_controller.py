@@ -16,26 +16,29 @@ from cocotb.triggers import FallingEdge, ReadOnly
 
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.controller import Controller
-from bertaccel.hw.isa import Load, Matmul, Store, Target, encode
+from bertaccel.hw.isa import EpOp, Load, Matmul, Param, Set, Store, Target, encode
 from bertaccel.verif.build import build, run_cocotb
 
 __all__ = []
 
 MODULE = "bertaccel.verif.test_controller"
-OUTPUTS = {"o_load": Load, "o_exec": Matmul, "o_store": Store}
+OUTPUTS = {"o_load": (Load,), "o_exec": (Matmul,), "o_store": (Store, Set)}
 
 
 def _random_instr(rng):
     flags = {name: rng.random() < 0.5 for name in ("pop_prev", "pop_next", "push_prev",
                                                   "push_next")}
-    kind = rng.choice([Load, Matmul, Store])
+    kind = rng.choice([Load, Matmul, Store, Set])
     field = lambda: rng.randrange(1 << 16)  # noqa: E731
     if kind is Load:
         return Load(target=rng.choice(list(Target)), addr=field(), count=field(), **flags)
     if kind is Matmul:
         return Matmul(a_addr=field(), b_addr=field(), acc_addr=field(), m_len=field(),
                       accumulate=rng.random() < 0.5, **flags)
-    return Store(acc_addr=field(), count=field(), **flags)
+    if kind is Set:
+        return Set(index=rng.choice(list(Param)), value=rng.getrandbits(64), **flags)
+    return Store(acc_addr=field(), rows=field(), strips=field(), stride=field(),
+                 op=rng.choice(list(EpOp)), param_addr=field(), aux_addr=field(), **flags)
 
 
 @cocotb.test()
@@ -78,8 +81,8 @@ async def dispatch(dut):
         return got
 
     program = [_random_instr(rng) for _ in range(400)]
-    expect = {name: [encode(i) for i in program if isinstance(i, kind)]
-              for name, kind in OUTPUTS.items()}
+    expect = {name: [encode(i) for i in program if isinstance(i, kinds)]
+              for name, kinds in OUTPUTS.items()}
     await run([encode(i) for i in program], expect)
     assert not dut.o_error.value and not dut.o_busy.value
 
@@ -87,8 +90,8 @@ async def dispatch(dut):
     before = [_random_instr(rng) for _ in range(50)]
     after = [_random_instr(rng) for _ in range(50)]
     words = [encode(i) for i in before] + [0x1234 << 64] + [encode(i) for i in after]
-    expect = {name: [encode(i) for i in before if isinstance(i, kind)]
-              for name, kind in OUTPUTS.items()}
+    expect = {name: [encode(i) for i in before if isinstance(i, kinds)]
+              for name, kinds in OUTPUTS.items()}
     await run(words, expect)
     assert dut.o_error.value == 1, "an illegal instruction must raise o_error"
 

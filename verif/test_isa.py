@@ -23,7 +23,9 @@ def random_instr(rng, kind):
     if kind is isa.Matmul:
         return isa.Matmul(a_addr=field(), b_addr=field(), acc_addr=field(), m_len=field(),
                           accumulate=rng.random() < 0.5, **flags)
-    return isa.Store(acc_addr=field(), count=field(), **flags)
+    return isa.Store(acc_addr=field(), rows=field(), strips=field(), stride=field(),
+                     op=rng.choice(list(isa.EpOp)), dest=isa.Dest.HOST, dest_addr=field(),
+                     param_addr=field(), aux_addr=field(), **flags)
 
 
 def layout_value(instr):
@@ -64,7 +66,7 @@ def test_decode_inverts_encode(kind):
         assert view.opcode == instr.opcode
 
 
-@pytest.mark.parametrize("opcode", [0, 4, 9, 15])
+@pytest.mark.parametrize("opcode", [0, 5, 9, 15])
 def test_illegal_opcode(opcode):
     with pytest.raises(isa.IllegalInstruction, match=f"illegal opcode {opcode}"):
         isa.decode(opcode)
@@ -81,7 +83,7 @@ def test_all_zero_word_is_illegal():
     (isa.Load(target=isa.Target.SPAD_B, addr=0, count=-1), "count"),
     (isa.Matmul(a_addr=0, b_addr=0, acc_addr=0, m_len=1 << 20, accumulate=False), "m_len"),
     (isa.Matmul(a_addr=0, b_addr=-5, acc_addr=0, m_len=1, accumulate=True), "b_addr"),
-    (isa.Store(acc_addr=1 << 16, count=1), "acc_addr"),
+    (isa.Store(acc_addr=1 << 16, rows=1), "acc_addr"),
 ])
 def test_field_overflow(instr, field):
     with pytest.raises(ValueError, match=f"{type(instr).__name__}.{field}"):
@@ -93,6 +95,6 @@ def test_unit_of_and_with_deps():
     assert isa.unit_of(load) == "load"
     assert isa.unit_of(isa.Matmul(a_addr=0, b_addr=0, acc_addr=0, m_len=0,
                                   accumulate=False)) == "exec"
-    assert isa.unit_of(isa.Store(acc_addr=0, count=0)) == "store"
+    assert isa.unit_of(isa.Store(acc_addr=0, rows=0)) == "store"
     flagged = load.with_deps(push_next=True)
     assert flagged.push_next and not load.push_next and flagged.addr == 1

@@ -23,7 +23,7 @@ def good_instrs():
         isa.Load(target=B, addr=0, count=2, push_next=True),
         isa.Matmul(a_addr=0, b_addr=0, acc_addr=0, m_len=2, accumulate=False,
                    pop_prev=True, push_next=True),
-        isa.Store(acc_addr=0, count=2, pop_prev=True),
+        isa.Store(acc_addr=0, rows=2, pop_prev=True),
     ]
 
 
@@ -74,14 +74,15 @@ def test_good_program_validates_and_runs():
     (replaced(2, isa.Matmul(a_addr=0, b_addr=0, acc_addr=63, m_len=2, accumulate=False,
                             pop_prev=True, push_next=True)),
      r"instruction 2 \(MATMUL\): acc_addr \+ m_len = 65 runs past the accumulator"),
-    (replaced(3, isa.Store(acc_addr=63, count=2, pop_prev=True)),
-     r"instruction 3 \(STORE\): acc_addr \+ count = 65 runs past the accumulator"),
+    (replaced(3, isa.Store(acc_addr=63, rows=2, pop_prev=True)),
+     r"instruction 3 \(STORE\): acc_addr \+ \(strips-1\)\*stride \+ rows = 65 runs past the "
+     r"accumulator"),
     (replaced(2, isa.Matmul(a_addr=0, b_addr=0, acc_addr=0, m_len=isa.FIELD_MAX + 1,
                             accumulate=False, pop_prev=True, push_next=True)),
      r"instruction 2 \(MATMUL\): m_len must be an int from 0 to 65535, not 65536"),
     (replaced(0, isa.Load(target=A, addr=0, count=-1)),
      r"instruction 0 \(LOAD\): count must be an int from 0 to 65535, not -1"),
-    (replaced(3, isa.Store(acc_addr=1.5, count=2, pop_prev=True)),
+    (replaced(3, isa.Store(acc_addr=1.5, rows=2, pop_prev=True)),
      r"instruction 3 \(STORE\): acc_addr must be an int"),
     (replaced(0, isa.Load(target=0, addr=0, count=2)),
      r"instruction 0 \(LOAD\): target must be an isa.Target"),
@@ -97,9 +98,9 @@ def test_good_program_validates_and_runs():
      r"instruction 0 \(LOAD\): pop_next pops channel e2l, which is empty"),
     (replaced(0, isa.Load(target=A, addr=0, count=2, pop_prev=True)),
      r"instruction 0 \(LOAD\): pop_prev is set, but the load unit has no prev unit"),
-    (replaced(3, isa.Store(acc_addr=0, count=2, pop_prev=True, push_next=True)),
+    (replaced(3, isa.Store(acc_addr=0, rows=2, pop_prev=True, push_next=True)),
      r"instruction 3 \(STORE\): push_next is set, but the store unit has no next unit"),
-    (replaced(3, isa.Store(acc_addr=0, count=2, pop_prev=True, push_prev=True)),
+    (replaced(3, isa.Store(acc_addr=0, rows=2, pop_prev=True, push_prev=True)),
      r"token channel\(s\) do not end at 0: s2e holds 1"),
     (replaced(2, isa.Matmul(a_addr=0, b_addr=0, acc_addr=0, m_len=2, accumulate=False,
                             pop_prev=True, push_prev=True, push_next=True)),
@@ -185,7 +186,7 @@ def test_pack_accepts_int8_valued_integers():
 
 def test_pack_pads_with_zero_and_unpack_scatters():
     cfg = dataclasses.replace(PRESETS["4x8"], spad_depth=64, acc_depth=64)  # lanes = 8
-    program = Program(cfg, [isa.Load(target=A, addr=0, count=2), isa.Store(acc_addr=0, count=1)],
+    program = Program(cfg, [isa.Load(target=A, addr=0, count=2), isa.Store(acc_addr=0, rows=1)],
                       inputs={"x": (3,)}, outputs={"y": (2,), "z": (1, 1)},
                       pack_index=[[2, 1, 0, 3, 3, 3, 3, 3], [3] * 8],
                       unpack_index=[[3, 3, 2, 0, 3, 1, 3, 3]])

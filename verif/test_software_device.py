@@ -64,7 +64,7 @@ def test_state_persists_across_runs_until_reset():
     compiled = compile_gemm(cfg, 2, 2, 2)
     device.run(compiled, a=a, b=b)
     # A program that only stores reads what the previous run left in the accumulator.
-    store_only = Program(cfg, [isa.Store(acc_addr=0, count=2)], inputs={}, outputs={"c": (2, 2)},
+    store_only = Program(cfg, [isa.Store(acc_addr=0, rows=2)], inputs={}, outputs={"c": (2, 2)},
                          pack_index=torch.zeros((0, cfg.lanes), dtype=torch.int64),
                          unpack_index=[[0, 1], [2, 3]])
     assert torch.equal(device.run(store_only).outputs["c"], golden.gemm(a, b))
@@ -126,7 +126,7 @@ def test_accumulator_wraps_like_int32():
     instrs += [isa.Matmul(a_addr=0, b_addr=0, acc_addr=0, m_len=1, accumulate=index > 0,
                           pop_prev=index == 0, push_next=index == repeats - 1)
                for index in range(repeats)]
-    instrs.append(isa.Store(acc_addr=0, count=1, pop_prev=True))
+    instrs.append(isa.Store(acc_addr=0, rows=1, pop_prev=True))
     program = Program(cfg, instrs, inputs={"x": (1,)}, outputs={"c": (1, 2)},
                       pack_index=torch.zeros((65, 64), dtype=torch.int64),
                       unpack_index=[[0, 1]])

@@ -1,0 +1,225 @@
+"""Bit-exact integer references of the epilogue ops (requantise, GELU, softmax, LayerNorm).
+
+These functions define the arithmetic the hardware performs; the RTL and the software device must
+equal them bit for bit. All arithmetic is on int64 tensors, vectorised over rows; no value here
+exceeds 2**62. The lookup tables are built once, here, and the gateware reads them from this module.
+
+Conventions
+-----------
+* Inputs ``x`` are int32 accumulator rows, shape (M, N). Per-column vectors (bias, mask, gamma,
+  beta, per-channel multipliers) have shape (N,).
+* ``rshift_round(v, s) = (v + (2**s >> 1)) >> s``: an arithmetic shift that rounds half up;
+  ``s == 0`` leaves ``v`` unchanged.
+* A real scale is a 16-bit unsigned multiplier and a shift: ``scale = mul / 2**shift``.
+* Results are int8 values (in an int32 tensor, as the hardware sends them).
+
+Algorithms
+----------
+requant : ``y = sat8(rshift_round((x + bias) * mul, shift))``; ``mul``/``shift`` per tensor or per
+    column.
+gelu : ``x' = x + bias``. An index ``t = rshift_round(x' * gmul, gshift)`` holds ``x`` in units
+    of 1/64; ``phi = PHI_TABLE[t + 256]`` (Phi(x) = P(X <= x), in units of 2**-16) for
+    ``-256 <= t < 256``, 0 below, 2**16 above. ``z = clamp24(rshift_round(x' * omul, oshift))``
+    is ``x`` in output units with 8 fraction bits. ``y = sat8(rshift_round(z * phi, 24))``.
+softmax : ``a = sat32(x + mask)``; ``t = clamp24(rshift_round(a * mul, shift))`` is the logit in
+    log2 units with 8 fraction bits (``mul/2**shift`` = input scale * log2(e) / sqrt(d) * 256).
+    Columns at or past ``row_len`` are padding and take no part. One pass over the row, a beat
+    of ``cols`` columns at a time, keeps an integer running maximum ``M`` (Softermax's online
+    form): ``M = max(M, ceil(max(t) / 256))``; ``e = EXP2_TABLE[u & 255] >> (u >> 8)`` with
+    ``u = 256 * M - t >= 0`` (0 once the shift reaches 16); the sum is rescaled by a shift when
+    ``M`` grows: ``S = (S >> dM) + sum(e)``. Then ``S = mant * 2**(k - 10)`` with
+    ``mant`` in [1024, 2048), ``R = RECIP_TABLE[mant - 1024]`` (= 127 * 2**26 / mant) and a second
+    pass gives ``y = clamp(rshift_round(e * R, 16 + k), 0, 127)``, that is 127 * p.
+layernorm : ``v = sat16(rshift_round((x + bias) * xmul + r * rmul, vshift))`` where ``r`` is the
+    int8 residual, ``xmul`` a 16-bit and ``rmul`` a 32-bit unsigned multiplier (the residual's
+    scale is often thousands of times the accumulator's). Over the ``row_len`` valid columns ``S1 = sum(v)``, ``S2 = sum(v*v)``; then
+    ``D = N*S2 - S1**2 + eps_n2`` (``eps_n2`` = eps in v units squared, times N**2) is exact.
+    ``D = m * 4**j`` with ``m`` in [256, 1024) and ``RSQRT_TABLE[m - 256]`` (= 2**23 / sqrt(m))
+    give ``z = rshift_round((N*v - S1) * rsq, 11 + j)``, the normalised value with 12 fraction
+    bits. ``y = sat8(rshift_round(z * gamma + beta * 2**(gshift - 8), gshift))``, with ``gamma``
+    an int16 in units of 2**(12 - gshift) output LSBs and ``beta`` an int16 in 1/256 output LSBs.
+"""
+
+import math
+
+import torch
+
+__all__ = [
+    "EXP2_TABLE", "RECIP_TABLE", "RSQRT_TABLE", "PHI_TABLE",
+    "MUL_BITS", "SHIFT_MAX", "MAX_ROW", "rshift_round", "quantize_scale", "ScaleError",
+    "requant", "gelu", "softmax", "layernorm",
+]
+
+#: Width of every unsigned scale multiplier.
+MUL_BITS = 16
+#: Largest shift of a scale.
+SHIFT_MAX = 63
+#: Longest softmax or LayerNorm row the hardware takes.
+MAX_ROW = 1024
+
+#: 2**(-f/256) in units of 2**-15, f in [0, 256): values in (16384, 32768].
+EXP2_TABLE = [round(2 ** 15 * 2 ** (-f / 256)) for f in range(256)]
+#: 127 * 2**26 / (mantissa + 1/2) for mantissas 1024..2047 (10 fraction bits).
+RECIP_TABLE = [round(127 * 2 ** 26 / (1024 + i + 0.5)) for i in range(1024)]
+#: 2**23 / sqrt(m + 1/2) for m in [256, 1024).
+RSQRT_TABLE = [round(2 ** 23 / math.sqrt(256 + i + 0.5)) for i in range(768)]
+#: Phi(x) = (1 + erf(x / sqrt 2)) / 2 in units of 2**-16, for x = (i - 256) / 64.
+PHI_TABLE = [min(65535, round(2 ** 16 * 0.5 * (1 + math.erf((i - 256) / 64 / math.sqrt(2)))))
+             for i in range(512)]
+
+
+class ScaleError(ValueError):
+    """A real scale that no 16-bit multiplier and shift can represent."""
+
+
+def quantize_scale(scale, *, name="scale"):
+    """The ``(mul, shift)`` with ``mul < 2**16`` that best represents ``scale > 0``."""
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) \
+            or scale <= 0:
+        raise ScaleError(f"{name} must be a finite number above 0, not {scale!r}")
+    if scale >= (1 << MUL_BITS) - 0.5:
+        raise ScaleError(f"{name} {scale!r} is too large: a scale must be below {1 << MUL_BITS}")
+    shift = 0
+    while shift < SHIFT_MAX and round(scale * 2 ** (shift + 1)) < (1 << MUL_BITS):
+        shift += 1
+    mul = round(scale * 2 ** shift)
+    if mul == 0:
+        raise ScaleError(f"{name} {scale!r} is too small: the smallest scale is "
+                         f"2**-{SHIFT_MAX + 1}")
+    return mul, shift
+
+
+def _i64(value):
+    return torch.as_tensor(value, dtype=torch.int64)
+
+
+def rshift_round(v, s):
+    """``(v + (2**s >> 1)) >> s``, elementwise; ``s`` may be a tensor."""
+    s = _i64(s)
+    return (v + (torch.ones_like(s) << s >> 1)) >> s
+
+
+def _clamp(v, bits):
+    return v.clamp(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+
+
+def _check_rows(x):
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise ValueError(f"x must be a 2-D tensor of accumulator rows, not {type(x).__name__}"
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else ''}")
+    return x.to(torch.int64)
+
+
+def _vector(v, n, name):
+    v = _i64(v)
+    if v.dim() == 0:
+        return v.expand(n)
+    if v.shape != (n,):
+        raise ValueError(f"{name} must be a scalar or have shape ({n},), not {tuple(v.shape)}")
+    return v
+
+
+def requant(x, *, bias=0, mul, shift):
+    """int8 of ``(x + bias) * mul / 2**shift``, rounded half up and saturated."""
+    x = _check_rows(x)
+    n = x.shape[1]
+    y = rshift_round((x + _vector(bias, n, "bias")) * _vector(mul, n, "mul"),
+                     _vector(shift, n, "shift"))
+    return _clamp(y, 8).to(torch.int32)
+
+
+def gelu(x, *, bias=0, gmul, gshift, omul, oshift):
+    """int8 GELU (erf form) of ``x + bias``; see the module docstring for the scales."""
+    x = _check_rows(x) + _vector(bias, x.shape[1], "bias")
+    t = rshift_round(x * gmul, gshift)
+    table = torch.tensor(PHI_TABLE, dtype=torch.int64)
+    phi = table[(t.clamp(-256, 255) + 256)]
+    phi = torch.where(t >= 256, torch.full_like(phi, 1 << 16), phi)
+    phi = torch.where(t < -256, torch.zeros_like(phi), phi)
+    z = _clamp(rshift_round(x * omul, oshift), 24)
+    return _clamp(rshift_round(z * phi, 24), 8).to(torch.int32)
+
+
+def _bit_length(v):
+    """Exact bit length of each non-negative int64 (a priority encoder in the hardware)."""
+    return ((v.unsqueeze(-1) >> torch.arange(63)) > 0).sum(dim=-1)
+
+
+def _strips(n, cols):
+    return [(s * cols, min(n, (s + 1) * cols)) for s in range((n + cols - 1) // cols)]
+
+
+def softmax(x, *, mask=0, mul, shift, cols, row_len=None):
+    """int8 ``127 * softmax`` over each row of ``x + mask``, a beat of ``cols`` columns at a time.
+
+    Columns at or past ``row_len`` (default: all ``N``) are padding: no probability, no effect.
+    """
+    x = _check_rows(x)
+    rows, n = x.shape
+    row_len = n if row_len is None else row_len
+    if not 1 <= row_len <= min(n, MAX_ROW):
+        raise ValueError(f"row_len must be from 1 to {min(n, MAX_ROW)}, not {row_len!r}")
+    a = _clamp(x + _vector(mask, n, "mask"), 32)
+    t = _clamp(rshift_round(a * mul, shift), 24)
+    valid = torch.arange(n) < row_len
+    floor = -(1 << 23)
+    t = torch.where(valid, t, torch.full_like(t, floor))
+    exp_table = torch.tensor(EXP2_TABLE, dtype=torch.int64)
+
+    def exp2(t_beat, m, valid_beat):
+        u = (m.unsqueeze(1) << 8) - t_beat
+        q, f = u >> 8, u & 255
+        e = torch.where(q < 16, exp_table[f] >> q.clamp(max=15), torch.zeros_like(u))
+        return torch.where(valid_beat, e, torch.zeros_like(e))
+
+    m = torch.full((rows,), -(1 << 15), dtype=torch.int64)
+    total = torch.zeros(rows, dtype=torch.int64)
+    for lo, hi in _strips(n, cols):
+        t_beat = t[:, lo:hi]
+        new_m = torch.maximum(m, (t_beat.max(dim=1).values + 255) >> 8)
+        total = (total >> (new_m - m).clamp(max=63)) + exp2(t_beat, new_m, valid[lo:hi]).sum(dim=1)
+        m = new_m
+    k = _bit_length(total) - 1
+    mant = torch.where(k >= 10, total >> (k - 10).clamp(min=0), total << (10 - k).clamp(min=0))
+    recip = torch.tensor(RECIP_TABLE, dtype=torch.int64)[mant - 1024]
+    out = torch.empty_like(x)
+    for lo, hi in _strips(n, cols):
+        e = exp2(t[:, lo:hi], m, valid[lo:hi])
+        y = rshift_round(e * recip.unsqueeze(1), (16 + k).unsqueeze(1))
+        out[:, lo:hi] = torch.where(valid[lo:hi], y.clamp(0, 127), torch.zeros_like(y))
+    return out.to(torch.int32)
+
+
+def layernorm(x, *, bias=0, residual=None, xmul, rmul=0, vshift, gamma, beta, gshift, eps_n2,
+              row_len=None):
+    """int8 LayerNorm of ``(x + bias) + residual`` over each row, with per-column gamma, beta.
+
+    Columns at or past ``row_len`` (default: all ``N``) are padding: they take no part in the
+    statistics and their outputs are 0.
+    """
+    x = _check_rows(x)
+    rows, n = x.shape
+    row_len = n if row_len is None else row_len
+    if not 1 <= row_len <= min(n, MAX_ROW):
+        raise ValueError(f"row_len must be from 1 to {min(n, MAX_ROW)}, not {row_len!r}")
+    if not 8 <= gshift <= SHIFT_MAX:
+        raise ValueError(f"gshift must be from 8 to {SHIFT_MAX}, not {gshift!r}")
+    r = torch.zeros_like(x) if residual is None else _i64(residual)
+    if r.shape != x.shape:
+        raise ValueError(f"residual must have shape {tuple(x.shape)}, not {tuple(r.shape)}")
+    valid = torch.arange(n) < row_len
+    v = _clamp(rshift_round((x + _vector(bias, n, "bias")) * xmul + r * rmul, vshift), 16)
+    v = torch.where(valid, v, torch.zeros_like(v))
+    s1 = v.sum(dim=1)
+    s2 = (v * v).sum(dim=1)
+    d = row_len * s2 - s1 * s1 + int(eps_n2)
+    bits = _bit_length(d)
+    j = torch.div(bits - 9, 2, rounding_mode="floor")
+    m = torch.where(j >= 0, d >> (2 * j).clamp(min=0), d << (-2 * j).clamp(min=0))
+    rsq = torch.tensor(RSQRT_TABLE, dtype=torch.int64)[(m - 256).clamp(0, 767)]
+    rsq = torch.where(d > 0, rsq, torch.zeros_like(rsq))
+    j = torch.where(d > 0, j, torch.zeros_like(j))
+    z = rshift_round((row_len * v - s1.unsqueeze(1)) * rsq.unsqueeze(1), (11 + j).unsqueeze(1))
+    g, b = _vector(gamma, n, "gamma"), _vector(beta, n, "beta")
+    y = _clamp(rshift_round(z * g + (b << (gshift - 8)), gshift), 8)
+    return torch.where(valid, y, torch.zeros_like(y)).to(torch.int32)
