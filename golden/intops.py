@@ -46,7 +46,7 @@ import torch
 
 __all__ = [
     "EXP2_TABLE", "RECIP_TABLE", "RSQRT_TABLE", "PHI_TABLE",
-    "MUL_BITS", "SHIFT_MAX", "MAX_ROW", "rshift_round", "quantize_scale", "ScaleError",
+    "MUL_BITS", "SHIFT_MAX", "MAX_ROW", "GSHIFT_MAX", "rshift_round", "quantize_scale", "ScaleError",
     "requant", "gelu", "softmax", "layernorm",
 ]
 
@@ -56,6 +56,8 @@ MUL_BITS = 16
 SHIFT_MAX = 63
 #: Longest softmax or LayerNorm row the hardware takes.
 MAX_ROW = 1024
+#: Largest LayerNorm ``gshift``: ``beta << (gshift - 8)`` must stay far inside int64.
+GSHIFT_MAX = 48
 
 #: 2**(-f/256) in units of 2**-15, f in [0, 256): values in (16384, 32768].
 EXP2_TABLE = [round(2 ** 15 * 2 ** (-f / 256)) for f in range(256)]
@@ -94,9 +96,13 @@ def _i64(value):
 
 
 def rshift_round(v, s):
-    """``(v + (2**s >> 1)) >> s``, elementwise; ``s`` may be a tensor."""
+    """``(v + (2**s >> 1)) >> s``, elementwise; ``s`` may be a tensor.
+
+    The half is formed as ``2**(s-1)``, never as ``2**s``, which would wrap in int64 at
+    ``s == 63`` (the hardware computes ``((2v >> s) + 1) >> 1``, the same value)."""
     s = _i64(s)
-    return (v + (torch.ones_like(s) << s >> 1)) >> s
+    half = torch.where(s > 0, torch.ones_like(s) << (s - 1).clamp(min=0), torch.zeros_like(s))
+    return (v + half) >> s
 
 
 def _clamp(v, bits):
@@ -202,8 +208,8 @@ def layernorm(x, *, bias=0, residual=None, xmul, rmul=0, vshift, gamma, beta, gs
     row_len = n if row_len is None else row_len
     if not 1 <= row_len <= min(n, MAX_ROW):
         raise ValueError(f"row_len must be from 1 to {min(n, MAX_ROW)}, not {row_len!r}")
-    if not 8 <= gshift <= SHIFT_MAX:
-        raise ValueError(f"gshift must be from 8 to {SHIFT_MAX}, not {gshift!r}")
+    if not 8 <= gshift <= GSHIFT_MAX:
+        raise ValueError(f"gshift must be from 8 to {GSHIFT_MAX}, not {gshift!r}")
     r = torch.zeros_like(x) if residual is None else _i64(residual)
     if r.shape != x.shape:
         raise ValueError(f"residual must have shape {tuple(x.shape)}, not {tuple(r.shape)}")
