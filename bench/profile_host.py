@@ -1,0 +1,110 @@
+"""Profile PyTorch BERT on this CPU by op class: MiniLM and the BERT-base shape, inference and
+one training step; print the tables, write the JSON and the stacked-bar plot.
+
+::
+
+    python bench/profile_host.py [--seq 128] [--batch 1] [--iterations 5] [--threads 2]
+                                 [--accel-breakdown cycles.json]
+    python bench/profile_host.py --replot --accel-breakdown cycles.json   # no new measurement
+
+Each model and mode goes through :func:`bertaccel.sw.profile.profile` (what ``bertaccel
+profile`` runs): MiniLM with its real all-MiniLM-L6-v2 weights, BERT-base as its shape (12
+layers, hidden 768, 12 heads, intermediate 3072) with random weights from the seed; eager
+attention; the training step is forward with dropout on, a sequence-classification
+cross-entropy loss, backward and an AdamW step. Writes ``bench/results/profile_host.json`` and
+``bench/results/profile_host.png`` (needs matplotlib). With ``--accel-breakdown`` the
+accelerator's cycle breakdown is drawn as one more bar; ``--replot`` redraws only the PNG from
+the JSON already written (adding or replacing the accelerator's bar) without profiling again; the
+JSON is left as it is. The method is in ``docs/profile.md``.
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from bertaccel.sw.profile import (OP_CLASSES, SCHEMA, ProfileError, accel_bar, busy_warning,
+                                  format_table, load_accel_breakdown, plot_shares, profile,
+                                  report_bars, threads_text)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MODELS = ("minilm", "bert-base")
+
+
+def plot(doc, png):
+    """Draw the bars of every profile in ``doc`` (and its accelerator) into ``png``."""
+    bars = []
+    for report in doc["profiles"]:
+        if bars:
+            bars.append(None)                          # a gap between the models
+        bars.extend(report_bars(report, with_accel=False))
+    accel = doc.get("accelerator")
+    if accel:
+        bars.extend([None, accel_bar(accel)])
+    first = doc["profiles"][0]
+    env = first["environment"]
+    iterations = next(iter(first["runs"].values()))["iterations"]
+    busy = any(busy_warning(report["environment"]) for report in doc["profiles"])
+    plot_shares(bars, png,
+                title=f"PyTorch BERT on the host CPU, batch {first['batch']}, seq "
+                      f"{first['seq']}: time by op class",
+                subtitle=f"{env['cpu']}, {threads_text(env)}, torch {env['torch']}; median "
+                         f"self time of ATen operators over {iterations} iterations"
+                         + ("" if accel else "\nno accelerator breakdown given: host only")
+                         + ("\nthe machine was busy during the run (see other_runnable in the "
+                            "JSON)" if busy else ""))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--accel-breakdown", metavar="JSON")
+    parser.add_argument("--replot", action="store_true",
+                        help="redraw the PNG from --output instead of profiling")
+    parser.add_argument("--output", type=Path, default=RESULTS / "profile_host.json")
+    parser.add_argument("--png", type=Path, default=RESULTS / "profile_host.png")
+    args = parser.parse_args(argv)
+
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+
+    begin = time.monotonic()
+    try:
+        accel = load_accel_breakdown(args.accel_breakdown) if args.accel_breakdown else None
+        if args.replot:
+            doc = json.loads(args.output.read_text())
+            doc["accelerator"] = accel or doc.get("accelerator")
+        else:
+            doc = {"schema": f"{SCHEMA}-host", "classes": list(OP_CLASSES), "profiles": [],
+                   "accelerator": accel}
+            for model in args.models:
+                doc["profiles"].append(
+                    profile(model, batch=args.batch, seq=args.seq, iterations=args.iterations,
+                            warmup=args.warmup, seed=args.seed, threads=args.threads,
+                            log=lambda text: print(f"bench: {text}", file=sys.stderr)))
+    except ProfileError as error:
+        print(f"bench: error: {error}", file=sys.stderr)
+        return 2
+
+    if not args.replot:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(doc, indent=2) + "\n")
+    plot(doc, args.png)
+    for report in doc["profiles"]:
+        print(format_table(dict(report, accelerator=doc["accelerator"])))
+        print()
+    if not args.replot:
+        print(f"wrote {args.output}")
+    print(f"wrote {args.png} ({time.monotonic() - begin:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
