@@ -26,8 +26,8 @@ class ExecuteUnit(wiring.Component):
 
     MATMULs alternate between weight banks 0 and 1, so the preload of one overlaps the stream of
     the one before. A bank is free again ``rows + cols - 2`` cycles after the last operand row that
-    used it was read, when that row has passed every PE. In steady state a MATMUL costs
-    ``max(m_len, 2 * rows + cols)`` cycles.
+    used it was read, when that row has passed every PE. In steady state a *pair* of MATMULs of
+    ``m`` rows costs ``max(2m, 2(rows + 2), m + 2*rows + cols)`` cycles.
 
     Members
     -------

@@ -5,6 +5,7 @@ The public API is re-exported here. Backends that need optional tooling (the RTL
 """
 
 from .device import Device, DeviceError, RunResult, SoftwareDevice, gemm
+from .epilogue import Gelu, LayerNorm, Requant, ScaleError, Softmax
 from .program import OperandError, Program, ProgramError, to_int8
 from .tiler import TilePlan, compile_gemm, plan_gemm
 
@@ -12,4 +13,5 @@ __all__ = [
     "Program", "ProgramError", "OperandError", "to_int8",
     "TilePlan", "plan_gemm", "compile_gemm",
     "Device", "DeviceError", "RunResult", "SoftwareDevice", "gemm",
+    "Requant", "Gelu", "Softmax", "LayerNorm", "ScaleError",
 ]

@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..golden import intops
 from ..hw import isa
 from ..hw.config import AccelConfig
-from .program import OperandError, Program, to_int8
+from .cycles import CycleModel, rtl_chunks
+from .program import PARAM_WIDTHS, OperandError, Program, to_int8
 from .tiler import compile_gemm
 
 __all__ = ["Device", "DeviceError", "RunResult", "SoftwareDevice", "gemm"]
@@ -162,6 +164,17 @@ class SoftwareDevice(Device):
         hardware may, so a program whose tokens miss a hazard gives wrong results (or stops with
         a :class:`DeviceError` if its tokens deadlock). ``"load-first"`` / ``"store-last"``: the
         load unit runs as far ahead as its tokens allow / the store unit as late as possible.
+    cycle_model : bool
+        Report the cycles the hardware takes (:class:`~bertaccel.sw.cycles.CycleModel`) as
+        :attr:`RunResult.cycles`, with ``stats["cycle_breakdown"]`` (cycles by class) and
+        ``stats["cycle_report"]`` (the :class:`~bertaccel.sw.cycles.CycleReport`). ``True`` by
+        default; ``False`` leaves ``cycles`` ``None`` and saves the model's few microseconds per
+        instruction. The cycles do not depend on ``interleave``.
+    harness_depths : tuple of int, optional
+        ``(instr_depth, data_depth, out_depth)``: count cycles as
+        :class:`~bertaccel.sw.rtl.RtlDevice` with those harness memories does: a program that
+        does not fit them runs in chunks, and the cycles are the chunks' sum. ``None`` (the
+        default): the program is one run, as on the hardware.
 
     Members
     -------
@@ -171,31 +184,69 @@ class SoftwareDevice(Device):
         ``(spad_depth, cols)`` ``torch.int8``, scratchpad B.
     acc : torch.Tensor
         ``(acc_depth, cols)`` ``torch.int32``, the accumulator.
+    pmem : torch.Tensor
+        ``(pmem_depth, cols * 8)`` ``torch.uint8``, the epilogue parameter memory as bytes: column
+        ``c`` of a row is the little-endian 64-bit :data:`~bertaccel.hw.isa.PmemWord` in bytes
+        ``8c .. 8c+7`` (``bias`` in bytes 0-3, ``p1`` in 4-5, ``p2`` in 6-7).
+        :meth:`pmem_fields` decodes it.
+    params : dict of isa.Param to int
+        The store unit's parameter registers, as the SETs left them (truncated to their widths).
 
     Notes
     -----
-    Like the hardware, the memories start at zero and keep their contents from one run to the
-    next; :meth:`reset` clears them.
+    Like the hardware, the memories and registers start at zero and keep their contents from one
+    run to the next; :meth:`reset` clears them.
+
+    A STORE with an epilogue op gathers its ``rows x strips`` accumulator rows into a
+    ``(rows, strips * cols)`` matrix (strip ``s`` is columns ``s*cols ..``), takes the per-column
+    parameters of strip ``s`` from PMEM row ``param_addr + s`` and, for LAYERNORM, the residual of
+    row ``m`` of strip ``s`` from scratchpad-B row ``aux_addr + s*rows + m``, and applies the op of
+    :mod:`bertaccel.golden.intops` with the registers: REQUANT ``mul = MUL0, shift = SHIFT0``, or
+    per column ``mul = p1, shift = p2 & 63`` when ``FLAGS`` bit 0 is set, ``bias``; GELU
+    ``gmul, gshift, omul, oshift = MUL0, SHIFT0, MUL1, SHIFT1``, ``bias``; SOFTMAX ``mul, shift =
+    MUL0, SHIFT0``, ``mask = bias``, ``row_len = ROW_LEN``, beats of ``cols`` columns; LAYERNORM
+    ``xmul, vshift, rmul, gshift = MUL0, SHIFT0, MUL1, SHIFT1``, ``row_len = ROW_LEN``,
+    ``eps_n2 = EPS``, ``bias``, ``gamma = int16(p1)``, ``beta = int16(p2)``. The results leave
+    row by row (``m`` outer, ``s`` inner), int8 values in int32 lanes; SOFTMAX and LAYERNORM give
+    0 in the columns at or past ``row_len``.
     """
 
     _PRIORITIES = {"load-first": ("load", "exec", "store"), "store-last": ("exec", "load", "store")}
 
-    def __init__(self, cfg, *, interleave=None):
+    def __init__(self, cfg, *, interleave=None, cycle_model=True, harness_depths=None):
         super().__init__(cfg)
         if not (interleave is None or interleave in self._PRIORITIES
                 or (isinstance(interleave, int) and not isinstance(interleave, bool))):
             raise ValueError(f"interleave must be None, an int seed, or one of "
                              f"{', '.join(map(repr, self._PRIORITIES))}, not {interleave!r}")
         self.interleave = interleave
+        self.cycle_model = bool(cycle_model)
+        self.harness_depths = None if harness_depths is None else tuple(harness_depths)
+        self._cycles = None
         self.spad_a = torch.zeros((cfg.spad_depth, cfg.rows), dtype=torch.int8)
         self.spad_b = torch.zeros((cfg.spad_depth, cfg.cols), dtype=torch.int8)
         self.acc = torch.zeros((cfg.acc_depth, cfg.cols), dtype=torch.int32)
+        self.pmem = torch.zeros((cfg.pmem_depth, cfg.cols * 8), dtype=torch.uint8)
+        self.params = dict.fromkeys(isa.Param, 0)
 
     def reset(self):
-        """Clear the scratchpads and the accumulator to zero, as at power-up."""
+        """Clear the memories and the parameter registers to zero, as at power-up."""
         self.spad_a.zero_()
         self.spad_b.zero_()
         self.acc.zero_()
+        self.pmem.zero_()
+        self.params = dict.fromkeys(isa.Param, 0)
+
+    def pmem_fields(self, rows=None):
+        """The PmemWord fields of PMEM rows ``rows`` (a slice or index tensor; all by default):
+        ``(bias, p1, p2)``, each ``(n_rows, cols)`` ``torch.int64``; ``bias`` signed (int32),
+        ``p1`` and ``p2`` unsigned 16-bit values."""
+        data = self.pmem if rows is None else self.pmem[rows]
+        words = np.ascontiguousarray(data.numpy()).view("<u8").astype(np.int64)
+        words = torch.from_numpy(words.reshape(data.shape[0], self.cfg.cols))
+        bias = words & 0xFFFFFFFF
+        bias = torch.where(bias >= 1 << 31, bias - (1 << 32), bias)
+        return bias, (words >> 32) & 0xFFFF, (words >> 48) & 0xFFFF
 
     def _order(self, program):
         """The instructions ``(number, instr)`` in the order this device executes them."""
@@ -278,33 +329,107 @@ class SoftwareDevice(Device):
                 pos += count
                 if instr.target == isa.Target.SPAD_A:
                     spad_a[instr.addr:instr.addr + count] = beats[:, :rows]
-                else:
+                elif instr.target == isa.Target.SPAD_B:
                     spad_b[instr.addr:instr.addr + count] = beats[:, :cols]
+                else:
+                    self._load_pmem(number, instr, beats)
             elif kind is isa.Store:
                 if instr.count:
-                    if instr.op != isa.EpOp.RAW:
-                        raise DeviceError(f"instruction {number} (STORE): epilogue "
-                                          f"{instr.op.name} is not implemented yet")
                     # Beat (m, s) is acc[acc_addr + s*stride + m]; beats leave row by row.
                     # index_select copies: later MATMULs overwrite these accumulator rows.
                     m = torch.arange(instr.rows).unsqueeze(1)
                     s = torch.arange(instr.strips).unsqueeze(0)
                     index = (instr.acc_addr + s * instr.stride + m).reshape(-1)
-                    stored.append(acc.index_select(0, index))
+                    beats = acc.index_select(0, index)
+                    if instr.op != isa.EpOp.RAW:
+                        beats = self._epilogue(number, instr, beats)
+                    stored.append(beats)
             elif kind is isa.Set:
-                pass  # the epilogue parameters matter only to non-RAW STOREs
+                # The register keeps the low bits of the value, as the hardware's does.
+                self.params[instr.index] = instr.value & ((1 << PARAM_WIDTHS[instr.index]) - 1)
             else:
                 raise DeviceError(f"instruction {number} is not an ISA instruction: {instr!r}")
         if pos != n_beats:
             raise DeviceError(f"the program consumed {pos} data beats, but the stream has "
                               f"{n_beats}: {n_beats - pos} left over")
         out = torch.cat(stored) if stored else torch.zeros((0, cols), dtype=torch.int32)
-        return out, {"instructions": len(program.instrs), "data_beats": n_beats,
-                     "out_beats": out.shape[0], "macs": n_macs}
+        stats = {"instructions": len(program.instrs), "data_beats": n_beats,
+                 "out_beats": out.shape[0], "macs": n_macs}
+        if self.cycle_model:
+            stats.update(self._count_cycles(program))
+        return out, stats
+
+    def _count_cycles(self, program):
+        """``cycles``, ``cycle_breakdown`` and ``cycle_report`` of ``program``, from the model."""
+        if self._cycles is None:
+            self._cycles = CycleModel(self.cfg)
+        chunks = None if self.harness_depths is None else rtl_chunks(program,
+                                                                     self.harness_depths)
+        report = self._cycles.run(program, chunks=chunks)
+        return {"cycles": report.cycles, "cycle_breakdown": dict(report.breakdown),
+                "cycle_report": report}
 
 
-def gemm(device, a, b):
-    """``a @ b`` on ``device``: check the operands, compile with :func:`compile_gemm`, run.
+    def _load_pmem(self, number, instr, beats):
+        """LOAD into PMEM through the gearbox: ``pmem_beats_per_row`` beats make a row, the first
+        beat in the lowest bits; a beat brings its low ``min(lanes, 8 * cols)`` bytes."""
+        cfg = self.cfg
+        per_row = cfg.pmem_beats_per_row
+        if instr.count % per_row:
+            raise DeviceError(f"instruction {number} (LOAD): count {instr.count} into PMEM is "
+                              f"not a multiple of {per_row} beats a row")
+        row_bytes = cfg.cols * 8
+        beat_bytes = min(cfg.lanes, row_bytes)
+        n_rows = instr.count // per_row
+        data = beats[:, :beat_bytes].contiguous().view(torch.uint8)
+        self.pmem[instr.addr:instr.addr + n_rows] = data.reshape(n_rows, row_bytes)
+
+    def _epilogue(self, number, instr, beats):
+        """The epilogue ``instr.op`` on a STORE's accumulator ``beats`` (row by row)."""
+        cfg = self.cfg
+        cols, rows, strips = cfg.cols, instr.rows, instr.strips
+        x = beats.reshape(rows, strips * cols)
+        bias, p1, p2 = (field.reshape(-1) for field in self.pmem_fields(
+            slice(instr.param_addr, instr.param_addr + strips)))
+        regs = self.params
+        op = instr.op
+        try:
+            if op == isa.EpOp.REQUANT:
+                if regs[isa.Param.FLAGS] & 1:
+                    mul, shift = p1, p2 & 63
+                else:
+                    mul, shift = regs[isa.Param.MUL0], regs[isa.Param.SHIFT0]
+                y = intops.requant(x, bias=bias, mul=mul, shift=shift)
+            elif op == isa.EpOp.GELU:
+                y = intops.gelu(x, bias=bias, gmul=regs[isa.Param.MUL0],
+                                gshift=regs[isa.Param.SHIFT0], omul=regs[isa.Param.MUL1],
+                                oshift=regs[isa.Param.SHIFT1])
+            elif op == isa.EpOp.SOFTMAX:
+                y = intops.softmax(x, mask=bias, mul=regs[isa.Param.MUL0],
+                                   shift=regs[isa.Param.SHIFT0], cols=cols,
+                                   row_len=regs[isa.Param.ROW_LEN])
+            elif op == isa.EpOp.LAYERNORM:
+                # Row m of strip s is spad_b[aux_addr + s*rows + m].
+                index = (instr.aux_addr + torch.arange(strips).unsqueeze(0) * rows
+                         + torch.arange(rows).unsqueeze(1)).reshape(-1)
+                residual = self.spad_b.index_select(0, index).reshape(rows, strips * cols)
+                signed = torch.where(p1 >= 1 << 15, p1 - (1 << 16), p1), \
+                    torch.where(p2 >= 1 << 15, p2 - (1 << 16), p2)
+                y = intops.layernorm(x, bias=bias, residual=residual,
+                                     xmul=regs[isa.Param.MUL0], rmul=regs[isa.Param.MUL1],
+                                     vshift=regs[isa.Param.SHIFT0], gamma=signed[0],
+                                     beta=signed[1], gshift=regs[isa.Param.SHIFT1],
+                                     eps_n2=regs[isa.Param.EPS], row_len=regs[isa.Param.ROW_LEN])
+            else:
+                raise DeviceError(f"instruction {number} (STORE): unknown epilogue {op!r}")
+        except (ValueError, RuntimeError) as error:
+            raise DeviceError(f"instruction {number} (STORE {op.name}): {error}") from None
+        return y.reshape(rows * strips, cols)
+
+
+def gemm(device, a, b, *, epilogue=None, r=None):
+    """``a @ b`` on ``device``, with an optional fused epilogue: check the operands, compile with
+    :func:`compile_gemm`, run.
 
     Parameters
     ----------
@@ -314,16 +439,24 @@ def gemm(device, a, b):
         ``(m, k)`` int8-valued matrix.
     b : torch.Tensor or numpy.ndarray
         ``(k, n)`` int8-valued matrix.
+    epilogue : Requant or Gelu or Softmax or LayerNorm, optional
+        Applied to the product on its way out (:mod:`bertaccel.sw.epilogue`).
+    r : torch.Tensor or numpy.ndarray, optional
+        ``(m, n)`` int8-valued residual; required by (and only by) :class:`LayerNorm`.
 
     Returns
     -------
     RunResult
-        ``outputs["c"]`` is the ``(m, n)`` ``torch.int32`` product.
+        ``outputs["c"]`` is the ``(m, n)`` ``torch.int32`` product, or with an epilogue its
+        int8 results (as int32).
 
     Raises
     ------
     OperandError
-        If an operand is not 2-D or not int8-valued, or the shapes do not chain.
+        If an operand is not 2-D or not int8-valued, the shapes do not chain, or the residual is
+        missing, unexpected or of the wrong shape.
+    ScaleError
+        If an epilogue parameter cannot be represented.
     """
     shapes = {}
     operands = {}
@@ -345,5 +478,14 @@ def gemm(device, a, b):
         if value < 1:
             raise OperandError(f"GEMM dimension {name} must be at least 1, not {value} "
                                f"(a is {shapes['a']}, b is {shapes['b']})")
-    program = compile_gemm(device.cfg, m, k, n)
-    return device.run(program, a=a, b=b)
+    needs_r = getattr(epilogue, "op", None) == isa.EpOp.LAYERNORM
+    if needs_r and r is None:
+        raise OperandError(f"the {type(epilogue).__name__} epilogue needs the residual r, of "
+                           f"shape {(m, n)}")
+    if not needs_r and r is not None:
+        raise OperandError("a residual r is only taken with the LayerNorm epilogue")
+    program = compile_gemm(device.cfg, m, k, n, epilogue=epilogue)
+    inputs = {"a": a, "b": b}
+    if needs_r:
+        inputs["r"] = to_int8("r", r if hasattr(r, "shape") else np.asarray(r), (m, n))
+    return device.run(program, **inputs)

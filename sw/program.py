@@ -5,8 +5,9 @@ device runs. Besides the instructions it carries two precomputed index tensors:
 
 * the *pack index*, ``(n_data_beats, cfg.lanes)``, which says for every lane of every beat of the
   input data stream which element of the inputs it carries. It indexes the concatenation of the
-  flattened inputs (in the order of :attr:`Program.inputs`) followed by one zero, so index
-  ``n_input_elements`` is a padding lane;
+  flattened inputs (in the order of :attr:`Program.inputs`), then the flattened constants the
+  compiler baked into the program (:attr:`Program.constants`, e.g. the bytes of the epilogue
+  parameter memory), followed by one zero, so index ``n_pack_elements`` is a padding lane;
 * the *unpack index*, ``(n_out_beats, cfg.cols)``, which says for every lane of every beat of the
   output stream which element of the outputs it is. It indexes the concatenation of the flattened
   outputs (in the order of :attr:`Program.outputs`) followed by one discard slot, so index
@@ -20,6 +21,7 @@ import math
 import numpy as np
 import torch
 
+from ..golden.intops import MAX_ROW
 from ..hw import isa
 from ..hw.config import AccelConfig
 
@@ -119,6 +121,13 @@ _CHANNELS = {
     "STORE":  {"pop_prev": "e2s", "push_prev": "s2e", "pop_next": None, "push_next": None},
 }
 
+#: Width in bits of each store-unit parameter register (``ParamsLayout`` of hw/epilogue.py); a
+#: SET keeps the low bits of its value.
+PARAM_WIDTHS = {
+    isa.Param.MUL0: 16, isa.Param.SHIFT0: 6, isa.Param.MUL1: 32, isa.Param.SHIFT1: 6,
+    isa.Param.ROW_LEN: 16, isa.Param.EPS: 64, isa.Param.FLAGS: 8,
+}
+
 #: The integer fields of each instruction, all ``isa.FIELD_WIDTH`` bits wide.
 _FIELDS = {
     isa.Load: ("addr", "count"),
@@ -150,13 +159,17 @@ class Program:
         ``(n_data_beats, cfg.lanes)`` integer index into the flattened inputs plus one zero.
     unpack_index : torch.Tensor or numpy.ndarray
         ``(n_out_beats, cfg.cols)`` integer index into the flattened outputs plus one discard slot.
+    constants : dict of str to tensor, optional
+        Data the program carries itself (the compiler's epilogue parameters), packed after the
+        inputs: int8-valued tensors by name, in the order the pack index concatenates them.
     meta : dict, optional
         Free-form facts from the compiler (the tiling plan, estimates); not used to run.
 
     Members
     -------
-    cfg, instrs, inputs, outputs, pack_index, unpack_index, meta
-        As given; ``pack_index`` and ``unpack_index`` as ``torch.int64`` tensors.
+    cfg, instrs, inputs, outputs, pack_index, unpack_index, constants, meta
+        As given; ``pack_index`` and ``unpack_index`` as ``torch.int64`` tensors, ``constants``
+        as ``torch.int8`` tensors.
 
     Notes
     -----
@@ -164,7 +177,8 @@ class Program:
     before it runs anything).
     """
 
-    def __init__(self, cfg, instrs, *, inputs, outputs, pack_index, unpack_index, meta=None):
+    def __init__(self, cfg, instrs, *, inputs, outputs, pack_index, unpack_index, constants=None,
+                 meta=None):
         if not isinstance(cfg, AccelConfig):
             raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
         self.cfg = cfg
@@ -173,6 +187,12 @@ class Program:
         self.outputs = {str(name): _shape(name, shape) for name, shape in outputs.items()}
         self.pack_index = torch.as_tensor(pack_index, dtype=torch.int64).cpu().contiguous()
         self.unpack_index = torch.as_tensor(unpack_index, dtype=torch.int64).cpu().contiguous()
+        self.constants = {str(name): to_int8(f"constant {name}", value)
+                          for name, value in (constants or {}).items()}
+        clash = sorted(set(self.constants) & set(self.inputs))
+        if clash:
+            raise ProgramError(f"constant(s) {', '.join(map(repr, clash))} have the name of an "
+                               f"input")
         self.meta = dict(meta or {})
 
     # -- sizes ------------------------------------------------------------------------------------
@@ -189,8 +209,13 @@ class Program:
 
     @property
     def n_input_elements(self):
-        """Elements in all inputs together; the pack index's padding index."""
+        """Elements in all inputs together (the constants follow them in the pack index)."""
         return sum(_numel(shape) for shape in self.inputs.values())
+
+    @property
+    def n_pack_elements(self):
+        """Elements in all inputs and constants together; the pack index's padding index."""
+        return self.n_input_elements + sum(c.numel() for c in self.constants.values())
 
     @property
     def n_output_elements(self):
@@ -205,10 +230,11 @@ class Program:
                 f"({self.cfg.tag}), inputs {self.inputs}, outputs {self.outputs}>")
 
     def counts(self):
-        """Instructions of each opcode: ``{"LOAD": .., "MATMUL": .., "STORE": ..}``."""
+        """Instructions of each opcode: ``{"LOAD": .., "MATMUL": .., "STORE": ..}``, plus
+        ``"SET"`` when the program has any."""
         out = {"LOAD": 0, "MATMUL": 0, "STORE": 0}
         for instr in self.instrs:
-            out[instr.opcode.name] += 1
+            out[instr.opcode.name] = out.get(instr.opcode.name, 0) + 1
         return out
 
     def listing(self):
@@ -222,8 +248,14 @@ class Program:
             elif isinstance(instr, isa.Matmul):
                 body = (f"a={instr.a_addr} b={instr.b_addr} acc={instr.acc_addr} "
                         f"m_len={instr.m_len}{' acc' if instr.accumulate else ''}")
-            else:
+            elif isinstance(instr, isa.Set):
+                body = f"{getattr(instr.index, 'name', instr.index)}={instr.value}"
+            elif instr.op == isa.EpOp.RAW:
                 body = f"acc={instr.acc_addr} count={instr.count}"
+            else:
+                body = (f"acc={instr.acc_addr} rows={instr.rows} strips={instr.strips} "
+                        f"stride={instr.stride} op={instr.op.name} param={instr.param_addr}"
+                        + (f" aux={instr.aux_addr}" if instr.op == isa.EpOp.LAYERNORM else ""))
             lines.append(f"{number:6d} {instr.opcode.name:6s} {body} {' '.join(flags)}".rstrip())
         return "\n".join(lines)
 
@@ -243,25 +275,36 @@ class Program:
         ProgramError
             Naming the instruction index and field, if an instruction is not an ISA instruction;
             a field is negative or over ``isa.FIELD_MAX``; an address range runs past its memory
-            (LOAD ``addr + count > spad_depth``; MATMUL ``b_addr + rows`` or ``a_addr + m_len``
-            past ``spad_depth``, ``acc_addr + m_len`` past ``acc_depth``; STORE
-            ``acc_addr + count > acc_depth``); a dependency flag names a unit that does not
-            exist; executed in program order, a pop finds its channel empty or a push takes a
-            channel past ``isa.TOKEN_MAX``; a channel does not end at 0. Also if the pack or
-            unpack index disagrees with the LOAD or STORE counts, points outside its tensors,
-            or does not write every output element exactly once.
+            (LOAD ``addr + count > spad_depth``, or into PMEM ``addr + count / beats_per_row >
+            pmem_depth``; MATMUL ``b_addr + rows`` or ``a_addr + m_len`` past ``spad_depth``,
+            ``acc_addr + m_len`` past ``acc_depth``; STORE ``acc_addr + (strips-1)*stride +
+            rows > acc_depth``, and for an epilogue op ``param_addr + strips > pmem_depth``, for
+            LAYERNORM ``aux_addr + strips*rows > spad_depth``); a LOAD into PMEM whose count is
+            not a multiple of ``cfg.pmem_beats_per_row``; a SET whose index is not an
+            ``isa.Param`` or whose value does not fit its register; a STORE whose op is not an
+            ``isa.EpOp`` or whose destination is not HOST; a SOFTMAX or LAYERNORM STORE whose row
+            (``strips * cols`` columns) is longer than ``golden.intops.MAX_ROW``, or whose
+            ``row_len`` -- as set by the SETs before it, in program order; 0 when none did --
+            is not from 1 to ``strips * cols``; a LAYERNORM STORE with ``SHIFT1`` (gshift)
+            below 8. Also a dependency flag that names a unit that does not exist; executed in
+            program order, a pop that finds its channel empty or a push that takes a channel
+            past ``isa.TOKEN_MAX``; a channel that does not end at 0. Also if the pack or unpack
+            index disagrees with the LOAD or STORE counts, points outside its tensors, or does
+            not write every output element exactly once.
         """
         cfg = self.cfg
         spad, accd, rows = cfg.spad_depth, cfg.acc_depth, cfg.rows
         field_max, token_max = isa.FIELD_MAX, isa.TOKEN_MAX
         tokens = {"l2e": 0, "e2l": 0, "e2s": 0, "s2e": 0}
+        params = dict.fromkeys(isa.Param, 0)  # the store unit's registers, in program order
+        per_row = cfg.pmem_beats_per_row
         n_data = n_out = 0
         for number, instr in enumerate(self.instrs):
             kind = type(instr)
             fields = _FIELDS.get(kind)
             if fields is None:
                 raise ProgramError(f"instruction {number} is not an ISA instruction "
-                                   f"(isa.Load, isa.Matmul or isa.Store): {instr!r}")
+                                   f"(isa.Load, isa.Matmul, isa.Store or isa.Set): {instr!r}")
             for name in fields:
                 value = getattr(instr, name)
                 if type(value) is not int or not 0 <= value <= field_max:
@@ -285,12 +328,23 @@ class Program:
                 if not isinstance(instr.target, isa.Target):
                     raise ProgramError(f"instruction {number} (LOAD): target must be an "
                                        f"isa.Target, not {instr.target!r}")
-                if instr.addr + instr.count > spad:
+                if instr.target == isa.Target.PMEM:
+                    if instr.count % per_row:
+                        raise ProgramError(f"instruction {number} (LOAD): a LOAD into PMEM must "
+                                           f"move whole rows of {per_row} beats, but count = "
+                                           f"{instr.count} is not a multiple of {per_row}")
+                    end = instr.addr + instr.count // per_row
+                    if end > cfg.pmem_depth:
+                        _past(number, instr, "addr + count / beats_per_row", end,
+                              cfg.pmem_depth, "the parameter memory (PMEM)")
+                elif instr.addr + instr.count > spad:
                     _past(number, instr, "addr + count", instr.addr + instr.count, spad,
                           f"scratchpad {'A' if instr.target == isa.Target.SPAD_A else 'B'}")
                 n_data += instr.count
                 channels = _CHANNELS["LOAD"]
             elif kind is isa.Set:
+                self._check_set(number, instr)
+                params[instr.index] = instr.value
                 channels = _CHANNELS["STORE"]
             else:
                 if instr.count:
@@ -298,6 +352,7 @@ class Program:
                     if last > accd:
                         _past(number, instr, "acc_addr + (strips-1)*stride + rows", last, accd,
                               "the accumulator")
+                self._check_epilogue(number, instr, params)
                 n_out += instr.count
                 channels = _CHANNELS["STORE"]
 
@@ -326,7 +381,7 @@ class Program:
                                f"{', '.join(f'{c} holds {n}' for c, n in left.items())}")
 
         self._check_index("pack index", self.pack_index, (n_data, cfg.lanes),
-                          "the sum of the LOAD counts", self.n_input_elements)
+                          "the sum of the LOAD counts", self.n_pack_elements)
         self._check_index("unpack index", self.unpack_index, (n_out, cfg.cols),
                           "the sum of the STORE counts", self.n_output_elements)
         n_elems = self.n_output_elements
@@ -337,6 +392,56 @@ class Program:
             bad = int(np.flatnonzero(hits != 1)[0])
             raise ProgramError(f"the unpack index must write every output element exactly once, "
                                f"but output element {bad} is written {int(hits[bad])} times")
+
+    @staticmethod
+    def _check_set(number, instr):
+        if not isinstance(instr.index, isa.Param):
+            raise ProgramError(f"instruction {number} (SET): index must be an isa.Param, not "
+                               f"{instr.index!r}")
+        width = PARAM_WIDTHS[instr.index]
+        value = instr.value
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                or not 0 <= value < 1 << isa.SET_VALUE_WIDTH:
+            raise ProgramError(f"instruction {number} (SET): value must be an int from 0 to "
+                               f"2**{isa.SET_VALUE_WIDTH}-1, not {value!r}")
+        if value >> width:
+            raise ProgramError(f"instruction {number} (SET): {instr.index.name} is a {width}-bit "
+                               f"register, so its value must be below 2**{width}, not {value}")
+
+    def _check_epilogue(self, number, instr, params):
+        """The epilogue fields of STORE ``instr``, with the parameter registers ``params``."""
+        cfg = self.cfg
+        where = f"instruction {number} (STORE)"
+        if not isinstance(instr.op, isa.EpOp):
+            raise ProgramError(f"{where}: op must be an isa.EpOp, not {instr.op!r}")
+        if instr.dest != isa.Dest.HOST:
+            raise ProgramError(f"{where}: dest must be isa.Dest.HOST (the only destination "
+                               f"built), not {instr.dest!r}")
+        if instr.op == isa.EpOp.RAW or not instr.count:
+            return
+        if instr.param_addr + instr.strips > cfg.pmem_depth:
+            _past(number, instr, "param_addr + strips", instr.param_addr + instr.strips,
+                  cfg.pmem_depth, "the parameter memory (PMEM)")
+        if instr.op == isa.EpOp.LAYERNORM:
+            end = instr.aux_addr + instr.strips * instr.rows
+            if end > cfg.spad_depth:
+                _past(number, instr, "aux_addr + strips*rows", end, cfg.spad_depth,
+                      "scratchpad B (the residual)")
+            if params[isa.Param.SHIFT1] < 8:
+                raise ProgramError(f"{where}: LAYERNORM needs SHIFT1 (gshift) from 8 to 63, "
+                                   f"but the SETs before it leave {params[isa.Param.SHIFT1]}")
+        if instr.two_pass:
+            width = instr.strips * cfg.cols
+            if width > MAX_ROW:
+                raise ProgramError(f"{where}: a {instr.op.name} row of strips * cols = "
+                                   f"{instr.strips} * {cfg.cols} = {width} columns is longer "
+                                   f"than the hardware supports ({MAX_ROW} columns)")
+            row_len = params[isa.Param.ROW_LEN]
+            if not 1 <= row_len <= width:
+                raise ProgramError(f"{where}: {instr.op.name} needs ROW_LEN from 1 to "
+                                   f"strips * cols = {width}, but the SETs before it leave "
+                                   f"{row_len}" + (" (no SET of ROW_LEN)" if not row_len
+                                                   else ""))
 
     @staticmethod
     def _check_index(what, index, shape, counted, n_elems):
@@ -379,6 +484,7 @@ class Program:
                 + (f"; unknown {', '.join(map(repr, unknown))}" if unknown else ""))
         flat = [to_int8(name, tensors[name], shape).reshape(-1)
                 for name, shape in self.inputs.items()]
+        flat.extend(constant.reshape(-1) for constant in self.constants.values())
         flat.append(torch.zeros(1, dtype=torch.int8))
         return torch.take(torch.cat(flat), self.pack_index)
 

@@ -335,8 +335,10 @@ class RtlDevice(Device):
         for instr in instrs:
             if isinstance(instr, isa.Matmul):
                 work += instr.m_len + 2 * cfg.rows + cfg.cols + 16
+            elif isinstance(instr, isa.Store):
+                work += instr.count * (2 if instr.two_pass else 1) + 16  # two-pass: read twice
             else:
-                work += instr.count + 16
+                work += getattr(instr, "count", 0) + 16                  # SET: no count
         slow = 256 / (256 - max(self.src_idle, self.sink_stall))
         return int(10_000 + 8 * work * slow)
 

@@ -33,6 +33,35 @@ Program order. The loads of step ``s + 1`` are placed before the MATMULs of step
 dispatcher with small queues still hands the load unit its next work while the execute unit
 runs; the STORE of a tile follows its last MATMUL. Executed sequentially this order is legal.
 
+Epilogues. With an epilogue (:mod:`bertaccel.sw.epilogue`) every STORE applies its op, and the
+program carries the op's integers: SETs of the store unit's registers at the start (the store
+unit runs SETs and STOREs in program order, so they precede every STORE in any interleaving),
+the parameter-memory rows (one per N strip, ``cfg.pmem_beats_per_row`` beats each, from the
+program's constant ``"params"``) and, for LayerNorm, the residual ``r``. SOFTMAX and LAYERNORM
+tiles hold whole rows (``Nb`` = every N strip) and their last M block is kept small
+(:attr:`TilePlan.tail`), because its two-pass drain (each row read twice) is the one drain not
+hidden behind compute.
+
+Where the epilogue data lives, and why the tokens protect it. The store unit reads PMEM and the
+residual but pushes nothing the load unit pops: the only way to hold back a LOAD is ``e2l``,
+pushed by MATMULs. The chain that does it: STORE(t) pushes ``s2e`` after its last read; the first
+MATMUL of tile ``t + 2`` pops it (its first step ``f``); the last MATMUL of step ``f`` pushes
+``e2l``; the first LOAD of step ``f + 2``'s group pops it, and every later LOAD follows it in the
+load unit. So a LOAD in group ``q >= first_step(t + 2) + 2`` cannot overwrite what STORE(t)
+reads. A tile's data must also be visible to its STORE: it is, in any group
+``q <= last_step(u)``, because that group's last LOAD pushes the ``l2e`` a MATMUL of tile ``u``
+pops before the tile's last MATMUL pushes ``e2s``. So:
+
+* the whole PMEM (all N strips, when they fit in ``pmem_depth``) is loaded once, in the group of
+  the first tile's last step; nothing overwrites it;
+* the per-tile data -- the residual tile (row ``mi`` of strip ``s`` at ``slot base + s * m_len +
+  mi``, as the STORE's ``aux_addr`` reads it), and PMEM rows when the strips do not all fit --
+  goes into slot ``u mod B`` in the group of tile ``u``'s last step. Slot ``u mod B`` was last
+  read by STORE(``u - B``), so with ``n_kb`` steps per tile the rule above needs
+  ``u*n_kb + n_kb - 1 >= (u - B + 2)*n_kb + 2``, that is ``(B - 1) * n_kb >= 3``: ``B = 4`` with
+  one step a tile, 3 with two, 2 with three or more (never more than the tiles). The residual
+  slots sit in scratchpad B above the two weight halves, which shrink to make room.
+
 Choosing the blocking. :func:`plan_gemm` searches ``(Mb, Kb, Nb, order)`` under
 ``Mb*Kb <= spad_depth/2``, ``Kb*Nb*rows <= spad_depth/2``, ``Mb*Nb <= acc_depth/2`` and
 ``Mb <= isa.FIELD_MAX`` and keeps, of the plans within 1% of the fewest estimated cycles, the
@@ -47,7 +76,9 @@ import heapq
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
+from ..golden.intops import MAX_ROW
 from ..hw import isa
 from ..hw.config import AccelConfig
 from .program import Program, ProgramError
@@ -89,6 +120,13 @@ class TilePlan:
         Estimated cycles from the first data beat to the last output beat.
     macs_per_cycle : int
         ``rows * cols`` of the build, for :attr:`utilization`.
+    tail : int
+        Rows of the last M block when it is not cut like the others (0: every M block has
+        ``mb`` rows but the edge one). Plans for SOFTMAX and LAYERNORM keep the last C tile
+        small, because its two-pass drain is not hidden behind compute: ``m - tail`` rows are
+        cut into blocks of ``mb``, then the last ``tail`` rows make one block.
+    op : str
+        The epilogue the plan was made for (an ``isa.EpOp`` name; ``"RAW"``: none).
     """
 
     m: int
@@ -102,6 +140,8 @@ class TilePlan:
     n_tiles: int
     est_cycles: int
     macs_per_cycle: int
+    tail: int = 0
+    op: str = "RAW"
 
     @property
     def utilization(self):
@@ -138,12 +178,20 @@ def _blocks(total, size):
     return [(start, min(size, total - start)) for start in range(0, total, size)]
 
 
+def _m_blocks(m, mb, tail):
+    """``(start, length)`` of the M blocks: ``m - tail`` rows in blocks of ``mb``, then
+    ``tail`` rows (when ``tail`` is not 0)."""
+    if tail:
+        return _blocks(m - tail, mb) + [(m - tail, tail)]
+    return _blocks(m, mb)
+
+
 def _steps(plan, cfg):
     """The steps of ``plan``, in program order."""
     rows, cols = cfg.rows, cfg.cols
     kt_total = -(-plan.k // rows)
     nt_total = -(-plan.n // cols)
-    m_blocks = _blocks(plan.m, plan.mb)
+    m_blocks = _m_blocks(plan.m, plan.mb, plan.tail)
     k_blocks = _blocks(kt_total, plan.kb)
     n_blocks = _blocks(nt_total, plan.nb)
     if plan.order == "m":
@@ -172,28 +220,108 @@ def _matmul_cycles(cfg, mlen):
     return max(mlen, cfg.rows + 2)
 
 
-def _timeline(plan, cfg):
+def _ep_matmul_cycles(cfg, mlen):
+    # The execute unit's steady-state cost (hw/execute.py): the weight preload of the next
+    # MATMUL hides behind this one's stream only when it has 2*rows + cols operand rows.
+    return max(mlen, 2 * cfg.rows + cfg.cols)
+
+
+#: Cycles assumed between a beat entering the epilogue and its result leaving the core.
+_EPILOGUE_LATENCY = 16
+
+
+@dataclass(frozen=True)
+class _Epilogue:
+    """What the planner needs to know of an epilogue."""
+    op: isa.EpOp
+    passes: int          # drain reads of each accumulator row: 2 for SOFTMAX and LAYERNORM
+    residual: bool       # LAYERNORM: a residual tile loaded into scratchpad B
+
+    @classmethod
+    def of(cls, epilogue):
+        op = getattr(epilogue, "op", None)
+        if not isinstance(op, isa.EpOp) or op == isa.EpOp.RAW:
+            raise TypeError(f"epilogue must be a Requant, Gelu, Softmax or LayerNorm "
+                            f"(bertaccel.sw.epilogue), not {type(epilogue).__name__}")
+        two_pass = op in (isa.EpOp.SOFTMAX, isa.EpOp.LAYERNORM)
+        return cls(op=op, passes=2 if two_pass else 1, residual=op == isa.EpOp.LAYERNORM)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where a plan puts the epilogue's data (see "Epilogues" in the module docstring)."""
+    b_half: int         # scratchpad-B offset of the second weight half
+    slots: int          # buffers of the per-tile auxiliary data (residual, per-tile PMEM rows)
+    res_base: int       # scratchpad-B row of residual slot 0
+    res_rows: int       # rows of one residual slot (0: no residual)
+    pmem_whole: bool    # every N strip's PMEM row is loaded once, at row = strip
+    pmem_rows: int      # rows of one PMEM slot when not ``pmem_whole``
+
+
+def _aux_slots(n_kb, n_tiles):
+    """Buffers the per-tile auxiliary data needs when a tile has ``n_kb`` steps: the smallest
+    ``B`` with ``(B - 1) * n_kb >= 3`` (see "Epilogues"), and never more than the tiles."""
+    slots = 2
+    while (slots - 1) * n_kb < 3:
+        slots += 1
+    return min(slots, n_tiles)
+
+
+def _layout(cfg, plan, ep):
+    """The :class:`_Layout` of ``plan`` for epilogue ``ep`` (``None``: plain GEMM)."""
+    half_spad = cfg.spad_depth // 2
+    if ep is None:
+        return _Layout(b_half=half_spad, slots=0, res_base=0, res_rows=0, pmem_whole=True,
+                       pmem_rows=0)
+    kt_total = -(-plan.k // cfg.rows)
+    nt_total = -(-plan.n // cfg.cols)
+    m_blocks = _m_blocks(plan.m, plan.mb, plan.tail)
+    n_kb = -(-kt_total // plan.kb)
+    n_tiles = len(m_blocks) * -(-nt_total // plan.nb)
+    slots = _aux_slots(n_kb, n_tiles)
+    pmem_whole = nt_total <= cfg.pmem_depth
+    res_rows = max(length for _, length in m_blocks) * plan.nb if ep.residual else 0
+    b_half = (cfg.spad_depth - slots * res_rows) // 2
+    return _Layout(b_half=b_half, slots=slots, res_base=2 * b_half, res_rows=res_rows,
+                   pmem_whole=pmem_whole, pmem_rows=0 if pmem_whole else plan.nb)
+
+
+def _timeline(plan, cfg, ep=None):
     """Estimated cycles of ``plan``, from a step-by-step timeline of the three units."""
     rows = cfg.rows
+    steps = list(_steps(plan, cfg))
+    aux = [0] * len(steps)     # extra load beats of each step's group (epilogue data)
+    passes, latency, cost = 1, 0, _matmul_cycles
+    if ep is not None:
+        passes, latency, cost = ep.passes, _EPILOGUE_LATENCY, _ep_matmul_cycles
+        per_row = cfg.pmem_beats_per_row
+        whole = -(-plan.n // cfg.cols) <= cfg.pmem_depth
+        for step in steps:
+            if step.last_k:
+                aux[step.index] += (ep.residual * step.mlen * step.ntlen
+                                    + (not whole) * step.ntlen * per_row)
+        first_store = next(step.index for step in steps if step.last_k)
+        if whole:
+            aux[first_store] += -(-plan.n // cfg.cols) * per_row
     load_free = exec_free = store_free = 0
     exec_end = []
     store_end = []
-    for step in _steps(plan, cfg):
+    for step in steps:
         beats = (step.load_a * step.ktlen * step.mlen
-                 + step.load_b * step.ktlen * step.ntlen * rows)
+                 + step.load_b * step.ktlen * step.ntlen * rows + aux[step.index])
         start = max(load_free, exec_end[step.index - 2] if step.index >= 2 else 0)
         load_free = start + beats
         start = max(exec_free, load_free)
         if step.first_k and step.tile >= 2:
             start = max(start, store_end[step.tile - 2])
         exec_free = (start + _STEP_OVERHEAD
-                     + step.ktlen * step.ntlen * _matmul_cycles(cfg, step.mlen))
+                     + step.ktlen * step.ntlen * cost(cfg, step.mlen))
         exec_end.append(exec_free)
         if step.last_k:
             start = max(store_free, exec_free + cfg.mesh_latency)
-            store_free = start + step.ntlen * step.mlen
+            store_free = start + passes * step.ntlen * step.mlen
             store_end.append(store_free)
-    return store_free
+    return store_free + latency
 
 
 def _score(cfg, m, kt_total, nt_total, mb, kb, nb, order):
@@ -241,31 +369,8 @@ def _sizes(total, cap, extra=10):
     return sorted(out)
 
 
-def plan_gemm(cfg, m, k, n):
-    """Choose the blocking of ``(m x k) @ (k x n)`` for ``cfg``.
-
-    Parameters
-    ----------
-    cfg : AccelConfig
-        The build.
-    m, k, n : int
-        The GEMM dimensions, each at least 1.
-
-    Returns
-    -------
-    TilePlan
-        Of the plans estimated within 1% of the fewest cycles, the one with fewest steps.
-
-    Raises
-    ------
-    ValueError
-        If a dimension is not an int of at least 1 (the message names it).
-    ProgramError
-        If ``cfg`` cannot hold even one tile.
-    """
-    if not isinstance(cfg, AccelConfig):
-        raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
-    m, k, n = _check_dim("m", m), _check_dim("k", k), _check_dim("n", n)
+def _plan_plain(cfg, m, k, n):
+    """The plain GEMM's plan (see :func:`plan_gemm`)."""
     rows = cfg.rows
     kt_total = -(-k // rows)
     nt_total = -(-n // cfg.cols)
@@ -310,7 +415,152 @@ def plan_gemm(cfg, m, k, n):
     return best
 
 
-def _check_plan(cfg, plan):
+def plan_gemm(cfg, m, k, n, *, epilogue=None):
+    """Choose the blocking of ``(m x k) @ (k x n)`` for ``cfg``.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+        The build.
+    m, k, n : int
+        The GEMM dimensions, each at least 1.
+    epilogue : Requant or Gelu or Softmax or LayerNorm, optional
+        The epilogue fused on the drain (:mod:`bertaccel.sw.epilogue`). SOFTMAX and LAYERNORM
+        need whole rows in a C tile, read each row twice and (LAYERNORM) a residual buffer in
+        scratchpad B; the plan is chosen with those costs and limits.
+
+    Returns
+    -------
+    TilePlan
+        Of the plans estimated within 1% of the fewest cycles, the one with fewest steps.
+
+    Raises
+    ------
+    ValueError
+        If a dimension is not an int of at least 1 (the message names it).
+    ProgramError
+        If ``cfg`` cannot hold even one tile (for a row-wise epilogue: one row of ``n`` columns,
+        its parameters and its residual), or a row-wise epilogue's row is longer than the
+        hardware supports.
+    """
+    if not isinstance(cfg, AccelConfig):
+        raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
+    m, k, n = _check_dim("m", m), _check_dim("k", k), _check_dim("n", n)
+    if epilogue is None:
+        return _plan_plain(cfg, m, k, n)
+    return _plan_epilogue(cfg, m, k, n, _Epilogue.of(epilogue))
+
+
+def _tails(cfg, m, ep):
+    """Last-tile sizes worth trying: around the ``2*rows + cols`` operand rows that hide a
+    MATMUL's weight preload (a smaller last tile wastes compute, a larger one drains longer)."""
+    if ep.passes == 1:
+        return [0]
+    p = 2 * cfg.rows + cfg.cols
+    return [0] + sorted({t for t in (p // 2, (3 * p) // 4, p, (5 * p) // 4, (3 * p) // 2, 2 * p)
+                         if 1 <= t < m})
+
+
+def _plan_epilogue(cfg, m, k, n, ep):
+    """The plan for a GEMM with epilogue ``ep`` (see :func:`plan_gemm`)."""
+    rows, cols = cfg.rows, cfg.cols
+    kt_total = -(-k // rows)
+    nt_total = -(-n // cols)
+    half_spad = cfg.spad_depth // 2
+    half_acc = cfg.acc_depth // 2
+    two_pass = ep.passes == 2
+    name = ep.op.name
+    if two_pass:
+        if n > MAX_ROW:
+            raise ProgramError(f"a {name} row of n = {n} columns is longer than the hardware "
+                               f"supports ({MAX_ROW} columns)")
+        if nt_total > cfg.pmem_depth:
+            raise ProgramError(f"a {name} row of n = {n} columns needs {nt_total} parameter "
+                               f"rows, more than PMEM holds ({cfg.pmem_depth})")
+        if nt_total > half_acc:
+            raise ProgramError(f"a {name} row of n = {n} columns needs {nt_total} accumulator "
+                               f"rows, more than half of the accumulator ({half_acc} rows)")
+    nb_options = [nt_total] if two_pass else _sizes(nt_total, min(half_acc, half_spad // rows))
+    candidates = []
+    for tail in _tails(cfg, m, ep):
+        rest = m - tail
+        for nb in nb_options:
+            mb_cap = min(half_spad, half_acc // nb, isa.FIELD_MAX)
+            if mb_cap < 1 or tail * nb > half_acc or tail > mb_cap:
+                continue
+            if nt_total > cfg.pmem_depth and 2 * nb > cfg.pmem_depth:
+                continue
+            for mb in _sizes(rest, mb_cap, extra=6):
+                biggest = max(mb, tail)
+                lens = [length for _, length in _m_blocks(m, mb, tail)]
+                kb_cap = min(kt_total, half_spad // biggest)
+                for kb in _sizes(kt_total, kb_cap, extra=3):
+                    plan = TilePlan(m=m, k=k, n=n, mb=mb, kb=kb, nb=nb, order="m", n_steps=0,
+                                    n_tiles=0, est_cycles=0, macs_per_cycle=cfg.macs_per_cycle,
+                                    tail=tail, op=name)
+                    layout = _layout(cfg, plan, ep)
+                    if kb * nb * rows > layout.b_half:
+                        continue
+                    if not layout.pmem_whole and layout.slots * nb > cfg.pmem_depth:
+                        continue
+                    for order in (("m",) if nb == nt_total else ("m", "n")):
+                        score = _score_epilogue(cfg, lens, kt_total, nt_total, kb, nb, order, ep)
+                        candidates.append((score[0], score[1], -mb, -nb, -kb, order, tail,
+                                           score[2]))
+    if not candidates:
+        raise ProgramError(f"config {cfg.tag} cannot hold one tile of a {m}x{k}x{n} GEMM with "
+                           f"{name}: scratchpad B must hold two weight blocks"
+                           + (f" and the residual of whole rows of {nt_total} strips"
+                              if ep.residual else ""))
+    best_score = min(candidates)[0]
+    near = [c for c in candidates if c[0] <= best_score * (1 + _CYCLES_SLACK)]
+    chosen = set(heapq.nsmallest(2 * _TIMED_CANDIDATES, candidates))
+    chosen.update(heapq.nsmallest(_TIMED_CANDIDATES, near, key=lambda c: (c[1], c[0])))
+    timed = []
+    for cycles, n_steps, mb, nb, kb, order, tail, n_tiles in sorted(chosen):
+        plan = TilePlan(m=m, k=k, n=n, mb=-mb, kb=-kb, nb=-nb, order=order, n_steps=n_steps,
+                        n_tiles=n_tiles, est_cycles=cycles, macs_per_cycle=cfg.macs_per_cycle,
+                        tail=tail, op=name)
+        if n_steps <= _TIMED_MAX_STEPS:
+            plan = dataclasses.replace(plan, est_cycles=_timeline(plan, cfg, ep))
+        timed.append(plan)
+    fastest = min(plan.est_cycles for plan in timed)
+    return min((plan for plan in timed if plan.est_cycles <= fastest * (1 + _CYCLES_SLACK)),
+               key=lambda plan: (plan.n_steps, plan.est_cycles))
+
+
+def _score_epilogue(cfg, lens, kt_total, nt_total, kb, nb, order, ep):
+    """Closed-form estimate of a blocking with an epilogue: ``(cycles, n_steps, n_tiles)``."""
+    rows = cfg.rows
+    m = sum(lens)
+    n_mb = len(lens)
+    n_kb = -(-kt_total // kb)
+    n_nb = -(-nt_total // nb)
+    n_steps = n_mb * n_kb * n_nb
+    last_n = nt_total - (n_nb - 1) * nb
+    compute = sum(_ep_matmul_cycles(cfg, length) for length in lens) * kt_total * nt_total \
+        + _STEP_OVERHEAD * n_steps
+    a_all = m * kt_total
+    b_all = kt_total * nt_total * rows
+    if order == "m":
+        a_beats = a_all * (1 if n_kb == 1 else n_nb)
+        b_beats = b_all * (1 if n_kb == 1 and n_nb == 1 else n_mb)
+    else:
+        b_beats = b_all * (1 if n_kb == 1 else n_mb)
+        a_beats = a_all * (1 if n_kb == 1 and n_mb == 1 else n_nb)
+    per_row = cfg.pmem_beats_per_row
+    aux = ep.residual * m * nt_total
+    aux += nt_total * per_row * (1 if nt_total <= cfg.pmem_depth else n_mb)
+    first = lens[0] * min(kb, kt_total) + min(kb, kt_total) * min(nb, nt_total) * rows
+    if n_kb == 1:  # the first tile's parameters and residual come with the first step
+        first += ep.residual * lens[0] * min(nb, nt_total) + min(nb, nt_total) * per_row
+    stored = ep.passes * m * nt_total
+    cycles = (first + max(compute, a_beats + b_beats + aux - first, stored)
+              + ep.passes * lens[-1] * last_n + cfg.mesh_latency + _EPILOGUE_LATENCY)
+    return cycles, n_steps, n_mb * n_nb
+
+
+def _check_plan(cfg, plan, ep=None):
     half_spad, half_acc, rows = cfg.spad_depth // 2, cfg.acc_depth // 2, cfg.rows
     if plan.order not in ("m", "n"):
         raise ProgramError(f"plan order must be 'm' or 'n', not {plan.order!r}")
@@ -318,21 +568,38 @@ def _check_plan(cfg, plan):
         value = getattr(plan, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ProgramError(f"plan {name} must be an int of at least 1, not {value!r}")
-    if plan.mb * plan.kb > half_spad:
-        raise ProgramError(f"plan mb * kb = {plan.mb * plan.kb} does not fit half of scratchpad "
+    if isinstance(plan.tail, bool) or not isinstance(plan.tail, int) \
+            or not 0 <= plan.tail < plan.m:
+        raise ProgramError(f"plan tail must be an int from 0 to m - 1 = {plan.m - 1}, "
+                           f"not {plan.tail!r}")
+    layout = _layout(cfg, plan, ep)
+    biggest = max(plan.mb, plan.tail)
+    if biggest * plan.kb > half_spad:
+        raise ProgramError(f"plan mb * kb = {biggest * plan.kb} does not fit half of scratchpad "
                            f"A ({half_spad} rows)")
-    if plan.kb * plan.nb * rows > half_spad:
+    if plan.kb * plan.nb * rows > layout.b_half:
         raise ProgramError(f"plan kb * nb * rows = {plan.kb * plan.nb * rows} does not fit half "
-                           f"of scratchpad B ({half_spad} rows)")
-    if plan.mb * plan.nb > half_acc:
-        raise ProgramError(f"plan mb * nb = {plan.mb * plan.nb} does not fit half of the "
+                           f"of scratchpad B ({layout.b_half} rows"
+                           + (f" beside {layout.slots} residual buffers of {layout.res_rows} "
+                              f"rows)" if layout.res_rows else ")"))
+    if biggest * plan.nb > half_acc:
+        raise ProgramError(f"plan mb * nb = {biggest * plan.nb} does not fit half of the "
                            f"accumulator ({half_acc} rows)")
-    if plan.mb > isa.FIELD_MAX:
-        raise ProgramError(f"plan mb = {plan.mb} exceeds m_len's maximum {isa.FIELD_MAX}")
+    if biggest > isa.FIELD_MAX:
+        raise ProgramError(f"plan mb = {biggest} exceeds m_len's maximum {isa.FIELD_MAX}")
+    if ep is not None:
+        nt_total = -(-plan.n // cfg.cols)
+        if ep.passes == 2 and plan.nb != nt_total:
+            raise ProgramError(f"a {ep.op.name} tile must hold whole rows: plan nb must be "
+                               f"{nt_total} (every N strip), not {plan.nb}")
+        if not layout.pmem_whole and layout.slots * plan.nb > cfg.pmem_depth:
+            raise ProgramError(f"plan nb = {plan.nb}: {layout.slots} PMEM buffers of nb rows "
+                               f"do not fit PMEM ({cfg.pmem_depth} rows)")
 
 
-def compile_gemm(cfg, m, k, n, *, plan=None):
-    """Compile ``C = A @ B`` for ``A`` of ``m x k`` and ``B`` of ``k x n`` int8.
+def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None):
+    """Compile ``C = A @ B`` for ``A`` of ``m x k`` and ``B`` of ``k x n`` int8, with an optional
+    fused epilogue on the drain.
 
     Parameters
     ----------
@@ -343,40 +610,107 @@ def compile_gemm(cfg, m, k, n, *, plan=None):
     plan : TilePlan, optional
         A blocking to use instead of the one :func:`plan_gemm` chooses (its ``m, k, n`` must
         match). Its estimate fields are not used.
+    epilogue : Requant or Gelu or Softmax or LayerNorm, optional
+        The epilogue (:mod:`bertaccel.sw.epilogue`) every STORE applies. ``None``: the
+        STOREs send the raw int32 accumulators.
 
     Returns
     -------
     Program
-        Inputs ``{"a": (m, k), "b": (k, n)}``, outputs ``{"c": (m, n)}``; ``meta["plan"]`` is
-        the :class:`TilePlan`.
+        Inputs ``{"a": (m, k), "b": (k, n)}`` plus, for LayerNorm, the residual
+        ``"r": (m, n)``; outputs ``{"c": (m, n)}`` (int32 values; int8 values with an
+        epilogue); constants ``{"params": ...}`` (the PMEM bytes) with an epilogue;
+        ``meta["plan"]`` is the :class:`TilePlan`, ``meta["epilogue"]`` the
+        :class:`~bertaccel.sw.epilogue.Lowered` integers and ``meta["layout"]`` where the
+        epilogue data lives.
 
     Raises
     ------
     ValueError
         If a dimension is not an int of at least 1 (the message names it).
+    ScaleError
+        If an epilogue parameter cannot be represented (a ``ValueError``; it names it).
     ProgramError
-        If ``cfg`` cannot hold one tile, or ``plan`` does not fit ``cfg`` or the GEMM.
+        If ``cfg`` cannot hold one tile, ``plan`` does not fit ``cfg`` or the GEMM, or a row-wise
+        epilogue's row is longer than the hardware supports.
     """
     if not isinstance(cfg, AccelConfig):
         raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
     m, k, n = _check_dim("m", m), _check_dim("k", k), _check_dim("n", n)
+    lowered = ep = None
+    if epilogue is not None:
+        from .epilogue import lower
+        lowered = lower(epilogue, cfg, n=n, k=k)
+        ep = _Epilogue.of(epilogue)
     if plan is None:
-        plan = plan_gemm(cfg, m, k, n)
+        plan = plan_gemm(cfg, m, k, n, epilogue=epilogue)
     elif (plan.m, plan.k, plan.n) != (m, k, n):
         raise ProgramError(f"plan is for a {plan.m}x{plan.k}x{plan.n} GEMM, not {m}x{k}x{n}")
-    _check_plan(cfg, plan)
+    if ep is not None and ep.passes == 2 and n > MAX_ROW:
+        raise ProgramError(f"a {ep.op.name} row of n = {n} columns is longer than the hardware "
+                           f"supports ({MAX_ROW} columns)")
+    _check_plan(cfg, plan, ep)
+    layout = _layout(cfg, plan, ep)
 
     rows, cols, lanes = cfg.rows, cfg.cols, cfg.lanes
     half_spad, half_acc = cfg.spad_depth // 2, cfg.acc_depth // 2
+    nt_total = -(-n // cols)
     a_off, b_off = 0, m * k
-    pad = m * k + k * n  # the zero element of the pack source
+    r_off = m * k + k * n
+    p_off = r_off + (m * n if ep is not None and ep.residual else 0)
+    params = None
+    if lowered is not None:
+        from .epilogue import pmem_bytes
+        params = pmem_bytes(lowered, cols)           # (nt_total, cols * 8) uint8
+    pad = p_off + (params.size if params is not None else 0)  # the zero of the pack source
     discard = m * n      # the discard slot of the unpack destination
+    per_row = cfg.pmem_beats_per_row
+    beat_bytes = min(lanes, cols * 8)
 
     steps = list(_steps(plan, cfg))
     n_steps = len(steps)
     n_tiles = steps[-1].tile + 1
+    tile_steps = {}                                 # tile -> its last step
+    for step in steps:
+        if step.last_k:
+            tile_steps[step.tile] = step
+    # Group (step index) -> the epilogue data its loads bring, per "Epilogues" above.
+    aux_loads = {}
+    if ep is not None:
+        if layout.pmem_whole:
+            aux_loads.setdefault(tile_steps[0].index, []).append(("pmem", 0, 0, nt_total))
+        for tile, step in tile_steps.items():
+            slot = tile % layout.slots
+            if not layout.pmem_whole:
+                aux_loads.setdefault(step.index, []).append(
+                    ("pmem", slot * layout.pmem_rows, step.nt0, step.ntlen))
+            if ep.residual:
+                aux_loads.setdefault(step.index, []).append(
+                    ("res", layout.res_base + slot * layout.res_rows, tile, None))
+
     instrs, pack_parts, unpack_parts = [], [], []
     lane = np.arange(lanes)
+    if lowered is not None:
+        instrs.extend(isa.Set(index=index, value=int(value)) for index, value in lowered.sets)
+
+    def pmem_load(addr, strip0, n_strips):
+        # Beat j of PMEM row i brings bytes j*beat_bytes.. of the row: the gearbox puts the
+        # first beat in the lowest bits.
+        row = np.arange(n_strips)[:, None, None]
+        beat = np.arange(per_row)[None, :, None]
+        byte = (strip0 + row) * cols * 8 + beat * beat_bytes + lane
+        pack_parts.append(np.where(lane < beat_bytes, p_off + byte, pad).reshape(-1, lanes))
+        return isa.Load(target=isa.Target.PMEM, addr=addr, count=n_strips * per_row)
+
+    def residual_load(addr, step):
+        # Row mi of strip nt at addr + nt * mlen + mi, as the STORE's aux_addr reads it.
+        nt = np.arange(step.ntlen)[:, None, None]
+        mi = np.arange(step.mlen)[None, :, None]
+        col = (step.nt0 + nt) * cols + lane
+        index = r_off + (step.m0 + mi) * n + col
+        valid = (lane < cols) & (col < n)
+        pack_parts.append(np.where(valid, index, pad).reshape(-1, lanes))
+        return isa.Load(target=isa.Target.SPAD_B, addr=addr, count=step.ntlen * step.mlen)
 
     def emit_loads(step):
         loads = []
@@ -389,7 +723,7 @@ def compile_gemm(cfg, m, k, n, *, plan=None):
             index = a_off + (step.m0 + mi) * k + col
             pack_parts.append(np.where((lane < rows) & (col < k), index, pad).reshape(-1, lanes))
         if step.load_b:
-            loads.append(isa.Load(target=isa.Target.SPAD_B, addr=step.b_half * half_spad,
+            loads.append(isa.Load(target=isa.Target.SPAD_B, addr=step.b_half * layout.b_half,
                                   count=step.ktlen * step.ntlen * rows))
             kt = np.arange(step.ktlen)[:, None, None, None]
             nt = np.arange(step.ntlen)[None, :, None, None]
@@ -399,13 +733,18 @@ def compile_gemm(cfg, m, k, n, *, plan=None):
             index = b_off + brow * n + bcol
             valid = (lane < cols) & (brow < k) & (bcol < n)
             pack_parts.append(np.where(valid, index, pad).reshape(-1, lanes))
+        for kind, addr, first, count in aux_loads.get(step.index, ()):
+            if kind == "pmem":
+                loads.append(pmem_load(addr, first, count))
+            else:
+                loads.append(residual_load(addr, tile_steps[first]))
         loads[0] = loads[0].with_deps(pop_next=step.index >= 2)
         loads[-1] = loads[-1].with_deps(push_next=True)
         instrs.extend(loads)
 
     def emit_matmuls(step):
         a_base = step.a_half * half_spad
-        b_base = step.b_half * half_spad
+        b_base = step.b_half * layout.b_half
         c_base = (step.tile % 2) * half_acc
         first = len(instrs)
         for kt in range(step.ktlen):
@@ -421,9 +760,16 @@ def compile_gemm(cfg, m, k, n, *, plan=None):
 
     def emit_store(step):
         # One STORE drains the tile row by row: beat (mi, nt) is acc[base + nt*mlen + mi].
+        fields = {}
+        if ep is not None:
+            slot = step.tile % layout.slots
+            fields = {"op": ep.op,
+                      "param_addr": step.nt0 if layout.pmem_whole else slot * layout.pmem_rows,
+                      "aux_addr": layout.res_base + slot * layout.res_rows if ep.residual
+                      else 0}
         instrs.append(isa.Store(acc_addr=(step.tile % 2) * half_acc, rows=step.mlen,
                                 strips=step.ntlen, stride=step.mlen, pop_prev=True,
-                                push_prev=step.tile + 2 < n_tiles))
+                                push_prev=step.tile + 2 < n_tiles, **fields))
         mi = np.arange(step.mlen)[:, None, None]
         nt = np.arange(step.ntlen)[None, :, None]
         col = (step.nt0 + nt) * cols + np.arange(cols)
@@ -438,6 +784,13 @@ def compile_gemm(cfg, m, k, n, *, plan=None):
         if step.last_k:
             emit_store(step)
 
-    return Program(cfg, instrs, inputs={"a": (m, k), "b": (k, n)}, outputs={"c": (m, n)},
+    inputs = {"a": (m, k), "b": (k, n)}
+    if ep is not None and ep.residual:
+        inputs["r"] = (m, n)
+    constants = {}
+    if params is not None:
+        constants["params"] = torch.from_numpy(params.reshape(-1).view(np.int8).copy())
+    return Program(cfg, instrs, inputs=inputs, outputs={"c": (m, n)},
                    pack_index=np.concatenate(pack_parts), unpack_index=np.concatenate(unpack_parts),
-                   meta={"plan": plan})
+                   constants=constants,
+                   meta={"plan": plan, "epilogue": lowered, "layout": layout})

@@ -15,6 +15,7 @@ from bertaccel.golden.ops import gemm as golden_gemm
 from bertaccel.hw.config import PRESETS
 from bertaccel.sw import SoftwareDevice, compile_gemm
 from bertaccel.sw.rtl import RtlDevice
+from bertaccel.verif.test_cycles import check_model_cycles
 
 __all__ = []
 
@@ -52,6 +53,7 @@ def _check(cfg, device, m, k, n, a, b):
     assert torch.equal(rtl.outputs["c"], ref.outputs["c"]), \
         f"RTL != software device for {m}x{k}x{n} on {cfg.name}"
     assert rtl.cycles >= m * k * n / cfg.macs_per_cycle
+    check_model_cycles(device, program, rtl, what=f"{m}x{k}x{n}")   # free-running runs only
     return program, rtl
 
 
