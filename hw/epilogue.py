@@ -24,7 +24,14 @@ so beats leave in the order they came. The pipeline never stalls: an output FIFO
 output is only accepted while a *credit* (a FIFO row not yet promised to a beat inside) is left.
 Every stage is about one multiply, or one add with a comparison or a mux beside it. Every
 product is cut into *tiles* of at most 17 x 18 bits (one MULT18X18D each) with registered
-operands and a registered product; adding the tiles takes the next stage.
+operands and a registered product; adding the tiles takes the next stage. Operands and shift
+amounts that are the same for the whole row are still copied into every lane's registers, so
+no register drives the DSPs of all lanes, and every table's block RAM output goes straight into
+a register (its clock-to-output is most of a 150 MHz cycle on ECP5).
+
+Tables, from :mod:`bertaccel.golden.intops`: per lane, EXP2 (256 x 16 bits) and PHI (514 x 17:
+golden's table with its two saturations, 0 and 2**16, at the ends); shared, RECIP (1024 x 23)
+and RSQRT (1024 x 19, its 768 entries and zeros for D = 0).
 
 Per lane, stage by stage (the names are :class:`Schedule`'s; ``L = log2(cols)``)::
 
