@@ -1,0 +1,64 @@
+"""Synthesise, place and route every preset for an FPGA and print the resource / Fmax table.
+
+::
+
+    python bench/synth.py [--target ecp5-85k] [--seed 1] [--presets 2x2 4x4 ...] [--force]
+
+Each preset goes through :func:`bertaccel.hw.synth.synthesize` (what ``bertaccel synth`` runs);
+results are cached in ``build/synth/<tag>-<target>/``, so a rerun prints at once. A preset that
+does not fit the part is listed with the reason instead of being run. Writes
+``bench/results/synth.json`` (``make fpga`` runs this).
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from bertaccel.hw.config import PRESETS
+from bertaccel.hw.synth import DoesNotFit, format_table, synthesize, target
+
+RESULTS = Path(__file__).resolve().parent / "results" / "synth.json"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="ecp5-85k")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--freq", type=float, default=150.0)
+    parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    parser.add_argument("--force", action="store_true")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    tgt = target(args.target)
+
+    begin = time.monotonic()
+    reports = []
+    for name in args.presets:
+        cfg = PRESETS[name]
+        try:
+            report = synthesize(cfg, tgt.name, seed=args.seed, freq_mhz=args.freq,
+                                force=args.force,
+                                log=lambda text: print(f"bench: {text}", file=sys.stderr))
+        except DoesNotFit as error:
+            print(f"bench: {error}", file=sys.stderr)
+            reports.append({"config": name, "tag": cfg.tag, "target": tgt.name, "fits": False,
+                            "error": str(error)})
+            continue
+        report = dict(report, fits=True)
+        report.pop("utilization")            # per-BEL detail: in build/synth/*/result.json
+        reports.append(report)
+
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps({"target": tgt.name, "part": tgt.part, "seed": args.seed,
+                                       "freq_mhz": args.freq, "reports": reports},
+                                      indent=2) + "\n")
+    print(f"{tgt.name} ({tgt.part}), seed {args.seed}, clock constraint {args.freq:g} MHz\n")
+    print(format_table(reports))
+    print(f"\nwrote {args.output} ({time.monotonic() - begin:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

