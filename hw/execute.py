@@ -14,9 +14,11 @@ __all__ = ["ExecuteUnit"]
 class ExecuteUnit(wiring.Component):
     """Runs MATMUL instructions in order, two at a time in a two-stage pipeline.
 
-    *Preload* stage: the instruction waits for its tokens and for its weight bank to be free,
-    pops, then reads the ``rows`` weight rows ``spad_b[b_addr + rows - 1]`` .. ``spad_b[b_addr]``
-    and shifts them into that bank of the mesh, so row *r* of the bank holds ``spad_b[b_addr+r]``.
+    *Preload* stage: the instruction waits for its tokens, pops, then reads the ``rows`` weight
+    rows ``spad_b[b_addr]`` .. ``spad_b[b_addr + rows - 1]``, one a cycle, and the mesh writes
+    row *j* into row *j* of the instruction's weight bank (the weight wave of
+    :class:`SystolicMesh`). The stage takes the next instruction in the cycle it hands this one
+    over, so weight reads run back to back from one MATMUL to the next.
 
     *Stream* stage: one row ``spad_a[a_addr + m]`` a cycle enters the mesh; ``cfg.mesh_latency``
     cycles later its ``cols`` sums are written to ``acc[acc_addr + m]``, added to the old row when
@@ -25,9 +27,14 @@ class ExecuteUnit(wiring.Component):
     token with the last accumulator write.
 
     MATMULs alternate between weight banks 0 and 1, so the preload of one overlaps the stream of
-    the one before. A bank is free again ``rows + cols - 2`` cycles after the last operand row that
-    used it was read, when that row has passed every PE. In steady state a *pair* of MATMULs of
-    ``m`` rows costs ``max(2m, 2(rows + 2), m + 2*rows + cols)`` cycles.
+    the one before. A MATMUL is handed over in the cycle of its last weight read at the earliest,
+    when the stream stage is idle or on its last row, and streams from the next cycle. The mesh
+    keeps a weight row and an operand row in the order they were read, wherever they meet, so
+    no bank has to drain: the first weight read of MATMUL *i* comes after the last operand read
+    of MATMUL *i* - 2 (*i* is accepted no earlier than the hand-over of *i* - 1, which waits for
+    the last row of *i* - 2), and its last weight read before its own first operand read. In
+    steady state each MATMUL of ``m`` rows costs ``max(m, rows)`` cycles: the only limit is
+    scratchpad B's one weight row a cycle.
 
     Members
     -------
@@ -62,11 +69,6 @@ class ExecuteUnit(wiring.Component):
             "o_busy":     Out(1),
         })
 
-    @property
-    def bank_drain(self):
-        """Cycles a weight bank stays busy after its last operand read."""
-        return self._cfg.rows + self._cfg.cols - 2
-
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
@@ -75,9 +77,7 @@ class ExecuteUnit(wiring.Component):
         instr = self.i_instr.payload
         body = instr.body.matmul
 
-        # -- bank bookkeeping --------------------------------------------------------------
-        next_bank = Signal()
-        quiet = [Signal(range(self.bank_drain + 1), name=f"quiet{b}") for b in range(2)]
+        next_bank = Signal()        # the bank of the next MATMUL accepted: banks alternate
 
         # -- preload stage -----------------------------------------------------------------
         p_full = Signal()
@@ -91,7 +91,9 @@ class ExecuteUnit(wiring.Component):
         p_push_load = Signal()
         p_push_store = Signal()
         p_done = Signal()
-        m.d.comb += p_done.eq(p_full & (p_count == cfg.rows))
+        # Done from the cycle that reads the last weight row: the first operand row read after
+        # it already meets the new weights.
+        m.d.comb += p_done.eq(p_full & (p_count >= cfg.rows - 1))
 
         # -- stream stage ------------------------------------------------------------------
         s_active = Signal()
@@ -109,49 +111,25 @@ class ExecuteUnit(wiring.Component):
         # Execute->store pushes that are still travelling down the delay line.
         store_inflight = Signal(TOKEN_WIDTH + 1)
 
-        # -- preload: accept ---------------------------------------------------------------
-        bank_free = Signal()
-        m.d.comb += bank_free.eq((quiet[0] == 0) & ~(s_active & (s_bank == 0)))
-        with m.If(next_bank):
-            m.d.comb += bank_free.eq((quiet[1] == 0) & ~(s_active & (s_bank == 1)))
-        can_pop = ((~instr.deps.pop_prev | (self.from_load.count != 0)) &
-                   (~instr.deps.pop_next | (self.from_store.count != 0)))
-        accept = Signal()
-        m.d.comb += accept.eq(~p_full & self.i_instr.valid & can_pop & bank_free)
-        with m.If(accept):
-            m.d.comb += [
-                self.i_instr.ready.eq(1),
-                self.from_load.pop.eq(instr.deps.pop_prev),
-                self.from_store.pop.eq(instr.deps.pop_next),
-            ]
-            m.d.sync += [
-                p_full.eq(1),
-                p_count.eq(0),
-                p_bank.eq(next_bank),
-                next_bank.eq(~next_bank),
-                p_b_addr.eq(body.b_addr),
-                p_a_addr.eq(body.a_addr),
-                p_acc_addr.eq(body.acc_addr),
-                p_m_len.eq(body.m_len),
-                p_accumulate.eq(body.accumulate),
-                p_push_load.eq(instr.deps.push_prev),
-                p_push_store.eq(instr.deps.push_next),
-            ]
-
-        # -- preload: shift the weight rows in, last row first --------------------------------
+        # -- preload: read the weight rows, row j into row j of the bank ----------------------
         w_en = Signal()
         w_bank = Signal()
-        with m.If(p_full & (p_count != cfg.rows)):
+        w_row = Signal(range(cfg.rows))
+        reading = Signal()
+        m.d.comb += reading.eq(p_full & (p_count != cfg.rows))
+        with m.If(reading):
             m.d.comb += [
-                self.spad_b.addr.eq(p_b_addr + (cfg.rows - 1) - p_count),
+                self.spad_b.addr.eq(p_b_addr + p_count),
                 self.spad_b.en.eq(1),
             ]
             m.d.sync += p_count.eq(p_count + 1)
-        m.d.sync += [w_en.eq(p_full & (p_count != cfg.rows)), w_bank.eq(p_bank)]
+        # The row tag follows the read through the read port's one cycle of latency.
+        m.d.sync += [w_en.eq(reading), w_bank.eq(p_bank), w_row.eq(p_count)]
         m.d.comb += [
             mesh.i_w.eq(self.spad_b.data),
             mesh.i_w_en.eq(w_en),
             mesh.i_w_bank.eq(w_bank),
+            mesh.i_w_row.eq(w_row),
         ]
 
         # -- hand the preloaded instruction to the stream stage ------------------------------
@@ -201,13 +179,34 @@ class ExecuteUnit(wiring.Component):
                 s_push_load.eq(p_push_load),
                 s_push_store.eq(p_push_store),
             ]
-            # A new accept in this cycle cannot happen: p_full is still set.
 
-        for b in range(2):
-            with m.If(s_active & (s_bank == b)):
-                m.d.sync += quiet[b].eq(self.bank_drain)
-            with m.Elif(quiet[b] != 0):
-                m.d.sync += quiet[b].eq(quiet[b] - 1)
+        # -- preload: accept, also in the cycle of a hand-over ----------------------------------
+        # Its sync statements come after the hand-over's and the read's, so they win. The bank
+        # it preloads was last used by the MATMUL two back, which has read its last operand row
+        # by now (the hand-over waits for it): the mesh keeps that row on the old weights.
+        can_pop = ((~instr.deps.pop_prev | (self.from_load.count != 0)) &
+                   (~instr.deps.pop_next | (self.from_store.count != 0)))
+        accept = Signal()
+        m.d.comb += accept.eq((~p_full | handoff) & self.i_instr.valid & can_pop)
+        with m.If(accept):
+            m.d.comb += [
+                self.i_instr.ready.eq(1),
+                self.from_load.pop.eq(instr.deps.pop_prev),
+                self.from_store.pop.eq(instr.deps.pop_next),
+            ]
+            m.d.sync += [
+                p_full.eq(1),
+                p_count.eq(0),
+                p_bank.eq(next_bank),
+                next_bank.eq(~next_bank),
+                p_b_addr.eq(body.b_addr),
+                p_a_addr.eq(body.a_addr),
+                p_acc_addr.eq(body.acc_addr),
+                p_m_len.eq(body.m_len),
+                p_accumulate.eq(body.accumulate),
+                p_push_load.eq(instr.deps.push_prev),
+                p_push_store.eq(instr.deps.push_next),
+            ]
 
         # -- accumulate: read the old row one cycle before the sums arrive -------------------
         latency = cfg.mesh_latency

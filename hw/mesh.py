@@ -21,9 +21,16 @@ class SystolicMesh(wiring.Component):
     of the result is delayed ``cols - 1 - c`` cycles after it leaves (deskew), so callers see
     whole vectors.
 
-    Weights shift in from the top: while ``i_w_en`` is high, row vector ``i_w`` enters row 0 of
-    bank ``i_w_bank`` and every row of that bank moves down one. After ``rows`` shifts, row *r*
-    of the bank holds the vector shifted in ``rows - 1 - r`` cycles before the last one.
+    Weights travel the way operands do (a "weight wave"): while ``i_w_en`` is high in cycle *t*,
+    the row vector ``i_w`` is written into row ``i_w_row`` of bank ``i_w_bank``. Column *c* of
+    the vector is delayed *c* cycles before it enters the top row (skew) and then moves down one
+    PE row a cycle; the write strobe, decoded for row ``i_w_row``, is delayed that many cycles
+    at the left edge and then moves right one PE a cycle. Both meet at PE(*r*, *c*) in cycle
+    *t* + *r* + *c*, which writes at the end of that cycle. An operand row presented in cycle
+    *s* is at PE(*r*, *c*) in cycle *s* + *r* + *c*, so wherever they meet the two keep their
+    order: every operand row presented after cycle *t* multiplies the new weights, every one
+    presented in cycle *t* or before the old ones. A bank can therefore be rewritten right
+    behind its last operand row, while the other bank serves operands.
 
     Parameters
     ----------
@@ -35,6 +42,7 @@ class SystolicMesh(wiring.Component):
     i_bank : In(1)
     i_w : In(ArrayLayout(signed(in_width), cols))
     i_w_en, i_w_bank : In(1)
+    i_w_row : In(range(rows))
     o_c : Out(ArrayLayout(signed(acc_width), cols))
     """
 
@@ -46,6 +54,7 @@ class SystolicMesh(wiring.Component):
             "i_w":      In(data.ArrayLayout(signed(cfg.in_width), cfg.cols)),
             "i_w_en":   In(1),
             "i_w_bank": In(1),
+            "i_w_row":  In(range(cfg.rows)),
             "o_c":      Out(data.ArrayLayout(signed(cfg.acc_width), cfg.cols)),
         })
 
@@ -67,21 +76,30 @@ class SystolicMesh(wiring.Component):
             for c, pe in enumerate(row):
                 m.submodules[f"pe_{r}_{c}"] = pe
 
+        for c in range(cfg.cols):
+            # Weight skew: column c of a weight row enters the top c cycles after column 0.
+            m.d.comb += pes[0][c].i_w.eq(self._delay(m, self.i_w[c], c, f"skew_w{c}"))
+            for r in range(1, cfg.rows):
+                m.d.comb += pes[r][c].i_w.eq(pes[r - 1][c].o_w)
+
         for r in range(cfg.rows):
-            # Skew: row r meets the wavefront r cycles after row 0.
+            # Skew: row r meets the wavefront r cycles after row 0. Weights reach PE row r r
+            # cycles after PE row 0 too, so the write strobe of row r is skewed the same way
+            # and meets its weight row in every column.
             a = self._delay(m, self.i_a[r], r, f"skew_a{r}")
             bank = self._delay(m, self.i_bank, r, f"skew_bank{r}")
+            w_en = self._delay(m, self.i_w_en & (self.i_w_row == r), r, f"skew_w_en{r}")
+            w_bank = self._delay(m, self.i_w_bank, r, f"skew_w_bank{r}")
             for c in range(cfg.cols):
                 pe = pes[r][c]
                 m.d.comb += [
                     pe.i_a.eq(a),
                     pe.i_bank.eq(bank),
-                    pe.i_w_en.eq(self.i_w_en),
-                    pe.i_w_bank.eq(self.i_w_bank),
-                    pe.i_w.eq(self.i_w[c] if r == 0 else pes[r - 1][c].o_w),
+                    pe.i_w_en.eq(w_en),
+                    pe.i_w_bank.eq(w_bank),
                     pe.i_psum.eq(0 if r == 0 else pes[r - 1][c].o_psum),
                 ]
-                a, bank = pe.o_a, pe.o_bank
+                a, bank, w_en, w_bank = pe.o_a, pe.o_bank, pe.o_w_en, pe.o_w_bank
 
         for c in range(cfg.cols):
             # Deskew: column c leaves c cycles after column 0.

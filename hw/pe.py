@@ -16,9 +16,13 @@ class ProcessingElement(wiring.Component):
     partial sum from above plus that product leaves downwards one cycle after the product.
     A PE therefore adds two cycles to the vertical path and one to the horizontal path.
 
-    Weights are loaded through a vertical shift chain: while ``i_w_en`` is high, bank
-    ``i_w_bank`` takes ``i_w`` and ``o_w`` shows that bank's old value to the PE below. The bank
-    that is not being loaded keeps serving operands, which is how weight loads overlap compute.
+    Weights travel like operands, in the other direction: a weight enters from above and leaves
+    downwards one cycle later through a plain pipeline register (``o_w``), whatever the write
+    strobe says. The strobe (``i_w_en``, with the bank ``i_w_bank`` to write) enters from the
+    left and leaves to the right one cycle later, beside the operand. While it is high, bank
+    ``i_w_bank`` takes ``i_w`` at the clock edge: an operand in the same cycle still multiplies
+    the old weight, an operand in the next cycle the new one. The banks never shift, so writing
+    one bank never disturbs the other, nor the other weights of the same bank.
 
     Parameters
     ----------
@@ -35,8 +39,12 @@ class ProcessingElement(wiring.Component):
         The same, registered, to the right.
     i_psum, o_psum : In, Out
         Partial sum from above; registered sum to below.
-    i_w, i_w_en, i_w_bank, o_w : In, In, In, Out
-        Weight shift chain.
+    i_w, o_w : In, Out
+        Weight from above; the same, registered, to below.
+    i_w_en, i_w_bank : In
+        Weight write strobe and the bank it writes, from the left.
+    o_w_en, o_w_bank : Out
+        The same, registered, to the right.
     """
 
     def __init__(self, *, in_width=8, acc_width=32):
@@ -50,9 +58,11 @@ class ProcessingElement(wiring.Component):
             "i_psum":   In(signed(acc_width)),
             "o_psum":   Out(signed(acc_width)),
             "i_w":      In(signed(in_width)),
+            "o_w":      Out(signed(in_width)),
             "i_w_en":   In(1),
             "i_w_bank": In(1),
-            "o_w":      Out(signed(in_width)),
+            "o_w_en":   Out(1),
+            "o_w_bank": Out(1),
         })
 
     def elaborate(self, platform):
@@ -67,10 +77,6 @@ class ProcessingElement(wiring.Component):
                 m.d.sync += w1.eq(self.i_w)
             with m.Else():
                 m.d.sync += w0.eq(self.i_w)
-        with m.If(self.i_w_bank):
-            m.d.comb += self.o_w.eq(w1)
-        with m.Else():
-            m.d.comb += self.o_w.eq(w0)
 
         weight = Signal(signed(self._in_width))
         with m.If(self.i_bank):
@@ -81,6 +87,9 @@ class ProcessingElement(wiring.Component):
         m.d.sync += [
             self.o_a.eq(self.i_a),
             self.o_bank.eq(self.i_bank),
+            self.o_w.eq(self.i_w),
+            self.o_w_en.eq(self.i_w_en),
+            self.o_w_bank.eq(self.i_w_bank),
             product.eq(self.i_a * weight),
             # Truncation to acc_width is the modular wrap the software device also does.
             self.o_psum.eq(self.i_psum + product),

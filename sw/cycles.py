@@ -37,15 +37,17 @@ Cycle 0 is the first cycle after the clock edge that samples ``start``.
 * LOAD (hw/load.py): accepted in cycle a, it takes beat j in cycle ``a + 1 + j`` (the source is
   always ready) and pushes with the last one; the next LOAD is accepted in
   ``a + count + 1``. A LOAD of count 0 pushes in cycle a.
-* MATMUL (hw/execute.py): two stages. *Preload* accepts when it is empty, the tokens are there
-  and its weight bank (banks alternate) is free: ``ExecuteUnit.bank_drain`` cycles after the last
-  operand row of the MATMUL two back. It reads ``rows`` weight rows and may hand over to the
-  *stream* stage the cycle after the last read, when the stream stage is on its last row (or
-  idle), and accepts again the cycle after the hand-over. The stream stage reads one operand
-  row a cycle (a MATMUL of m_len 0 takes one idle slot). So back-to-back MATMULs of ``m``
-  rows cost ``max(2m, 2(rows + 2), m + 2 rows + cols)`` cycles a pair in steady state. The
-  execute->load push comes with the last row, the execute->store push and the last accumulator
-  write ``cfg.mesh_latency + 1`` cycles later (the scratchpad read, then the mesh).
+* MATMUL (hw/execute.py): two stages. *Preload* accepts when it is empty (or hands over in
+  that cycle) and the tokens are there. It reads ``rows`` weight rows in the ``rows`` cycles
+  after the accept and may hand over to the *stream* stage in the cycle of the last read, when
+  the stream stage is on its last row (or idle). The stream stage reads one operand row a
+  cycle (a MATMUL of m_len 0 takes one idle slot). Weight banks never wait to drain: the mesh
+  writes each weight row right behind the last operand row that used the old one (the weight
+  wave of hw/mesh.py), and a preload starts no earlier than the last operand row of the MATMUL
+  two back, which used the same bank. So back-to-back MATMULs of ``m`` rows cost
+  ``max(m, rows)`` cycles each in steady state. The execute->load push comes with the last row,
+  the execute->store push and the last accumulator write ``cfg.mesh_latency + 1`` cycles later
+  (the scratchpad read, then the mesh).
 * STORE and SET (hw/store.py, hw/epilogue.py): a STORE is accepted when the unit is idle or on
   the last read of the STORE before it (an empty STORE: idle), and reads one beat a cycle from
   the next cycle on; a read enters the ``StoreUnit.FIFO_DEPTH``-deep beat FIFO two cycles later
@@ -57,7 +59,7 @@ Cycle 0 is the first cycle after the clock edge that samples ``start``.
   the epilogue are empty.
 
 Latencies that the gateware defines are read from it: ``cfg.mesh_latency``,
-``ExecuteUnit(cfg).bank_drain``, ``StoreUnit.FIFO_DEPTH``, ``Epilogue(cfg).schedule``
+``StoreUnit.FIFO_DEPTH``, ``Epilogue(cfg).schedule``
 (``latency``, ``depth``, ``gap``), ``cfg.queue_depth``. The constants below are the register
 stages of the glue between them; ``verif/test_cycles.py`` checks the whole against the RTL.
 
@@ -71,9 +73,8 @@ timeline. Every cycle is in exactly one class of :attr:`CycleReport.breakdown`:
 ``zero_slots``
     the one-cycle slot of a MATMUL with ``m_len == 0`` (program barriers);
 ``preload``
-    the stream stage waits for the weight preload of the next MATMUL, or for its weight bank to
-    drain (``2 * rows + cols`` cycles a MATMUL in steady state, so MATMULs of fewer rows leave
-    bubbles);
+    the stream stage waits for the weight preload of the next MATMUL (``rows`` cycles a MATMUL
+    in steady state, so only MATMULs of fewer than ``rows`` rows leave bubbles);
 ``load_wait``
     the next MATMUL waits for a load->execute token: loads not hidden behind compute (and, after
     the last MATMUL, a load unit that finishes last);
@@ -138,9 +139,9 @@ DONE_CYCLES = 2
 #: A store-unit read issued in cycle t is in the beat FIFO from cycle t + 2 (memory read, then
 #: the FIFO write).
 STORE_READ_TO_FIFO = 2
-#: A MATMUL's weight preload: ``rows`` reads after the accept, hand-over the cycle after the
-#: last (p_count == rows).
-PRELOAD_EXTRA = 1
+#: A MATMUL's weight preload: ``rows`` reads in the cycles after the accept, hand-over in the
+#: cycle of the last (the first operand read comes after it), and the next accept in that cycle.
+PRELOAD_EXTRA = 0
 #: The operand row is read one cycle before it enters the mesh, and the sums are written the
 #: cycle they leave it: last write = last row's read + mesh_latency + 1.
 ACC_WRITE_EXTRA = 1
@@ -221,17 +222,15 @@ class CycleReport:
 def _hardware_timing(cfg):
     """The latencies the gateware defines, read from its objects (cached per config)."""
     from ..hw.epilogue import Epilogue
-    from ..hw.execute import ExecuteUnit
     from ..hw.store import StoreUnit
 
-    epilogue, execute = Epilogue(cfg), ExecuteUnit(cfg)
-    # Built to be read, not elaborated: keep Amaranth from warning that they went unused.
-    epilogue._MustUse__silence = execute._MustUse__silence = True
+    epilogue = Epilogue(cfg)
+    # Built to be read, not elaborated: keep Amaranth from warning that it went unused.
+    epilogue._MustUse__silence = True
     schedule = epilogue.schedule
     gap = {op: max(1, int(schedule.gap[op])) for op in schedule.gap}
     return {
         "mesh_latency": cfg.mesh_latency,
-        "bank_drain": execute.bank_drain,
         "fifo_depth": StoreUnit.FIFO_DEPTH,
         "ep_latency": schedule.latency,
         "ep_depth": schedule.depth,
@@ -278,7 +277,7 @@ class CycleModel:
     -------
     cfg : AccelConfig
     timing : dict
-        The latencies read from the gateware: ``mesh_latency``, ``bank_drain``, ``fifo_depth``
+        The latencies read from the gateware: ``mesh_latency``, ``fifo_depth``
         (the store unit's beat FIFO), ``ep_latency``, ``ep_depth`` and ``gap`` (the epilogue
         schedule).
     """
@@ -359,7 +358,6 @@ class CycleModel:
         rows = cfg.rows
         depth = cfg.queue_depth
         lat_acc = timing["mesh_latency"] + ACC_WRITE_EXTRA
-        bank_drain = timing["bank_drain"]
         preload = rows + PRELOAD_EXTRA
         ep_latency = timing["ep_latency"]
         gaps = timing["gap"]
@@ -402,8 +400,6 @@ class CycleModel:
             load_free = g
             p_free = g                     # the preload stage may accept from here
             s_end = g - 1                  # last stream cycle so far
-            bank_ready = [g, g]
-            bank = 0
             st_free = g                    # a nonempty STORE may be accepted from here
             st_idle = g                    # an empty STORE from here
             st_quiet = g                   # a SET from here (unit and epilogue empty)
@@ -443,8 +439,6 @@ class CycleModel:
                     t = avail
                     if p_free > t:
                         t = p_free
-                    if bank_ready[bank] > t:
-                        t = bank_ready[bank]
                     l2e_at = s2e_at = _FAR_PAST
                     l2e_by = s2e_by = -1
                     if ins.pop_prev:
@@ -464,13 +458,11 @@ class CycleModel:
                     if ins.pop_prev:
                         pop_at[_L2E].append(t)
                         if l2e_at >= t and l2e_at > s2e_at:
-                            stalls["exec_on_l2e"] += l2e_at - max(avail, p_free,
-                                                                   bank_ready[bank], s2e_at)
+                            stalls["exec_on_l2e"] += l2e_at - max(avail, p_free, s2e_at)
                     if ins.pop_next:
                         pop_at[_S2E].append(t)
                         if s2e_at >= t and s2e_at > l2e_at:
-                            stalls["exec_on_s2e"] += s2e_at - max(avail, p_free,
-                                                                   bank_ready[bank], l2e_at)
+                            stalls["exec_on_s2e"] += s2e_at - max(avail, p_free, l2e_at)
                     h = t + preload
                     if s_end > h:
                         h = s_end
@@ -496,8 +488,7 @@ class CycleModel:
                     gap = h - s_end
                     if gap > 0:
                         cursor = s_end
-                        base = (p_free if p_free > bank_ready[bank] else bank_ready[bank]) \
-                            + preload
+                        base = p_free + preload
                         if base > cursor:
                             step = min(base, h) - cursor
                             totals["preload"] += step
@@ -525,10 +516,8 @@ class CycleModel:
                     charged[i] += length
                     start[i] = t
                     stream[i] = h + 1
-                    p_free = h + 1
+                    p_free = h
                     s_end = e
-                    bank_ready[bank] = e + 1 + bank_drain
-                    bank ^= 1
                     if ins.push_prev:
                         push_vis[_E2L].append(e + TOKEN_DELAY)
                         push_by[_E2L].append(i)

@@ -96,8 +96,7 @@ def two_pass_sets(cfg, strips):
 
 def hand_programs(cfg):
     """``{name: instructions}``: small programs whose timing the tests know exactly."""
-    r, c = cfg.rows, cfg.cols
-    steady = 2 * r + c
+    r = cfg.rows
     soft, norm = isa.EpOp.SOFTMAX, isa.EpOp.LAYERNORM
     chain = [load(2 * r, push_next=True), matmul(3, pop_prev=True, push_next=True),
              store(3, pop_prev=True)]
@@ -108,7 +107,9 @@ def hand_programs(cfg):
         "matmul": [matmul(10)],
         "matmul0": [matmul(0)],
         "matmuls_short": [matmul(3)] * 5,
-        "matmuls_long": [matmul(steady + 5)] * 4,
+        "matmuls_rows": [matmul(r)] * 6,
+        "matmuls_long": [matmul(2 * r + 5)] * 4,
+        "matmuls_mixed": [matmul(1), matmul(r + 3), matmul(0), matmul(r), matmul(2), matmul(0)],
         "store": [store(10)],
         "store0": [store(0)],
         "store_set_store": [store(4, 2), isa.Set(index=isa.Param.MUL0, value=3), store(4)],
@@ -135,16 +136,14 @@ def hand_programs(cfg):
 @pytest.mark.parametrize("name", CONFIGS)
 def test_timing_is_read_from_the_gateware(name):
     from bertaccel.hw.epilogue import Epilogue
-    from bertaccel.hw.execute import ExecuteUnit
     from bertaccel.hw.store import StoreUnit
 
     cfg = PRESETS[name]
     timing = CycleModel(cfg).timing
-    epilogue, execute = Epilogue(cfg), ExecuteUnit(cfg)
-    epilogue._MustUse__silence = execute._MustUse__silence = True   # read, never elaborated
+    epilogue = Epilogue(cfg)
+    epilogue._MustUse__silence = True   # read, never elaborated
     schedule = epilogue.schedule
     assert timing["mesh_latency"] == cfg.mesh_latency
-    assert timing["bank_drain"] == execute.bank_drain
     assert timing["fifo_depth"] == StoreUnit.FIFO_DEPTH
     assert timing["ep_latency"] == schedule.latency
     assert timing["gap"][isa.EpOp.SOFTMAX] == schedule.gap[isa.EpOp.SOFTMAX]
@@ -167,7 +166,7 @@ def test_closed_forms(name):
     # LOAD: beats in the count cycles after the accept.
     for count in (0, 1, 5, 100):
         assert cycles([load(count)]) == taken + count + done
-    # MATMUL: preload (rows reads, hand-over the cycle after), m_len rows, the last row's sums
+    # MATMUL: preload (rows reads, hand-over with the last), m_len rows, the last row's sums
     # written mesh_latency + 1 cycles after its read.
     for m_len in (1, 10, 77):
         assert cycles([matmul(m_len)]) == (taken + r + cm.PRELOAD_EXTRA + m_len
@@ -182,19 +181,14 @@ def test_closed_forms(name):
     assert cycles([store(4, 3)]) == cycles([store(12)])
     # A SET waits until the epilogue is empty: one cycle after the last beat left.
     assert cycles([store(7), isa.Set(index=isa.Param.MUL0, value=1)]) == cycles([store(7)]) + 1
-    # Back-to-back MATMULs: the stream stage takes m_len cycles, the preload stage rows + 1
-    # (and the hand-over slot), and a weight bank is free bank_drain cycles after the last
-    # row of the MATMUL two back -- banks alternate, so a pair of MATMULs costs
-    # max(2*m_len, 2*(rows + 2), m_len + 2*rows + cols) in steady state (not
-    # max(m_len, 2*rows + cols) each, as docs/architecture.md says).
-    steady = r + cm.PRELOAD_EXTRA + timing["bank_drain"] + 1
-    assert steady == 2 * cfg.rows + cfg.cols
-    for m_len in (1, 2, r + 2, steady - 1, steady, steady + 9):
-        pair = cycles([matmul(m_len)] * 10) - cycles([matmul(m_len)] * 8)
-        assert pair == max(2 * m_len, 2 * (r + cm.PRELOAD_EXTRA + 1), m_len + steady), \
-            (m_len, pair)
-        if m_len >= steady:
-            assert cycles([matmul(m_len)] * 6) - cycles([matmul(m_len)] * 5) == m_len
+    # Back-to-back MATMULs: the stream stage takes m_len cycles (a slot for m_len 0), the
+    # preload stage rows + PRELOAD_EXTRA (it takes the next MATMUL in the cycle it hands one
+    # over), and no weight bank waits to drain (the mesh's weight wave): each MATMUL costs
+    # max(m_len, rows) in steady state, whatever the bank.
+    assert cm.PRELOAD_EXTRA == 0
+    for m_len in (0, 1, 2, r - 1, r, r + 1, 2 * r + cfg.cols, 3 * r + 9):
+        one = cycles([matmul(m_len)] * 10) - cycles([matmul(m_len)] * 9)
+        assert one == max(m_len, 1, r + cm.PRELOAD_EXTRA), (m_len, one)
     # A one-row SOFTMAX of one strip: the second pass waits gap cycles for its statistics.
     gap = timing["gap"][isa.EpOp.SOFTMAX]
     one = cycles(two_pass_sets(cfg, 1)[:1] + [store(1, 1, isa.EpOp.SOFTMAX)])
@@ -431,6 +425,45 @@ def test_rtl_hand_programs(free_device, table):
     for name, instrs in hand_programs(cfg).items():
         program = raw_program(cfg, instrs)
         _compare(table, free_device, program, raw_inputs(program), name, exact=True)
+
+
+def test_rtl_matmuls_of_rows_rows_have_no_bubbles(free_device, table):
+    """The weight wave: MATMULs of ``rows`` operand rows each stream back to back.
+
+    Before it, a weight bank had to drain ``rows + cols - 2`` cycles behind its last operand
+    row, and a pair of such MATMULs cost ``3 * rows + cols`` cycles; now the preload of every
+    MATMUL hides behind the stream of the one before, whichever weight rows it reads. The
+    results must equal the software device's, and the RTL's cycles the model's.
+    """
+    cfg = free_device.cfg
+    r = cfg.rows
+    rng = random.Random(31 + CONFIGS.index(cfg.name))
+    count = 24
+    instrs = [isa.Load(target=isa.Target.SPAD_B, addr=0, count=2 * r),
+              isa.Load(target=isa.Target.SPAD_A, addr=0, count=4 * r, push_next=True)]
+    for j in range(count):
+        # Pairs accumulate into the same rows; the weight rows start anywhere in scratchpad B.
+        instrs.append(isa.Matmul(a_addr=rng.randrange(3 * r + 1), b_addr=rng.randrange(r + 1),
+                                 acc_addr=(j // 2) * r, m_len=r, accumulate=j % 2 == 1,
+                                 pop_prev=j == 0, push_next=j == count - 1))
+    rows_out = count // 2 * r
+    instrs.append(isa.Store(acc_addr=0, rows=rows_out, strips=1, stride=rows_out,
+                            op=isa.EpOp.RAW, pop_prev=True))
+    program = raw_program(cfg, instrs)
+    inputs = raw_inputs(program)
+    result = _compare(table, free_device, program, inputs, f"{count} MATMULs of {r} rows",
+                      exact=True)
+    ref = SoftwareDevice(cfg).run(program, **inputs)
+    assert torch.equal(result.outputs["y"], ref.outputs["y"])
+    report = CycleModel(cfg).run(program)
+    first = 2
+    streams = report.stream[first:first + count]
+    assert np.all(np.diff(streams) == r), streams          # no cycle between the MATMULs
+    assert report.breakdown["compute"] == count * r
+    assert report.breakdown["preload"] <= r + 1            # the first preload alone
+    old_pair = 3 * r + cfg.cols                            # max(2m, 2(rows + 2), m + 2 rows + cols)
+    print(f"{cfg.name}: {count} MATMULs of {r} rows stream in {streams[-1] + r - streams[0]} "
+          f"cycles (was {count // 2 * old_pair}); {report.summary()}")
 
 
 def _gemm_case(cfg, m, k, n, op, gen):

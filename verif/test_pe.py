@@ -1,7 +1,9 @@
 """Block test: one processing element, cycle by cycle against a Python model.
 
-Every input is random every cycle (operand, bank, partial sum, weight shifts into either bank),
-so the test covers the bank switch, the registered multiplier and the 32-bit wrap of the sum.
+Every input is random every cycle (operand, bank, partial sum, weight writes into either bank),
+so the test covers the bank switch, a write in the same cycle as an operand on the same bank (the
+operand multiplies the old weight), the weight and strobe pipeline registers, the registered
+multiplier and the 32-bit wrap of the sum.
 This module is the pytest file and, inside the simulator, the cocotb test module.
 """
 
@@ -35,14 +37,13 @@ class PeModel:
         self.w = [0, 0]
         self.product = 0
         self.o_a = self.o_bank = self.o_psum = 0
-
-    def o_w(self, w_bank):
-        return self.w[w_bank]
+        self.o_w = self.o_w_en = self.o_w_bank = 0
 
     def clock(self, i_a, i_bank, i_psum, i_w, i_w_en, i_w_bank):
         self.o_psum = _wrap(i_psum + self.product, self.acc_width)
         self.product = i_a * self.w[i_bank]
         self.o_a, self.o_bank = i_a, i_bank
+        self.o_w, self.o_w_en, self.o_w_bank = i_w, i_w_en, i_w_bank
         if i_w_en:
             self.w[i_w_bank] = i_w
 
@@ -83,9 +84,10 @@ async def pe_random(dut):
         got = {
             "o_a": dut.o_a.value.to_signed(), "o_bank": int(dut.o_bank.value),
             "o_psum": dut.o_psum.value.to_signed(), "o_w": dut.o_w.value.to_signed(),
+            "o_w_en": int(dut.o_w_en.value), "o_w_bank": int(dut.o_w_bank.value),
         }
         want = {"o_a": model.o_a, "o_bank": model.o_bank, "o_psum": model.o_psum,
-                "o_w": model.o_w(inputs["i_w_bank"])}
+                "o_w": model.o_w, "o_w_en": model.o_w_en, "o_w_bank": model.o_w_bank}
         assert got == want, f"cycle {cycle}: inputs {inputs}: got {got}, want {want}"
         model.clock(**inputs)
         await FallingEdge(dut.clk)
