@@ -192,8 +192,8 @@ PRESETS = {
     "4x4":   dataclasses.replace(_BASE, rows=4,  cols=4,  spad_depth=2048, acc_depth=512),
     "4x8":   dataclasses.replace(_BASE, rows=4,  cols=8,  spad_depth=2048, acc_depth=512),
     # Row-wise epilogues (softmax, LayerNorm) need whole rows in one accumulator half, and a
-    # MATMUL needs 2*rows + cols operand rows to hide its weight preload: 2048 rows lets 8x8
-    # hold 32 rows of 256 columns.
+    # MATMUL needs rows operand rows to hide its weight preload: 2048 rows lets 8x8 hold 32
+    # rows of 256 columns.
     "8x8":   dataclasses.replace(_BASE, rows=8,  cols=8,  spad_depth=4096, acc_depth=2048),
     "16x16": dataclasses.replace(_BASE, rows=16, cols=16, spad_depth=4096, acc_depth=2048),
     "32x32": dataclasses.replace(_BASE, rows=32, cols=32, spad_depth=4096, acc_depth=2048),

@@ -336,7 +336,7 @@ class RtlDevice(Device):
         work = 0
         for instr in instrs:
             if isinstance(instr, isa.Matmul):
-                work += instr.m_len + 2 * cfg.rows + cfg.cols + 16
+                work += instr.m_len + cfg.rows + 16
             elif isinstance(instr, isa.Store):
                 work += instr.count * (2 if instr.two_pass else 1) + 16  # two-pass: read twice
             else:

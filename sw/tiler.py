@@ -66,7 +66,7 @@ Choosing the blocking. :func:`plan_gemm` searches ``(Mb, Kb, Nb, order)`` under
 ``Mb*Kb <= spad_depth/2``, ``Kb*Nb*rows <= spad_depth/2``, ``Mb*Nb <= acc_depth/2`` and
 ``Mb <= isa.FIELD_MAX`` and keeps, of the plans within 1% of the fewest estimated cycles, the
 one with fewest steps (so fewest instructions). The estimate: the data stream moves one
-beat a cycle concurrently with compute, a MATMUL costs ``max(m_len, rows + 2)`` cycles, the first
+beat a cycle concurrently with compute, a MATMUL costs ``max(m_len, rows)`` cycles, the first
 step's loads and the last tile's store are exposed. A closed-form score ranks all candidates and a
 step-by-step timeline ranks the best few.
 """
@@ -217,13 +217,10 @@ def _steps(plan, cfg):
 
 
 def _matmul_cycles(cfg, mlen):
-    return max(mlen, cfg.rows + 2)
-
-
-def _ep_matmul_cycles(cfg, mlen):
     # The execute unit's steady-state cost (hw/execute.py): the weight preload of the next
-    # MATMUL hides behind this one's stream only when it has 2*rows + cols operand rows.
-    return max(mlen, 2 * cfg.rows + cfg.cols)
+    # MATMUL (rows reads of scratchpad B) hides behind this one's stream when it has rows
+    # operand rows; no weight bank waits to drain.
+    return max(mlen, cfg.rows)
 
 
 #: Cycles assumed between a beat entering the epilogue and its result leaving the core.
@@ -291,9 +288,9 @@ def _timeline(plan, cfg, ep=None):
     rows = cfg.rows
     steps = list(_steps(plan, cfg))
     aux = [0] * len(steps)     # extra load beats of each step's group (epilogue data)
-    passes, latency, cost = 1, 0, _matmul_cycles
+    passes, latency = 1, 0
     if ep is not None:
-        passes, latency, cost = ep.passes, _EPILOGUE_LATENCY, _ep_matmul_cycles
+        passes, latency = ep.passes, _EPILOGUE_LATENCY
         per_row = cfg.pmem_beats_per_row
         whole = -(-plan.n // cfg.cols) <= cfg.pmem_depth
         for step in steps:
@@ -315,7 +312,7 @@ def _timeline(plan, cfg, ep=None):
         if step.first_k and step.tile >= 2:
             start = max(start, store_end[step.tile - 2])
         exec_free = (start + _STEP_OVERHEAD
-                     + step.ktlen * step.ntlen * cost(cfg, step.mlen))
+                     + step.ktlen * step.ntlen * _matmul_cycles(cfg, step.mlen))
         exec_end.append(exec_free)
         if step.last_k:
             start = max(store_free, exec_free + cfg.mesh_latency)
@@ -452,11 +449,11 @@ def plan_gemm(cfg, m, k, n, *, epilogue=None):
 
 
 def _tails(cfg, m, ep):
-    """Last-tile sizes worth trying: around the ``2*rows + cols`` operand rows that hide a
-    MATMUL's weight preload (a smaller last tile wastes compute, a larger one drains longer)."""
+    """Last-tile sizes worth trying: around the ``rows`` operand rows that hide a MATMUL's
+    weight preload (a smaller last tile wastes compute, a larger one drains longer)."""
     if ep.passes == 1:
         return [0]
-    p = 2 * cfg.rows + cfg.cols
+    p = cfg.rows
     return [0] + sorted({t for t in (p // 2, (3 * p) // 4, p, (5 * p) // 4, (3 * p) // 2, 2 * p)
                          if 1 <= t < m})
 
@@ -538,7 +535,7 @@ def _score_epilogue(cfg, lens, kt_total, nt_total, kb, nb, order, ep):
     n_nb = -(-nt_total // nb)
     n_steps = n_mb * n_kb * n_nb
     last_n = nt_total - (n_nb - 1) * nb
-    compute = sum(_ep_matmul_cycles(cfg, length) for length in lens) * kt_total * nt_total \
+    compute = sum(_matmul_cycles(cfg, length) for length in lens) * kt_total * nt_total \
         + _STEP_OVERHEAD * n_steps
     a_all = m * kt_total
     b_all = kt_total * nt_total * rows
