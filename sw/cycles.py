@@ -59,9 +59,9 @@ Cycle 0 is the first cycle after the clock edge that samples ``start``.
   the epilogue are empty.
 
 Latencies that the gateware defines are read from it: ``cfg.mesh_latency``,
-``StoreUnit.FIFO_DEPTH``, ``Epilogue(cfg).schedule``
-(``latency``, ``depth``, ``gap``), ``cfg.queue_depth``. The constants below are the register
-stages of the glue between them; ``verif/test_cycles.py`` checks the whole against the RTL.
+``StoreUnit.FIFO_DEPTH``, ``Epilogue(cfg).schedule`` (``latency``, ``depth``, ``gap``),
+``cfg.queue_depth``. The constants below are the register stages of the glue between them;
+``verif/test_cycles.py`` checks the whole against the RTL.
 
 Where the cycles go
 -------------------
