@@ -466,6 +466,43 @@ def test_rtl_matmuls_of_rows_rows_have_no_bubbles(free_device, table):
           f"cycles (was {count // 2 * old_pair}); {report.summary()}")
 
 
+def test_rtl_random_matmul_chains(free_device, rtl_device, table):
+    """Chains of MATMULs of random lengths (0 to 3 * rows, so the preload is sometimes hidden and
+    sometimes not) on random weight rows, pairs accumulating: bit-exact with the software
+    device, free-running (cycle-exact with the model) and with stalled streams."""
+    cfg = free_device.cfg
+    r = cfg.rows
+    seed = 41 + CONFIGS.index(cfg.name)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    stalled = rtl_device(cfg, seed=2, src_idle=77, sink_stall=102)
+    for trial in range(3):
+        instrs = [isa.Load(target=isa.Target.SPAD_B, addr=0, count=2 * r),
+                  isa.Load(target=isa.Target.SPAD_A, addr=0, count=4 * r, push_next=True)]
+        stores = []
+        pairs = rng.randint(3, 12)
+        for q in range(pairs):
+            first = rng.randint(1, 3 * r)
+            for m_len, accumulate in ((first, False), (rng.randint(0, first), True)):
+                instrs.append(isa.Matmul(a_addr=rng.randrange(4 * r - m_len + 1),
+                                         b_addr=rng.randrange(r + 1), acc_addr=q * 3 * r,
+                                         m_len=m_len, accumulate=accumulate,
+                                         pop_prev=len(instrs) == 2))
+                if rng.random() < 0.2:
+                    instrs.append(matmul(0))
+            stores.append(isa.Store(acc_addr=q * 3 * r, rows=first, strips=1, stride=first,
+                                    op=isa.EpOp.RAW, pop_prev=q == 0))
+        instrs[-1] = instrs[-1].with_deps(push_next=True)
+        program = raw_program(cfg, instrs + stores)
+        inputs = raw_inputs(program)
+        ref = SoftwareDevice(cfg).run(program, **inputs)
+        result = _compare(table, free_device, program, inputs,
+                          f"random MATMUL chain {trial} ({pairs} pairs)", exact=True)
+        assert torch.equal(result.outputs["y"], ref.outputs["y"])
+        result = stalled.run(program, **inputs)
+        assert torch.equal(result.outputs["y"], ref.outputs["y"])
+
+
 def _gemm_case(cfg, m, k, n, op, gen):
     a = torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8)
     b = torch.randint(-128, 128, (k, n), generator=gen, dtype=torch.int8)
