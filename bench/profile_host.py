@@ -51,8 +51,8 @@ def plot(doc, png):
     iterations = next(iter(first["runs"].values()))["iterations"]
     busy = any(busy_warning(report["environment"]) for report in doc["profiles"])
     plot_shares(bars, png,
-                title=f"PyTorch BERT on the host CPU, batch {first['batch']}, seq "
-                      f"{first['seq']}: time by op class",
+                title=f"BERT, batch {first['batch']}, seq {first['seq']}: PyTorch time on the "
+                      f"host CPU and accelerator cycles, by op class",
                 subtitle=f"{env['cpu']}, {threads_text(env)}, torch {env['torch']}; median "
                          f"self time of ATen operators over {iterations} iterations"
                          + ("" if accel else "\nno accelerator breakdown given: host only")

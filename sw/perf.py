@@ -87,9 +87,6 @@ GEMM_CLASS = {"qkv": "qkv_gemm", "qk": "attention_gemm", "pv": "attention_gemm",
 #: The parts of ``stalls`` (classes of :attr:`bertaccel.sw.cycles.CycleReport.breakdown`).
 STALL_CLASSES = ("preload", "dispatch", "zero_slots", "mesh_drain")
 
-_EPILOGUE = {op: cls for op, cls in EPILOGUE_CLASS.items()}
-
-
 # -- models -------------------------------------------------------------------------------------
 
 def _shape(shape):
@@ -185,8 +182,8 @@ def _kinds(program):
             kind[i], rows[i] = 1, ins.m_len
         elif t is isa.Store:
             kind[i] = 2
-            if ins.op in _EPILOGUE:
-                cls[i] = CLASSES.index(_EPILOGUE[ins.op])
+            if ins.op in EPILOGUE_CLASS:
+                cls[i] = CLASSES.index(EPILOGUE_CLASS[ins.op])
         elif t is not isa.Load:
             kind[i] = 3
     return kind, rows, cls

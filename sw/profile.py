@@ -589,14 +589,14 @@ def format_table(report):
              ""]
     head = f"{'class':<20}" + "".join(f"{mode:>20}" for mode in runs)
     if accel:
-        head += f"{accel['label'].replace(chr(10), ' ')[:26]:>28}"
+        head += f"{accel['label'].replace(chr(10), ' ')[:30]:>32}"
     lines.append(head)
     for cls in OP_CLASSES:
         row = f"{CLASS_LABELS[cls]:<20}"
         for run in runs.values():
             row += f"{100 * run['shares'][cls]:>9.1f} %{run['class_ms'][cls]:>8.2f} ms"
         if accel:
-            row += f"{100 * accel['shares'][cls]:>11.1f} %{accel['cycles'][cls]:>10,.0f} cyc"
+            row += f"{100 * accel['shares'][cls]:>11.1f} %{accel['cycles'][cls]:>14,.0f} cyc"
         lines.append(row)
     row = f"{'non-matmul':<20}"
     for run in runs.values():
@@ -608,7 +608,7 @@ def format_table(report):
     for run in runs.values():
         row += f"{run['op_ms']:>17.2f} ms"
     if accel:
-        row += f"{accel['total_cycles']:>22,.0f} cyc"
+        row += f"{accel['total_cycles']:>26,.0f} cyc"
     lines.append(row)
     for key, name in (("framework_ms", "framework"), ("wall_ms", "wall (unprofiled)")):
         lines.append(f"{name:<20}" + "".join(f"{run[key]:>17.2f} ms" for run in runs.values()))
@@ -619,7 +619,7 @@ def format_table(report):
                      f"elementwise/other ({100 * t['optimizer_ms'] / t['op_ms']:.1f} % of op "
                      f"time)")
     if not accel:
-        lines.append("accelerator: none given (--accel-breakdown); host only")
+        lines.append("accelerator: none (--config none); host only")
     warning = busy_warning(env)
     if warning:
         lines.append(warning)
