@@ -4,18 +4,20 @@ one training step; print the tables, write the JSON and the stacked-bar plot.
 ::
 
     python bench/profile_host.py [--seq 128] [--batch 1] [--iterations 5] [--threads 2]
-                                 [--accel-breakdown cycles.json]
-    python bench/profile_host.py --replot --accel-breakdown cycles.json   # no new measurement
+                                 [--config 8x8] [--accel-breakdown cycles.json]
+    python bench/profile_host.py --replot [--config 16x16]     # no new host measurement
 
 Each model and mode goes through :func:`bertaccel.sw.profile.profile` (what ``bertaccel
 profile`` runs): MiniLM with its real all-MiniLM-L6-v2 weights, BERT-base as its shape (12
 layers, hidden 768, 12 heads, intermediate 3072) with random weights from the seed; eager
 attention; the training step is forward with dropout on, a sequence-classification
 cross-entropy loss, backward and an AdamW step. Writes ``bench/results/profile_host.json`` and
-``bench/results/profile_host.png`` (needs matplotlib). With ``--accel-breakdown`` the
-accelerator's cycle breakdown is drawn as one more bar; ``--replot`` redraws only the PNG from
-the JSON already written (adding or replacing the accelerator's bar) without profiling again; the
-JSON is left as it is. The method is in ``docs/profile.md``.
+``bench/results/profile_host.png`` (needs matplotlib). Beside each model's host bars goes the
+accelerator's: the cycle model's breakdown of the same model and input on ``--config``
+(inference; :func:`bertaccel.sw.profile.accelerator_side`), by the same classes. With
+``--accel-breakdown`` one more accelerator bar is drawn from a file. ``--replot`` keeps the host
+measurements in the JSON and recomputes the accelerator bars (deterministic) and the PNG. The
+method is in ``docs/profile.md``.
 """
 
 import argparse
@@ -24,31 +26,33 @@ import sys
 import time
 from pathlib import Path
 
-from bertaccel.sw.profile import (OP_CLASSES, SCHEMA, ProfileError, accel_bar, busy_warning,
-                                  format_table, load_accel_breakdown, plot_shares, profile,
-                                  report_bars, threads_text)
+from bertaccel.sw.profile import (OP_CLASSES, SCHEMA, ProfileError, accel_bar,
+                                  accelerator_side, busy_warning, format_table,
+                                  load_accel_breakdown, plot_shares, profile, report_bars,
+                                  threads_text)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODELS = ("minilm", "bert-base")
 
 
 def plot(doc, png):
-    """Draw the bars of every profile in ``doc`` (and its accelerator) into ``png``."""
+    """Draw the bars of every profile in ``doc`` (each with its accelerator) into ``png``."""
     bars = []
     for report in doc["profiles"]:
         if bars:
             bars.append(None)                          # a gap between the models
-        bars.extend(report_bars(report, with_accel=False))
+        bars.extend(report_bars(report))
     accel = doc.get("accelerator")
     if accel:
         bars.extend([None, accel_bar(accel)])
+    accel = accel or any(report.get("accelerator") for report in doc["profiles"])
     first = doc["profiles"][0]
     env = first["environment"]
     iterations = next(iter(first["runs"].values()))["iterations"]
     busy = any(busy_warning(report["environment"]) for report in doc["profiles"])
     plot_shares(bars, png,
-                title=f"PyTorch BERT on the host CPU, batch {first['batch']}, seq "
-                      f"{first['seq']}: time by op class",
+                title=f"BERT, batch {first['batch']}, seq {first['seq']}: PyTorch time on the "
+                      f"host CPU and accelerator cycles, by op class",
                 subtitle=f"{env['cpu']}, {threads_text(env)}, torch {env['torch']}; median "
                          f"self time of ATen operators over {iterations} iterations"
                          + ("" if accel else "\nno accelerator breakdown given: host only")
@@ -65,7 +69,11 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--accel-breakdown", metavar="JSON")
+    parser.add_argument("--config", default="8x8",
+                        help="each model's accelerator bar: its cycle-model breakdown on this "
+                             "config ('none': host only)")
+    parser.add_argument("--accel-breakdown", metavar="JSON",
+                        help="one more accelerator bar from a breakdown file")
     parser.add_argument("--replot", action="store_true",
                         help="redraw the PNG from --output instead of profiling")
     parser.add_argument("--output", type=Path, default=RESULTS / "profile_host.json")
@@ -89,19 +97,25 @@ def main(argv=None):
                     profile(model, batch=args.batch, seq=args.seq, iterations=args.iterations,
                             warmup=args.warmup, seed=args.seed, threads=args.threads,
                             log=lambda text: print(f"bench: {text}", file=sys.stderr)))
+        if args.config != "none":                     # deterministic: recomputed on --replot
+            for report in doc["profiles"]:
+                name = report["model"]["name"]
+                print(f"bench: {name}: the accelerator side on {args.config}", file=sys.stderr)
+                report["accelerator"] = accelerator_side(name, config=args.config,
+                                                         seq=report["seq"],
+                                                         batch=report["batch"],
+                                                         seed=report["seed"])
     except ProfileError as error:
         print(f"bench: error: {error}", file=sys.stderr)
         return 2
 
-    if not args.replot:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(doc, indent=2) + "\n")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(doc, indent=2) + "\n")
     plot(doc, args.png)
     for report in doc["profiles"]:
-        print(format_table(dict(report, accelerator=doc["accelerator"])))
+        print(format_table(report))
         print()
-    if not args.replot:
-        print(f"wrote {args.output}")
+    print(f"wrote {args.output}")
     print(f"wrote {args.png} ({time.monotonic() - begin:.0f} s)")
     return 0
 

@@ -66,7 +66,8 @@ import torch.nn.functional as F
 from . import intops
 
 __all__ = [
-    "STDLIB_MODULES", "stdlib_sentences", "stdlib_passages", "load_model", "capture", "Capture",
+    "STDLIB_MODULES", "stdlib_sentences", "stdlib_passages", "stdlib_docstrings", "load_model",
+    "capture", "Capture",
     "ErrorStats", "softmax_errors", "layernorm_errors", "gelu_errors", "measure", "format_table",
 ]
 
@@ -90,6 +91,17 @@ def _docstrings(module):
         if (inspect.isfunction(obj) or inspect.isclass(obj)) \
                 and (getattr(obj, "__module__", None) or "").split(".")[0] == module.__name__:
             yield inspect.getdoc(obj) or ""
+
+
+def stdlib_docstrings(modules=STDLIB_MODULES):
+    """Every non-empty docstring of ``modules`` (each module's, then its public functions' and
+    classes', by name), whole, as :func:`inspect.getdoc` gives them: a text set with a natural,
+    long-tailed spread of lengths (a few tokens to well past BERT's 512)."""
+    texts = []
+    for name in modules:
+        texts.extend(doc.strip() for doc in _docstrings(importlib.import_module(name))
+                     if doc and doc.strip())
+    return texts
 
 
 def _sentences(text):

@@ -8,6 +8,9 @@
     bertaccel demo                                     # Verilog, then a GEMM on ref and rtl
     bertaccel synth --config 8x8 --target ecp5-85k [--json]   # yosys + nextpnr: resources, Fmax
     bertaccel run --model minilm --text "..." [--device ref|rtl] [--json]  # BERT embedding
+    bertaccel bench bert --shape bert-base --seq 128 --batch 1 --config 16x16 [--json]
+    bertaccel profile --model minilm [--config 8x8] [--png P] [--json]  # host vs accelerator
+    bertaccel seqpoint [--model minilm] [--config 8x8] [--k 10] [--json]
 
 Bad arguments (an unknown preset, a dimension below 1, a stall probability out of range) give a
 one-line error on stderr and exit status 2 before anything is built or simulated (for ``synth``
@@ -337,6 +340,67 @@ def _cmd_run(args):
     return 0 if report["bit_exact"] in (None, True) else 1
 
 
+def _quiet_transformers():
+    import os
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+
+
+def _stderr_log(args):
+    return None if args.json else (lambda text: print(f"bertaccel: {text}", file=sys.stderr))
+
+
+def _cmd_bench_bert(args):
+    _quiet_transformers()
+    from .bert import BertError
+    from .perf import SHAPES, bench_bert, compile_shape, format_report
+    cfg = _config(args.config)
+    if args.shape not in SHAPES:
+        raise _UsageError(f"--shape must be one of {', '.join(SHAPES)}, not {args.shape!r}")
+    _dimension("seq", args.seq)
+    _dimension("batch", args.batch)
+    if args.seq > 512:
+        raise _UsageError(f"--seq must be at most 512 (BERT's positions), not {args.seq}")
+    log = _stderr_log(args)
+    try:
+        if log:
+            log(f"compiling a random-weight {args.shape} for {cfg.name}")
+        bert = compile_shape(args.shape, cfg, seed=args.seed)
+        report = bench_bert(bert, seq=args.seq, batch=args.batch,
+                            every_layer=not args.one_layer, log=log)
+    except BertError as error:
+        raise _UsageError(str(error)) from None
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
+def _cmd_seqpoint(args):
+    _quiet_transformers()
+    from .bert import MINILM, BertError, compile_bert
+    from .perf import compile_shape
+    from .seqpoint import format_report, seqpoint, text_set, token_lengths
+    cfg = _config(args.config)
+    if args.k < 1:
+        raise _UsageError(f"--k must be at least 1, not {args.k}")
+    log = _stderr_log(args)
+    try:
+        texts = text_set(args.texts)
+        if log:
+            log(f"{len(texts)} texts; compiling {args.model} for {cfg.name}")
+        minilm = compile_bert(MINILM, cfg)
+        bert = minilm if args.model == "minilm" else compile_shape(args.model, cfg,
+                                                                   seed=args.seed)
+        top = min(bert.spec.max_positions, bert.max_seq)
+        lengths = token_lengths(texts, minilm.tokenizer, max_length=top)
+        report = seqpoint(bert, lengths, ks=range(1, args.k + 1), log=log)
+    except BertError as error:
+        raise _UsageError(str(error)) from None
+    report["texts"] = args.texts
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
 def _parser():
     parser = _Parser(prog="bertaccel",
                      description="int8 BERT accelerator generator: Verilog, GEMMs, demo")
@@ -404,11 +468,50 @@ def _parser():
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
     run.set_defaults(func=_cmd_run)
+
+    bench = commands.add_parser("bench", help="performance figures from the cycle model")
+    benches = bench.add_subparsers(dest="bench", required=True, parser_class=_Parser)
+    bert = benches.add_parser("bert", help="time a BERT shape (random weights) on a config: "
+                                           "cycles, utilization, latency, breakdown")
+    bert.add_argument("--shape", default="bert-base",
+                      help="bert-base, bert-large or minilm (bert-base)")
+    bert.add_argument("--seq", type=int, default=128, help="tokens per sequence (128)")
+    bert.add_argument("--batch", type=int, default=1, help="sequences (1)")
+    bert.add_argument("--config", default="16x16", help="a preset or a .json (16x16)")
+    bert.add_argument("--seed", type=int, default=0, help="seeds the random weights (0)")
+    bert.add_argument("--one-layer", action="store_true",
+                      help="time layer 0 and count it for every layer (the layers of a "
+                           "random model have the same programs)")
+    bert.add_argument("--json", action="store_true", help="print one JSON object")
+    bert.set_defaults(func=_cmd_bench_bert)
+
+    seqpoint = commands.add_parser("seqpoint", help="project a text set's cycles from k "
+                                                    "representative sequence lengths")
+    seqpoint.add_argument("--model", default="minilm",
+                          help="minilm (real weights) or a shape: bert-base, bert-large "
+                               "(random weights) (minilm)")
+    seqpoint.add_argument("--config", default="8x8", help="a preset or a .json (8x8)")
+    seqpoint.add_argument("--texts", default="stdlib",
+                          help="stdlib (every docstring of the stdlib modules of the accuracy "
+                               "set), sentences (the 96 real sentences) or a file, one input "
+                               "a line (stdlib)")
+    seqpoint.add_argument("--k", type=int, default=10, help="try k = 1 .. K points (10)")
+    seqpoint.add_argument("--seed", type=int, default=0, help="seeds random weights (0)")
+    seqpoint.add_argument("--json", action="store_true", help="print one JSON object")
+    seqpoint.set_defaults(func=_cmd_seqpoint)
+
+    commands.add_parser("profile", add_help=False,
+                        help="PyTorch BERT on this CPU by op class, beside the accelerator's "
+                             "cycles (bertaccel profile --help)")
     return parser
 
 
 def main(argv=None):
     """Entry point of the ``bertaccel`` console script; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["profile"]:                # its own parser: bertaccel.sw.profile
+        from .profile import main as profile_main
+        return profile_main(argv[1:])
     try:
         args = _parser().parse_args(argv)
         return args.func(args)

@@ -50,7 +50,7 @@ __all__ = [
     "OP_CLASSES", "CLASS_LABELS", "MEMORY_INTENSIVE", "MODES", "SCHEMA", "ProfileError",
     "bert_base_config", "load_model", "classify_events", "profile_model", "profile",
     "other_runnable", "busy_warning", "threads_text", "accel_breakdown",
-    "load_accel_breakdown", "format_table", "plot_shares", "report_bars", "accel_bar", "main",
+    "accelerator_side", "load_accel_breakdown", "format_table", "plot_shares", "report_bars", "accel_bar", "main",
 ]
 
 #: The op classes, in table and plot order. The accelerator's cycle model reports these too.
@@ -511,6 +511,45 @@ def accel_breakdown(cycles, *, label="accelerator", **extra):
                 memory_intensive_share=sum(full[cls] for cls in MEMORY_INTENSIVE) / total)
 
 
+def accelerator_side(model="minilm", *, config="8x8", seq=128, batch=1, seed=0):
+    """The accelerator's cycles for ``model`` on ``batch`` x ``seq`` tokens, by
+    :data:`OP_CLASSES`, from the cycle model (:func:`bertaccel.sw.perf.bench_bert`): inference,
+    every layer, the same shape the host runs.
+
+    ``model`` is ``"minilm"`` (the real weights, calibrated on its sample text), ``"bert-base"``
+    (random weights from ``seed``) or a model folder (both calibrated on random token ids:
+    cycles do not depend on the scales); ``config`` a preset or a config JSON. The matmul classes hold
+    the GEMMs' streamed rows and their stalls; softmax, LayerNorm and GELU hold only the cycles
+    their fused epilogues expose; dropout is an inference no-op and the rest (embeddings,
+    residual adds, scales, biases) run on the host or inside the fused epilogues.
+
+    Raises
+    ------
+    ProfileError
+        A bad config, or a model or sequence the config cannot run.
+    """
+    from ..hw.config import ConfigError, load_config
+    from .bert import BertError, compile_bert
+    from .perf import bench_bert, compile_model
+
+    try:
+        cfg = load_config(config)
+        if model == "minilm":
+            bert = compile_bert(model, cfg)
+        else:
+            bert = compile_model(load_model(model, seed=seed)[0], cfg, seed=seed,
+                                 name=Path(model).name if model != "bert-base" else model)
+        report = bench_bert(bert, seq=seq, batch=batch)
+    except (ConfigError, BertError) as error:
+        raise ProfileError(f"the accelerator side ({model} on {config}): {error}") from None
+    name = _DISPLAY_NAMES.get(model, Path(str(model)).name)
+    return accel_breakdown(report["by_op_class"], label=f"{name}\naccelerator {cfg.name}",
+                           model=model, config=cfg.name, tag=cfg.tag, seq=seq, batch=batch,
+                           mode="inference", source="cycle model (bertaccel bench bert)",
+                           utilization=report["utilization"], latency_us=report["latency_us"],
+                           breakdown=report["breakdown"])
+
+
 def load_accel_breakdown(path):
     """Read an accelerator breakdown: a JSON object ``{"label": ..., "cycles": {class: n}}``
     (other keys, such as ``model`` or ``config``, are kept). See :func:`accel_breakdown`."""
@@ -550,14 +589,14 @@ def format_table(report):
              ""]
     head = f"{'class':<20}" + "".join(f"{mode:>20}" for mode in runs)
     if accel:
-        head += f"{accel['label'][:26]:>28}"
+        head += f"{accel['label'].replace(chr(10), ' ')[:30]:>32}"
     lines.append(head)
     for cls in OP_CLASSES:
         row = f"{CLASS_LABELS[cls]:<20}"
         for run in runs.values():
             row += f"{100 * run['shares'][cls]:>9.1f} %{run['class_ms'][cls]:>8.2f} ms"
         if accel:
-            row += f"{100 * accel['shares'][cls]:>11.1f} %{accel['cycles'][cls]:>10,.0f} cyc"
+            row += f"{100 * accel['shares'][cls]:>11.1f} %{accel['cycles'][cls]:>14,.0f} cyc"
         lines.append(row)
     row = f"{'non-matmul':<20}"
     for run in runs.values():
@@ -569,7 +608,7 @@ def format_table(report):
     for run in runs.values():
         row += f"{run['op_ms']:>17.2f} ms"
     if accel:
-        row += f"{accel['total_cycles']:>22,.0f} cyc"
+        row += f"{accel['total_cycles']:>26,.0f} cyc"
     lines.append(row)
     for key, name in (("framework_ms", "framework"), ("wall_ms", "wall (unprofiled)")):
         lines.append(f"{name:<20}" + "".join(f"{run[key]:>17.2f} ms" for run in runs.values()))
@@ -580,7 +619,7 @@ def format_table(report):
                      f"elementwise/other ({100 * t['optimizer_ms'] / t['op_ms']:.1f} % of op "
                      f"time)")
     if not accel:
-        lines.append("accelerator: none given (--accel-breakdown); host only")
+        lines.append("accelerator: none (--config none); host only")
     warning = busy_warning(env)
     if warning:
         lines.append(warning)
@@ -734,9 +773,12 @@ def _parser():
     parser.add_argument("--seed", type=int, default=0, help="torch seed (0)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--png", metavar="PATH", help="write the stacked-bar plot here")
+    parser.add_argument("--config", default="8x8",
+                        help="the accelerator config whose cycle-model breakdown of the same "
+                             "model and input is shown alongside; 'none' for host only (8x8)")
     parser.add_argument("--accel-breakdown", metavar="JSON",
-                        help="the accelerator's cycles by the same classes, "
-                             "{\"label\": ..., \"cycles\": {class: n}}, plotted alongside")
+                        help="instead of --config: the accelerator's cycles by the same "
+                             "classes, {\"label\": ..., \"cycles\": {class: n}}")
     return parser
 
 
@@ -749,12 +791,25 @@ def main(argv=None):
         if args.png:
             _import_pyplot()               # fail before minutes of profiling, not after
         accel = load_accel_breakdown(args.accel_breakdown) if args.accel_breakdown else None
+        if accel is None and args.config != "none":
+            from ..hw.config import ConfigError, load_config
+            try:
+                load_config(args.config)             # fail before minutes of profiling
+            except ConfigError as error:
+                raise ProfileError(str(error)) from None
         modes = MODES if args.mode == "both" else (args.mode,)
         progress = None if args.json else (lambda text: print(f"profile: {text}",
                                                               file=sys.stderr))
         report = profile(args.model, modes=modes, batch=args.batch, seq=args.seq,
                          iterations=args.iterations, warmup=args.warmup, seed=args.seed,
                          threads=args.threads, accel=accel, log=progress)
+        if accel is None and args.config != "none":
+            if progress:
+                progress(f"the accelerator side: {args.model} on {args.config}, cycle model")
+            report["accelerator"] = accelerator_side(args.model, config=args.config,
+                                                     seq=args.seq, batch=args.batch,
+                                                     seed=args.seed)
+            accel = report["accelerator"]
         if args.png:
             env = report["environment"]
             plot_shares(report_bars(report), args.png,
