@@ -21,6 +21,14 @@ class SystolicMesh(wiring.Component):
     of the result is delayed ``cols - 1 - c`` cycles after it leaves (deskew), so callers see
     whole vectors.
 
+    Inside, the PEs are built for FPGA timing (see :class:`ProcessingElement`): the bank travels
+    one cycle ahead of its operand, so each PE registers the weight it will multiply by, and
+    the top row, which has no partial sum to add, drops its sum register and spends that cycle
+    on an input register. So every operand goes from the scratchpad's block RAM into a
+    flip-flop first (nextpnr puts the ECP5 block RAM's clock-to-output at 5.8 ns, which leaves
+    no time for anything but routing), every multiplier sees flip-flops only, and the latency
+    stays ``cfg.mesh_latency``.
+
     Weights shift in from the top: while ``i_w_en`` is high, row vector ``i_w`` enters row 0 of
     bank ``i_w_bank`` and every row of that bank moves down one. After ``rows`` shifts, row *r*
     of the bank holds the vector shifted in ``rows - 1 - r`` cycles before the last one.
@@ -61,16 +69,19 @@ class SystolicMesh(wiring.Component):
         cfg = self._cfg
         m = Module()
 
-        pes = [[ProcessingElement(in_width=cfg.in_width, acc_width=cfg.acc_width)
-                for _ in range(cfg.cols)] for _ in range(cfg.rows)]
+        pes = [[ProcessingElement(in_width=cfg.in_width, acc_width=cfg.acc_width,
+                                  bank_lookahead=True, top=r == 0)
+                for _ in range(cfg.cols)] for r in range(cfg.rows)]
         for r, row in enumerate(pes):
             for c, pe in enumerate(row):
                 m.submodules[f"pe_{r}_{c}"] = pe
 
         for r in range(cfg.rows):
-            # Skew: row r meets the wavefront r cycles after row 0.
-            a = self._delay(m, self.i_a[r], r, f"skew_a{r}")
-            bank = self._delay(m, self.i_bank, r, f"skew_bank{r}")
+            # Skew: row r meets the wavefront r cycles after row 0. Its bank is delayed one
+            # cycle less (the PEs look ahead), and the top row's operand one cycle more (its
+            # input register, paid for by its PEs having no sum register).
+            a = self._delay(m, self.i_a[r], max(r, 1), f"skew_a{r}")
+            bank = self._delay(m, self.i_bank, max(r, 1) - 1, f"skew_bank{r}")
             for c in range(cfg.cols):
                 pe = pes[r][c]
                 m.d.comb += [
@@ -79,8 +90,9 @@ class SystolicMesh(wiring.Component):
                     pe.i_w_en.eq(self.i_w_en),
                     pe.i_w_bank.eq(self.i_w_bank),
                     pe.i_w.eq(self.i_w[c] if r == 0 else pes[r - 1][c].o_w),
-                    pe.i_psum.eq(0 if r == 0 else pes[r - 1][c].o_psum),
                 ]
+                if r > 0:
+                    m.d.comb += pe.i_psum.eq(pes[r - 1][c].o_psum)
                 a, bank = pe.o_a, pe.o_bank
 
         for c in range(cfg.cols):

@@ -4,6 +4,8 @@ from amaranth import Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .dsp import product_register
+
 __all__ = ["ProcessingElement"]
 
 
@@ -20,29 +22,47 @@ class ProcessingElement(wiring.Component):
     ``i_w_bank`` takes ``i_w`` and ``o_w`` shows that bank's old value to the PE below. The bank
     that is not being loaded keeps serving operands, which is how weight loads overlap compute.
 
+    The mesh builds its PEs with two options, both timing choices for FPGAs, where a DSP
+    multiplier is combinational (an ECP5 MULT18X18D takes 3.9 ns in nextpnr's model, leaving
+    about 2.5 ns of a 150 MHz cycle to reach it and leave it):
+
+    * ``bank_lookahead``: ``i_bank`` names the bank of the operand that arrives one cycle later
+      (and ``o_bank`` leads ``o_a`` the same way). The PE selects that bank's weight a cycle
+      early and registers it, so no bank multiplexer sits in front of the multiplier; a bank
+      must then hold its weights one cycle before its first operand arrives.
+    * ``top``: the PE heads its column, so it has no ``i_psum`` and ``o_psum`` is its product
+      (sign-extended) with no sum register. The mesh spends that saved cycle on an input
+      register for the top row.
+
     Parameters
     ----------
     in_width : int
         Operand and weight width.
     acc_width : int
         Partial-sum width; sums wrap modulo ``2 ** acc_width``.
+    bank_lookahead, top : bool
+        See above.
 
     Members
     -------
     i_a, i_bank : In
-        Operand from the left and the weight bank it uses.
+        Operand from the left and the weight bank it uses (with ``bank_lookahead``: the bank of
+        the next operand).
     o_a, o_bank : Out
         The same, registered, to the right.
     i_psum, o_psum : In, Out
-        Partial sum from above; registered sum to below.
+        Partial sum from above (not with ``top``); registered sum to below (with ``top``: the
+        registered product).
     i_w, i_w_en, i_w_bank, o_w : In, In, In, Out
         Weight shift chain.
     """
 
-    def __init__(self, *, in_width=8, acc_width=32):
+    def __init__(self, *, in_width=8, acc_width=32, bank_lookahead=False, top=False):
         self._in_width = in_width
         self._acc_width = acc_width
-        super().__init__({
+        self._bank_lookahead = bank_lookahead
+        self._top = top
+        members = {
             "i_a":      In(signed(in_width)),
             "i_bank":   In(1),
             "o_a":      Out(signed(in_width)),
@@ -53,14 +73,16 @@ class ProcessingElement(wiring.Component):
             "i_w_en":   In(1),
             "i_w_bank": In(1),
             "o_w":      Out(signed(in_width)),
-        })
+        }
+        if top:
+            del members["i_psum"]
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
 
         w0 = Signal(signed(self._in_width))
         w1 = Signal(signed(self._in_width))
-        product = Signal(signed(2 * self._in_width))
 
         with m.If(self.i_w_en):
             with m.If(self.i_w_bank):
@@ -73,16 +95,21 @@ class ProcessingElement(wiring.Component):
             m.d.comb += self.o_w.eq(w0)
 
         weight = Signal(signed(self._in_width))
+        domain = "sync" if self._bank_lookahead else "comb"
         with m.If(self.i_bank):
-            m.d.comb += weight.eq(w1)
+            m.d[domain] += weight.eq(w1)
         with m.Else():
-            m.d.comb += weight.eq(w0)
+            m.d[domain] += weight.eq(w0)
 
         m.d.sync += [
             self.o_a.eq(self.i_a),
             self.o_bank.eq(self.i_bank),
-            product.eq(self.i_a * weight),
-            # Truncation to acc_width is the modular wrap the software device also does.
-            self.o_psum.eq(self.i_psum + product),
         ]
+        # On an ECP5 the product register is the MULT18X18D's own output register.
+        product = product_register(m, self.i_a, weight, platform=platform, name="product")
+        if self._top:
+            m.d.comb += self.o_psum.eq(product)
+        else:
+            # Truncation to acc_width is the modular wrap the software device also does.
+            m.d.sync += self.o_psum.eq(self.i_psum + product)
         return m
