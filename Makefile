@@ -1,4 +1,4 @@
-# bertaccel: make setup | test | demo | verilog
+# bertaccel: make setup | test | demo | verilog | fpga | bitstream
 #
 # Everything runs from a virtual environment (VENV, default .venv) that `setup` makes and
 # keeps current: it is remade when pyproject.toml changes.
@@ -9,7 +9,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.bertaccel-setup
 PRESETS := 2x2 4x4 4x8 8x8 16x16 32x32
 
-.PHONY: all setup test demo verilog clean
+.PHONY: all setup test demo verilog fpga bitstream clean
 .DEFAULT_GOAL := test
 
 all: test
@@ -39,6 +39,15 @@ demo: setup
 
 verilog: setup
 	$(BIN)/bertaccel verilog $(addprefix --config ,$(PRESETS)) -o build/verilog
+
+# Synthesis, place and route of every preset that fits an ECP5-85k (yosys and nextpnr from PyPI;
+# results cached in build/synth, table in bench/results/synth.json). See docs/fpga.md.
+fpga: setup
+	$(BIN)/python bench/synth.py --target ecp5-85k
+
+# A ULX3S-85F bitstream of the core behind its UART bridge (slow; not part of `make test`).
+bitstream: setup
+	$(BIN)/python bench/ulx3s.py --config 8x8 --board 85F
 
 clean:
 	rm -rf build

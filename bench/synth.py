@@ -7,7 +7,8 @@
 Each preset goes through :func:`bertaccel.hw.synth.synthesize` (what ``bertaccel synth`` runs);
 results are cached in ``build/synth/<tag>-<target>/``, so a rerun prints at once. A preset that
 does not fit the part is listed with the reason instead of being run. Writes
-``bench/results/synth.json`` (``make fpga`` runs this).
+``bench/results/synth.json`` and the table as a Markdown snippet, ``bench/results/synth.md``
+(``make fpga`` runs this; docs/fpga.md explains the figures).
 """
 
 import argparse
@@ -29,7 +30,8 @@ def main(argv=None):
     parser.add_argument("--freq", type=float, default=150.0)
     parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
     parser.add_argument("--force", action="store_true")
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--output", type=Path, default=RESULTS,
+                        help="the JSON; the Markdown table goes beside it (.md)")
     args = parser.parse_args(argv)
     tgt = target(args.target)
 
@@ -54,8 +56,16 @@ def main(argv=None):
     args.output.write_text(json.dumps({"target": tgt.name, "part": tgt.part, "seed": args.seed,
                                        "freq_mhz": args.freq, "reports": reports},
                                       indent=2) + "\n")
-    print(f"{tgt.name} ({tgt.part}), seed {args.seed}, clock constraint {args.freq:g} MHz\n")
-    print(format_table(reports))
+    heading = (f"{tgt.name} ({tgt.part}, speed grade {tgt.part.split('-')[-1][0]}), "
+               f"nextpnr seed {args.seed}, clock constraint {args.freq:g} MHz")
+    table = format_table(reports)
+    tools = next((r["tools"] for r in reports if r.get("tools")), {})
+    versions = ", ".join(f"{k} {v}" for k, v in tools.items() if k in ("yosys", "nextpnr"))
+    args.output.with_suffix(".md").write_text(
+        f"{heading}; {versions}. Fmax is nextpnr's estimate after routing; the critical path "
+        f"runs between the named cells (see docs/fpga.md).\n\n{table}\n")
+    print(heading + "\n")
+    print(table)
     print(f"\nwrote {args.output} ({time.monotonic() - begin:.0f} s)")
     return 0
 

@@ -42,7 +42,15 @@ class TokenChannel(wiring.Component):
         m = Module()
         count = Signal(TOKEN_WIDTH)
         m.d.comb += [self.producer.count.eq(count), self.consumer.count.eq(count)]
-        m.d.sync += count.eq(count + self.producer.push - self.consumer.pop)
+        # Timing: push and pop come late in the cycle (each from its unit's accept logic), so
+        # they only select between count + 1 and count - 1, which are computed beside them.
+        up = Signal(TOKEN_WIDTH)
+        down = Signal(TOKEN_WIDTH)
+        m.d.comb += [up.eq(count + 1), down.eq(count - 1)]
+        with m.If(self.producer.push & ~self.consumer.pop):
+            m.d.sync += count.eq(up)
+        with m.Elif(self.consumer.pop & ~self.producer.push):
+            m.d.sync += count.eq(down)
         return m
 
 

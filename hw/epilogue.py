@@ -109,6 +109,7 @@ from .epilogue_ops import (
     tiles,
     tree,
 )
+from .dsp import product_register
 from .isa import EpOp, PmemWord
 
 __all__ = ["Epilogue", "ParamsLayout", "Schedule", "beat_layout"]
@@ -288,6 +289,10 @@ class Epilogue(wiring.Component):
         prm = self.params
         beat = self.i_beat.payload
 
+        def mul(a, b, name):
+            """``a * b`` a cycle later: a register that is the DSP's own on an ECP5."""
+            return product_register(m, a, b, platform=platform, name=name, reset_less=True)
+
         # -- control: valid and per-beat tags travel down the stages unchanged ------------------
         Ctl = data.StructLayout({"op": EpOp, "second": 1, "last": 1, "lane_valid": cols,
                                  "slot": 1})
@@ -339,14 +344,16 @@ class Epilogue(wiring.Component):
         m.d.sync += inflight.eq(inflight + (accept & beat.second) - popped)
 
         inb = Signal(beat_layout(cfg), reset_less=True)
-        m.d.sync += valid[0].eq(accept)
+        # Timing: the beat and its tags are registered every cycle, whether accepted or not
+        # (`valid` says which): `accept` drives no enable of these hundreds of flip-flops.
+        m.d.sync += [
+            valid[0].eq(accept),
+            inb.eq(beat),
+            ctl[0].op.eq(beat.op), ctl[0].second.eq(beat.second), ctl[0].last.eq(beat.last),
+            ctl[0].lane_valid.eq(beat.lane_valid),
+            ctl[0].slot.eq(Mux(beat.second, p2_slot, p1_slot)),
+        ]
         with m.If(accept):
-            m.d.sync += [
-                inb.eq(beat),
-                ctl[0].op.eq(beat.op), ctl[0].second.eq(beat.second), ctl[0].last.eq(beat.last),
-                ctl[0].lane_valid.eq(beat.lane_valid),
-                ctl[0].slot.eq(Mux(beat.second, p2_slot, p1_slot)),
-            ]
             with m.If(two_pass & beat.last):
                 with m.If(beat.second):
                     m.d.sync += p2_slot.eq(~p2_slot)
@@ -396,11 +403,11 @@ class Epilogue(wiring.Component):
         p, s = lanes[k - 1], stage(k, p1lo=unsigned(32), p1hi=signed(33), p2lo=signed(33),
                                    p2hi=signed(33), sh=unsigned(6), sh1=unsigned(6))
         for i in range(cols):
-            m.d.sync += [
-                s[i].p1lo.eq(p[i].x[:16] * p[i].mul),
-                s[i].p1hi.eq(p[i].x[16:].as_signed() * p[i].mul),
-                s[i].p2lo.eq(p[i].m2lo * p[i].b2lo),
-                s[i].p2hi.eq(p[i].m2hi * p[i].b2hi),
+            m.d.comb += [
+                s[i].p1lo.eq(mul(p[i].x[:16], p[i].mul, f"mul_p1lo{i}")),
+                s[i].p1hi.eq(mul(p[i].x[16:].as_signed(), p[i].mul, f"mul_p1hi{i}")),
+                s[i].p2lo.eq(mul(p[i].m2lo, p[i].b2lo, f"mul_p2lo{i}")),
+                s[i].p2hi.eq(mul(p[i].m2hi, p[i].b2hi, f"mul_p2hi{i}")),
             ]
 
         # -- PSUM: the products of the two multipliers -------------------------------------------
@@ -485,7 +492,8 @@ class Epilogue(wiring.Component):
         p, s = lanes[k - 1], stage(k, a=signed(24), c=signed(17), v2=unsigned(31))
         for i in range(cols):
             v = p[i].a[:16].as_signed()
-            m.d.sync += [s[i].c.eq((p[i].a + 255) >> 8), s[i].v2.eq(v * v)]
+            m.d.sync += s[i].c.eq((p[i].a + 255) >> 8)
+            m.d.comb += s[i].v2.eq(mul(v, v, f"pre_v2{i}"))
             # block RAM straight into a register: no logic after its slow clk-to-q
             with m.If(c.op == EpOp.GELU):
                 m.d.sync += s[i].carry.coef.m.eq(phi[i])
@@ -605,8 +613,8 @@ class Epilogue(wiring.Component):
         # c0 is the cycle the row sums are final. Every product is cut into MULT18X18D tiles
         # whose sums take their own stages.
         n_len = prm.row_len[:_N_WIDTH]
-        ns2 = tiles(m, n_len, s2, name="ln_ns2")                       # c0 + 1
-        s1s1 = tiles(m, s1, s1, name="ln_s1s1")
+        ns2 = tiles(m, n_len, s2, name="ln_ns2", platform=platform)   # c0 + 1
+        s1s1 = tiles(m, s1, s1, name="ln_s1s1", platform=platform)
         big, lat_a = sum_shifted(m, ns2 + [(prm.eps, 0)], name="ln_a")  # N*S2 + eps_n2
         sq, lat_b = sum_shifted(m, s1s1, name="ln_b")                  # S1**2
         assert lat_a == lat_b == 2
@@ -634,9 +642,10 @@ class Epilogue(wiring.Component):
         m.d.comb += rsqrt_port.addr.eq(ln_f6_addr)                     # c0 + 7
         rsq = delay(m, rsqrt_port.data, 1, name="ln_rsq")              # c0 + 8
         ln_f8_s1 = delay(m, s1, 8, name="ln_s1")
-        nr, lat_nr = sum_shifted(m, tiles(m, n_len, rsq, name="ln_nr"),
+        nr, lat_nr = sum_shifted(m, tiles(m, n_len, rsq, name="ln_nr", platform=platform),
                                  name="ln_nr")                         # c0 + 9 (tiles)
-        sr, lat_sr = sum_shifted(m, tiles(m, ln_f8_s1, rsq, name="ln_sr"), name="ln_sr")
+        sr, lat_sr = sum_shifted(m, tiles(m, ln_f8_s1, rsq, name="ln_sr", platform=platform),
+                                 name="ln_sr")
         assert lat_sr == 2 and lat_nr <= lat_sr
         nr = delay(m, nr, lat_sr - lat_nr, name="ln_nr_wait")           # c0 + 11
         ln_slot_j = delay(m, ln_f6_j, 5, name="ln_j")
@@ -675,7 +684,8 @@ class Epilogue(wiring.Component):
                                    sb=signed(46), lsh=unsigned(6))
         for i in range(cols):
             e_or_v, mb = p[i].a[:17].as_signed(), p[i].mb
-            m.d.sync += [s[i].t0.eq(e_or_v * mb[:TILE]), s[i].t1.eq(e_or_v * mb[TILE:])]
+            m.d.comb += [s[i].t0.eq(mul(e_or_v, mb[:TILE], f"mul2_t0{i}")),
+                         s[i].t1.eq(mul(e_or_v, mb[TILE:], f"mul2_t1{i}"))]
         k += 1
         p, s = lanes[k - 1], stage(k, a=signed(24), d=signed(47), sb=signed(46), lsh=unsigned(6))
         for i in range(cols):
@@ -708,7 +718,8 @@ class Epilogue(wiring.Component):
         p, s = lanes[k - 1], stage(k, t0=signed(36), t1=signed(25))
         for i in range(cols):
             z, coef = p[i].a, p[i].carry.coef.m
-            m.d.sync += [s[i].t0.eq(z[:TILE] * coef), s[i].t1.eq(z[TILE:].as_signed() * coef)]
+            m.d.comb += [s[i].t0.eq(mul(z[:TILE], coef, f"mul3_t0{i}")),
+                         s[i].t1.eq(mul(z[TILE:].as_signed(), coef, f"mul3_t1{i}"))]
             with m.If(c.op == EpOp.SOFTMAX):                          # SOFTMAX done
                 m.d.sync += s[i].carry.out.eq(
                     Mux(c.lane_valid[i], pick(p[i].over, p[i].under, p[i].r, 0, 127), 0))

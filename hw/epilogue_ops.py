@@ -14,6 +14,8 @@ and the saturation after it compares the shifted value itself, in parallel with 
 
 from amaranth import Cat, Const, Mux, Signal
 
+from .dsp import product_register
+
 __all__ = [
     "TILE",
     "clamp",
@@ -94,18 +96,18 @@ def _slices(value):
     return out
 
 
-def tiles(m, a, b, *, name):
+def tiles(m, a, b, *, name, platform=None):
     """``a * b`` as registered partial products, each one MULT18X18D: a list of (product, shift).
 
     Operands wider than :data:`TILE` bits are cut into slices; sum the list with
-    :func:`sum_shifted`.
+    :func:`sum_shifted`. ``platform`` is the one ``elaborate`` got (see
+    :func:`bertaccel.hw.dsp.product_register`).
     """
     out = []
     for i, (pa, sa) in enumerate(_slices(a)):
         for j, (pb, sb) in enumerate(_slices(b)):
-            product = pa * pb
-            reg = Signal(product.shape(), name=f"{name}_t{i}{j}", reset_less=True)
-            m.d.sync += reg.eq(product)
+            reg = product_register(m, pa, pb, platform=platform, name=f"{name}_t{i}{j}",
+                                   reset_less=True)
             out.append((reg, sa + sb))
     return out
 

@@ -21,10 +21,12 @@ class ExecuteUnit(wiring.Component):
     over, so weight reads run back to back from one MATMUL to the next.
 
     *Stream* stage: one row ``spad_a[a_addr + m]`` a cycle enters the mesh; ``cfg.mesh_latency``
-    cycles later its ``cols`` sums are written to ``acc[acc_addr + m]``, added to the old row when
-    ``accumulate`` is set (read-modify-write through a read port that is transparent to the write
-    port). The execute->load token is pushed with the last operand read; the execute->store
-    token with the last accumulator write.
+    cycles later its ``cols`` sums leave it, are added to the old row of ``acc[acc_addr + m]``
+    when ``accumulate`` is set, and are written there a cycle later. The old row is read two
+    cycles before the sums arrive; the writes that read cannot see (the three rows before it)
+    are forwarded. The execute->load token is pushed with the last operand read; the
+    execute->store token with the last row's sums, a cycle before their write lands (the store
+    unit cannot read that row sooner). The timing choices are explained where they are made.
 
     MATMULs alternate between weight banks 0 and 1, so the preload of one overlaps the stream of
     the one before. A MATMUL is handed over in the cycle of its last weight read at the earliest,
@@ -83,7 +85,7 @@ class ExecuteUnit(wiring.Component):
         p_full = Signal()
         p_count = Signal(range(cfg.rows + 1))
         p_bank = Signal()
-        p_b_addr = Signal(FIELD_WIDTH)
+        p_b_addr = Signal(FIELD_WIDTH)     # the next weight row to read
         p_a_addr = Signal(FIELD_WIDTH)
         p_acc_addr = Signal(FIELD_WIDTH)
         p_m_len = Signal(FIELD_WIDTH)
@@ -105,8 +107,9 @@ class ExecuteUnit(wiring.Component):
         s_accumulate = Signal()
         s_push_load = Signal()
         s_push_store = Signal()
-        s_last = Signal()
-        m.d.comb += s_last.eq(s_active & (s_remaining == 1))
+        s_final = Signal()          # s_remaining == 1, kept in a register (a timing choice:
+        s_last = Signal()           # the 16-bit compare was on the handoff's critical path)
+        m.d.comb += s_last.eq(s_active & s_final)
 
         # Execute->store pushes that are still travelling down the delay line.
         store_inflight = Signal(TOKEN_WIDTH + 1)
@@ -117,12 +120,12 @@ class ExecuteUnit(wiring.Component):
         w_row = Signal(range(cfg.rows))
         reading = Signal()
         m.d.comb += reading.eq(p_full & (p_count != cfg.rows))
+        # Timing: the read addresses of both scratchpads come straight from registers, even
+        # when no read is enabled; they fan out to every block RAM of the scratchpad.
+        m.d.comb += [self.spad_b.addr.eq(p_b_addr), self.spad_a.addr.eq(s_a_addr)]
         with m.If(reading):
-            m.d.comb += [
-                self.spad_b.addr.eq(p_b_addr + p_count),
-                self.spad_b.en.eq(1),
-            ]
-            m.d.sync += p_count.eq(p_count + 1)
+            m.d.comb += self.spad_b.en.eq(1)
+            m.d.sync += [p_count.eq(p_count + 1), p_b_addr.eq(p_b_addr + 1)]
         # The row tag follows the read through the read port's one cycle of latency.
         m.d.sync += [w_en.eq(reading), w_bank.eq(p_bank), w_row.eq(p_count)]
         m.d.comb += [
@@ -135,8 +138,16 @@ class ExecuteUnit(wiring.Component):
         # -- hand the preloaded instruction to the stream stage ------------------------------
         load_pushing = Signal()
         m.d.comb += load_pushing.eq(s_last & s_push_load)
-        room_load = ~p_push_load | ((self.to_load.count + load_pushing) < TOKEN_MAX)
-        room_store = ~p_push_store | ((self.to_store.count + store_inflight) < TOKEN_MAX)
+        # Timing: the room checks avoid adders. `count + load_pushing < TOKEN_MAX` is written
+        # as two compares with constants; the execute->store check uses a registered sum, one
+        # cycle old. That is safe: the sum only grows by this unit's handoffs, and a handoff
+        # never follows another in the next cycle (a preload reads `rows` >= 2 weight rows);
+        # it is at most one cycle late to see room that a pop made.
+        room_load = ~p_push_load | Mux(load_pushing, self.to_load.count < TOKEN_MAX - 1,
+                                       self.to_load.count != TOKEN_MAX)
+        store_room = Signal()
+        m.d.sync += store_room.eq((self.to_store.count + store_inflight) < TOKEN_MAX)
+        room_store = ~p_push_store | store_room
         handoff = Signal()
         m.d.comb += handoff.eq(p_done & (~s_active | s_last) & room_load & room_store)
 
@@ -148,7 +159,6 @@ class ExecuteUnit(wiring.Component):
         bank_d = Signal()
         with m.If(s_active):
             m.d.comb += [
-                self.spad_a.addr.eq(s_a_addr),
                 self.spad_a.en.eq(~s_zero),
                 meta_in.valid.eq(~s_zero),
                 meta_in.addr.eq(s_acc_addr),
@@ -160,6 +170,7 @@ class ExecuteUnit(wiring.Component):
                 s_a_addr.eq(s_a_addr + 1),
                 s_acc_addr.eq(s_acc_addr + 1),
                 s_remaining.eq(s_remaining - 1),
+                s_final.eq(s_remaining == 2),
             ]
             with m.If(s_last):
                 m.d.sync += s_active.eq(0)
@@ -175,6 +186,7 @@ class ExecuteUnit(wiring.Component):
                 s_a_addr.eq(p_a_addr),
                 s_acc_addr.eq(p_acc_addr),
                 s_remaining.eq(Mux(p_m_len == 0, 1, p_m_len)),
+                s_final.eq(p_m_len <= 1),
                 s_accumulate.eq(p_accumulate),
                 s_push_load.eq(p_push_load),
                 s_push_store.eq(p_push_store),
@@ -208,31 +220,75 @@ class ExecuteUnit(wiring.Component):
                 p_push_store.eq(instr.deps.push_next),
             ]
 
-        # -- accumulate: read the old row one cycle before the sums arrive -------------------
+        # -- accumulate: read the old row early, add, write a cycle later ---------------------
+        # meta[k] describes the row whose operand was read k cycles ago. Its operand enters the
+        # mesh at k == 1 and its sums leave at k == latency + 1, where they are added to the old
+        # row into `acc_sum`, which is written at k == latency + 2.
+        # Timing choices (nextpnr's ECP5 model puts a block RAM's clock-to-output at 5.8 ns,
+        # and the accumulator's RAMs spread across the chip):
+        # * The old row is read at k == latency - 1 and lands in the register `acc_old`, with
+        #   nothing between the RAM and it; it holds the row inverted, because yosys would merge
+        #   a plain copy into the RAM as its output register, leaving the RAM's output to feed
+        #   the adder in the same cycle. The read port is always enabled (no hold logic).
+        # * The sum is registered before it is written, so the write data crosses the chip on a
+        #   path of its own. The execute->store push keeps its time (with the sums, at
+        #   k == latency + 1): the store unit reads a row two cycles after a push at the
+        #   earliest (the token counts from the next cycle, and a STORE reads from the cycle
+        #   after its accept), by when the write has landed.
+        # That read misses the writes of the three rows ahead of this one (on the FPGA the
+        # accumulator's `no_rw_check` leaves a same-cycle collision undefined); they are
+        # forwarded instead, the nearest first.
         latency = cfg.mesh_latency
         meta = [meta_in]
-        for stage in range(latency + 1):
+        for stage in range(latency + 2):
             delayed = Signal(Meta, name=f"meta_d{stage + 1}")
             m.d.sync += delayed.eq(meta[-1])
             meta.append(delayed)
-        # meta[k] describes the row whose operand was read k cycles ago; its operand entered
-        # the mesh one cycle after the read, so its sums leave the mesh at k == latency + 1.
-        rd_meta, wr_meta = meta[latency], meta[latency + 1]
+        rd_meta = meta[latency - 1]
+        add_meta, wr_meta = meta[latency + 1], meta[latency + 2]
+        acc_old = Signal.like(self.acc_rd.data)         # inverted, see above
+        acc_sum = Signal.like(self.acc_wr.data)
         m.d.comb += [
             self.acc_rd.addr.eq(rd_meta.addr),
-            self.acc_rd.en.eq(rd_meta.valid & rd_meta.accumulate),
+            self.acc_rd.en.eq(1),
             self.acc_wr.addr.eq(wr_meta.addr),
             self.acc_wr.en.eq(wr_meta.valid),
-            self.to_store.push.eq(wr_meta.push),
+            self.acc_wr.data.eq(acc_sum),
+            self.to_store.push.eq(add_meta.push),
+        ]
+
+        def writes(ahead, k):
+            """Registered: the row `ahead` rows ahead of the row at stage k writes its row.
+            Compared a cycle early, on the stages before, so the result is a flip-flop (it
+            selects a multiplexer for every bit of a row)."""
+            hit = Signal(name=f"hit{ahead}_k{k}")
+            m.d.sync += hit.eq(meta[k + ahead - 1].valid
+                               & (meta[k + ahead - 1].addr == meta[k - 1].addr))
+            return hit
+
+        far_hit = Signal()          # the row three ahead wrote this row (k == latency - 1)
+        far_row = Signal.like(acc_sum)
+        fwd_hit = Signal()          # the row two or three ahead did (k == latency)
+        fwd_row = Signal.like(acc_sum)
+        near_hit = Signal()         # the row one ahead did: its sum is in `acc_sum`
+        mid_hit = writes(2, latency)
+        m.d.sync += [
+            acc_old.eq(~self.acc_rd.data.as_value()),
+            far_hit.eq(writes(3, latency - 1)),
+            far_row.eq(acc_sum),
+            fwd_hit.eq(mid_hit | far_hit),
+            fwd_row.eq(Mux(mid_hit, acc_sum, far_row)),
+            near_hit.eq(writes(1, latency)),
         ]
         for c in range(cfg.cols):
-            with m.If(wr_meta.accumulate):
-                m.d.comb += self.acc_wr.data[c].eq(mesh.o_c[c] + self.acc_rd.data[c])
-            with m.Else():
-                m.d.comb += self.acc_wr.data[c].eq(mesh.o_c[c])
+            old = Mux(near_hit, acc_sum[c], Mux(fwd_hit, fwd_row[c], ~acc_old[c]))
+            m.d.sync += acc_sum[c].eq(mesh.o_c[c] + Mux(add_meta.accumulate, old, 0))
 
-        m.d.sync += store_inflight.eq(store_inflight + (handoff & p_push_store) - wr_meta.push)
+        m.d.sync += store_inflight.eq(store_inflight + (handoff & p_push_store) - add_meta.push)
 
-        in_flight = Cat(stage.valid | stage.push for stage in meta[1:]).any()
+        # The write stage does not count as busy: its write lands at the end of the cycle, before
+        # anything that waits for the unit to go idle can look (and the unit goes idle when its
+        # sums are added, as before the write was registered).
+        in_flight = Cat(stage.valid | stage.push for stage in meta[1:-1]).any()
         m.d.comb += self.o_busy.eq(p_full | s_active | in_flight)
         return m

@@ -1,4 +1,18 @@
-"""Scratchpad and accumulator memories."""
+"""Scratchpad and accumulator memories.
+
+On an FPGA these are block RAMs, and two choices keep the RAM's output free of logic (a timing
+choice: nextpnr puts an ECP5 DP16KD's clock-to-output at 5.8 ns, so at 150 MHz its data must go
+straight into a register):
+
+* The scratchpads and the accumulator carry yosys's ``no_rw_check`` attribute: what a read
+  returns in the cycle its row is written is left undefined on the FPGA (a simulator still
+  gives the Verilog answer). Without it yosys emulates the defined answer with a multiplexer
+  after the RAM. No unit may depend on it: the token channels keep a unit off the rows
+  another is writing (a legal program never reads a row in the cycle it is loaded or
+  stored), and the execute unit forwards its own accumulator writes.
+* A scratchpad deeper than 2048 rows is built of column slices that each fit one block RAM
+  (see :func:`_block_ram_slice`).
+"""
 
 from amaranth import Module, signed
 from amaranth.lib import data, memory, wiring
@@ -8,10 +22,15 @@ from amaranth.lib.wiring import Out
 
 __all__ = ["Scratchpad", "Accumulator", "ParamMemory"]
 
+#: yosys: a read of the row written in the same cycle may return anything (module docstring).
+_RAM_ATTRS = {"no_rw_check": 1}
+
 
 class Scratchpad(wiring.Component):
     """An operand scratchpad: ``depth`` rows of ``lanes`` x signed(``width``), one write port and
-    one synchronous read port (data one cycle after the address). It starts all zero.
+    one synchronous read port (data one cycle after the address). It starts all zero. A read
+    of the row being written in the same cycle returns the old row in simulation and an
+    undefined row on an FPGA (see the module docstring).
 
     Parameters
     ----------
@@ -46,23 +65,53 @@ class Scratchpad(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.mem = mem = memory.Memory(shape=self._shape, depth=self._depth, init=[])
-        wr = mem.write_port()
-        rd = mem.read_port()
-        wiring.connect(m, wiring.flipped(self.wr), wr)
-        wiring.connect(m, wiring.flipped(self.rd), rd)
-        if self._aux_read:
-            wiring.connect(m, wiring.flipped(self.rd_aux), mem.read_port())
+        slice_bits = _block_ram_slice(self._depth)
+        if slice_bits is None or slice_bits >= self._shape.size:
+            m.submodules.mem = mem = memory.Memory(shape=self._shape, depth=self._depth, init=[],
+                                                   attrs=_RAM_ATTRS)
+            wiring.connect(m, wiring.flipped(self.wr), mem.write_port())
+            wiring.connect(m, wiring.flipped(self.rd), mem.read_port())
+            if self._aux_read:
+                wiring.connect(m, wiring.flipped(self.rd_aux), mem.read_port())
+            return m
+
+        # Timing: deeper than 2048 rows, yosys may build the memory from 2048 x 9 block RAMs
+        # stacked two deep, with a LUT multiplexer after them. The block RAM's clock-to-output
+        # (5.8 ns in nextpnr's ECP5 model) leaves no time for it at 150 MHz. Column slices as
+        # wide as one 16 Kbit block RAM is at this depth (4 bits at 4096 rows) map to one RAM
+        # each, with nothing after it.
+        read_ports = [self.rd, self.rd_aux] if self._aux_read else [self.rd]
+        for index, low in enumerate(range(0, self._shape.size, slice_bits)):
+            high = min(low + slice_bits, self._shape.size)
+            mem = memory.Memory(shape=high - low, depth=self._depth, init=[], attrs=_RAM_ATTRS)
+            m.submodules[f"mem_{index}"] = mem
+            wr = mem.write_port()
+            m.d.comb += [wr.addr.eq(self.wr.addr), wr.en.eq(self.wr.en),
+                         wr.data.eq(self.wr.data.as_value()[low:high])]
+            for port in read_ports:
+                rd = mem.read_port()
+                m.d.comb += [rd.addr.eq(port.addr), rd.en.eq(port.en),
+                             port.data.as_value()[low:high].eq(rd.data)]
         return m
+
+
+def _block_ram_slice(depth):
+    """Bits a 16 Kbit block RAM (ECP5 DP16KD, and most FPGAs' 18 Kbit RAMs) holds per row at
+    ``depth`` rows with no multiplexer, when that is narrower than its 9 bits at 2048 rows;
+    else None."""
+    if 2048 < depth <= 16384:
+        return 16384 // depth
+    return None
 
 
 class Accumulator(wiring.Component):
     """The accumulator: ``cfg.acc_depth`` rows of ``cfg.cols`` x signed(``cfg.acc_width``).
 
     The execute unit owns ``wr`` and ``rmw_rd`` (for read-modify-write accumulation); the store
-    unit owns ``st_rd``. ``rmw_rd`` is transparent to ``wr``: a read issued in the cycle that
-    writes the same row returns the new row, so back-to-back accumulations into one row need
-    no stall. It starts all zero.
+    unit owns ``st_rd``. ``rmw_rd`` is transparent to ``wr`` in simulation: a read issued in the
+    cycle that writes the same row returns the new row. On an FPGA that read returns an
+    undefined row, as does ``st_rd`` (see the module docstring); the execute unit forwards its
+    own writes. It starts all zero.
 
     Members
     -------
@@ -83,7 +132,8 @@ class Accumulator(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.mem = mem = memory.Memory(shape=self._shape, depth=self._depth, init=[])
+        m.submodules.mem = mem = memory.Memory(shape=self._shape, depth=self._depth, init=[],
+                                               attrs=_RAM_ATTRS)
         wr = mem.write_port()
         rmw_rd = mem.read_port(transparent_for=(wr,))
         st_rd = mem.read_port()

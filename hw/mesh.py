@@ -32,6 +32,17 @@ class SystolicMesh(wiring.Component):
     presented in cycle *t* or before the old ones. A bank can therefore be rewritten right
     behind its last operand row, while the other bank serves operands.
 
+    Inside, the PEs are built for FPGA timing (see :class:`ProcessingElement`): the bank
+    travels one cycle ahead of its operand, so each PE registers the weight it will multiply
+    by, and the top row, which has no partial sum to add, drops its sum register and spends
+    that cycle on an input register. The top row's weights and write strobes get the same
+    input register (and the second row takes the top row's weights from it, not from the top
+    PEs' pipeline registers), so the timing above holds in every row with the top row one
+    cycle later throughout. Every operand and weight thus goes from the scratchpads' block RAM
+    into a flip-flop first (nextpnr puts the ECP5 block RAM's clock-to-output at 5.8 ns, which
+    leaves no time for anything but routing), every multiplier sees flip-flops only, and the
+    latency stays ``cfg.mesh_latency``.
+
     Parameters
     ----------
     cfg : AccelConfig
@@ -70,26 +81,33 @@ class SystolicMesh(wiring.Component):
         cfg = self._cfg
         m = Module()
 
-        pes = [[ProcessingElement(in_width=cfg.in_width, acc_width=cfg.acc_width)
-                for _ in range(cfg.cols)] for _ in range(cfg.rows)]
+        pes = [[ProcessingElement(in_width=cfg.in_width, acc_width=cfg.acc_width,
+                                  bank_lookahead=True, top=r == 0)
+                for _ in range(cfg.cols)] for r in range(cfg.rows)]
         for r, row in enumerate(pes):
             for c, pe in enumerate(row):
                 m.submodules[f"pe_{r}_{c}"] = pe
 
+        # Row r of the mesh works `skew[r]` cycles behind the inputs: r, except the top row,
+        # which is one cycle late (its input register, paid for by its PEs having no sum
+        # register, so row 1 is still one cycle behind it).
+        skew = [max(r, 1) for r in range(cfg.rows)]
         for c in range(cfg.cols):
-            # Weight skew: column c of a weight row enters the top c cycles after column 0.
-            m.d.comb += pes[0][c].i_w.eq(self._delay(m, self.i_w[c], c, f"skew_w{c}"))
-            for r in range(1, cfg.rows):
-                m.d.comb += pes[r][c].i_w.eq(pes[r - 1][c].o_w)
+            # Weight skew: column c of a weight row enters c cycles after column 0, and after
+            # the top row's input register. Rows 0 and 1 take it from there; each row below
+            # from the pipeline register of the PE above.
+            top = self._delay(m, self.i_w[c], c + 1, f"skew_w{c}")
+            for r in range(cfg.rows):
+                m.d.comb += pes[r][c].i_w.eq(top if r <= 1 else pes[r - 1][c].o_w)
 
         for r in range(cfg.rows):
-            # Skew: row r meets the wavefront r cycles after row 0. Weights reach PE row r r
-            # cycles after PE row 0 too, so the write strobe of row r is skewed the same way
-            # and meets its weight row in every column.
-            a = self._delay(m, self.i_a[r], r, f"skew_a{r}")
-            bank = self._delay(m, self.i_bank, r, f"skew_bank{r}")
-            w_en = self._delay(m, self.i_w_en & (self.i_w_row == r), r, f"skew_w_en{r}")
-            w_bank = self._delay(m, self.i_w_bank, r, f"skew_w_bank{r}")
+            # Skew: row r meets the wavefront skew[r] cycles after the inputs; so do the
+            # weights, so the write strobe of row r is skewed the same way and meets its weight
+            # row in every column. The bank is delayed one cycle less (the PEs look ahead).
+            a = self._delay(m, self.i_a[r], skew[r], f"skew_a{r}")
+            bank = self._delay(m, self.i_bank, skew[r] - 1, f"skew_bank{r}")
+            w_en = self._delay(m, self.i_w_en & (self.i_w_row == r), skew[r], f"skew_w_en{r}")
+            w_bank = self._delay(m, self.i_w_bank, skew[r], f"skew_w_bank{r}")
             for c in range(cfg.cols):
                 pe = pes[r][c]
                 m.d.comb += [
@@ -97,8 +115,9 @@ class SystolicMesh(wiring.Component):
                     pe.i_bank.eq(bank),
                     pe.i_w_en.eq(w_en),
                     pe.i_w_bank.eq(w_bank),
-                    pe.i_psum.eq(0 if r == 0 else pes[r - 1][c].o_psum),
                 ]
+                if r > 0:
+                    m.d.comb += pe.i_psum.eq(pes[r - 1][c].o_psum)
                 a, bank, w_en, w_bank = pe.o_a, pe.o_bank, pe.o_w_en, pe.o_w_bank
 
         for c in range(cfg.cols):

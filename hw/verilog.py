@@ -43,7 +43,7 @@ def compact_zero_init(text):
 
 
 
-def convert(component, *, name, ports=None, compact_init=True):
+def convert(component, *, name, ports=None, compact_init=True, platform=None):
     """Verilog text of ``component`` as module ``name``.
 
     The output carries no source locations (``emit_src=False``), so it is identical from run to
@@ -57,6 +57,10 @@ def convert(component, *, name, ports=None, compact_init=True):
     ports : list of Signal, optional
         Top-level ports, for a design that is not a component.
     compact_init : bool
+    platform : optional
+        Given to every ``elaborate``: :data:`bertaccel.hw.dsp.ECP5` writes the Verilog of an
+        ECP5 build, with its DSP primitives (see :mod:`bertaccel.hw.dsp`); None (the default)
+        the portable Verilog that the simulators run.
     """
-    text = verilog.convert(component, name=name, ports=ports, emit_src=False)
+    text = verilog.convert(component, name=name, ports=ports, emit_src=False, platform=platform)
     return compact_zero_init(text) if compact_init else text

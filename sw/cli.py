@@ -268,7 +268,8 @@ def _print_synth(report, file=sys.stdout):
         print(f"{key:<13}{value}", file=file)
 
     totals = report["totals"]
-    line("config", f"{report['config']} ({report['tag']})")
+    line("config", f"{report['config']} ({report['tag']})"
+                   + ("" if report["design"] == "core" else f", {report['design']} only"))
     line("target", f"{report['target']} ({report['part']}), seed {report['seed']}")
     for key, name in (("lut4", "LUT4"), ("ff", "FF"), ("mult18x18d", "MULT18X18D"),
                       ("dp16kd", "DP16KD")):
@@ -303,7 +304,8 @@ def _cmd_synth(args):
     progress = (lambda text: print(f"bertaccel: {text}", file=sys.stderr)) if not args.json \
         else None
     try:
-        report = synthesize(cfg, args.target, seed=args.seed, freq_mhz=args.freq,
+        report = synthesize(cfg, args.target, design=args.design, seed=args.seed,
+                            freq_mhz=args.freq,
                             build_root=args.build_root, force=args.force, log=progress)
     except DoesNotFit as error:
         raise _UsageError(str(error)) from None
@@ -446,6 +448,9 @@ def _parser():
     synth.add_argument("--config", default="8x8", help="a preset or a .json (8x8)")
     synth.add_argument("--target", default="ecp5-85k",
                        help="the FPGA part: ecp5-25k, ecp5-45k, ecp5-85k (ecp5-85k)")
+    synth.add_argument("--design", choices=("core", "mesh", "datapath"), default="core",
+                       help="what to place: the core (default); the PE array alone; the "
+                            "execute unit with the scratchpads and the accumulator")
     synth.add_argument("--seed", type=int, default=1, help="nextpnr placement seed (1)")
     synth.add_argument("--freq", type=float, default=150.0,
                        help="clock constraint in MHz that nextpnr works towards (150)")

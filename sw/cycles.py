@@ -136,9 +136,9 @@ QUEUE_LATENCY = 2
 TOKEN_DELAY = 1
 #: ``done`` rises the cycle after the last busy cycle, and ``cycles`` counts that edge too.
 DONE_CYCLES = 2
-#: A store-unit read issued in cycle t is in the beat FIFO from cycle t + 2 (memory read, then
-#: the FIFO write).
-STORE_READ_TO_FIFO = 2
+#: A store-unit read issued in cycle t is at the beat FIFO's output from cycle t + 4 (memory
+#: read, the register after the memories, then SyncFIFOBuffered's two cycles).
+STORE_READ_TO_FIFO = 4
 #: A MATMUL's weight preload: ``rows`` reads in the cycles after the accept, hand-over in the
 #: cycle of the last (the first operand read comes after it), and the next accept in that cycle.
 PRELOAD_EXTRA = 0

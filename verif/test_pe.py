@@ -2,9 +2,11 @@
 
 Every input is random every cycle (operand, bank, partial sum, weight writes into either bank),
 so the test covers the bank switch, a write in the same cycle as an operand on the same bank (the
-operand multiplies the old weight), the weight and strobe pipeline registers, the registered
-multiplier and the 32-bit wrap of the sum.
-This module is the pytest file and, inside the simulator, the cocotb test module.
+operand multiplies the old weight, the next one the new), the weight and strobe pipeline
+registers, the registered multiplier and the 32-bit wrap of the sum. It runs for each build of
+the PE: the plain one, and the two the mesh uses (``bank_lookahead``: the weight of the bank
+named one cycle earlier is registered, a weight written in that cycle included; ``top``: no
+partial sum in, the product out). This module is the pytest file and, inside the simulator, the cocotb test module.
 """
 
 import json
@@ -32,16 +34,26 @@ def _wrap(value, width):
 class PeModel:
     """The PE's registers, advanced one clock edge at a time."""
 
-    def __init__(self, acc_width):
+    def __init__(self, acc_width, *, bank_lookahead=False, top=False):
         self.acc_width = acc_width
+        self.bank_lookahead = bank_lookahead
+        self.top = top
         self.w = [0, 0]
+        self.weight = 0             # with bank_lookahead: the weight registered last cycle
         self.product = 0
-        self.o_a = self.o_bank = self.o_psum = 0
+        self.o_a = self.o_bank = self.psum = 0
         self.o_w = self.o_w_en = self.o_w_bank = 0
 
+    @property
+    def o_psum(self):
+        return self.product if self.top else self.psum
+
     def clock(self, i_a, i_bank, i_psum, i_w, i_w_en, i_w_bank):
-        self.o_psum = _wrap(i_psum + self.product, self.acc_width)
-        self.product = i_a * self.w[i_bank]
+        # Every register takes its new value from the old state at the same edge.
+        if not self.top:
+            self.psum = _wrap(i_psum + self.product, self.acc_width)
+        self.product = i_a * (self.weight if self.bank_lookahead else self.w[i_bank])
+        self.weight = i_w if i_w_en and i_w_bank == i_bank else self.w[i_bank]
         self.o_a, self.o_bank = i_a, i_bank
         self.o_w, self.o_w_en, self.o_w_bank = i_w, i_w_en, i_w_bank
         if i_w_en:
@@ -52,6 +64,7 @@ class PeModel:
 async def pe_random(dut):
     params = json.loads(os.environ["BERTACCEL_PE"])
     in_width, acc_width = params["in_width"], params["acc_width"]
+    options = {"bank_lookahead": params["bank_lookahead"], "top": params["top"]}
     seed = int(os.environ.get("BERTACCEL_SEED", "1"))
     log = dut._log.getChild("tb.pe")
     log.info("seed %d", seed)
@@ -59,13 +72,14 @@ async def pe_random(dut):
     lo, hi = -(1 << (in_width - 1)), (1 << (in_width - 1)) - 1
     Clock(dut.clk, 10, unit="ns").start()
     dut.rst.value = 1
-    for name in ("i_a", "i_bank", "i_psum", "i_w", "i_w_en", "i_w_bank"):
+    names = ["i_a", "i_bank", "i_w", "i_w_en", "i_w_bank"] + ([] if options["top"] else ["i_psum"])
+    for name in names:
         getattr(dut, name).value = 0
     await FallingEdge(dut.clk)
     await FallingEdge(dut.clk)
     dut.rst.value = 0
 
-    model = PeModel(acc_width)
+    model = PeModel(acc_width, **options)
     extremes = [lo, hi, 0, -1]
     for cycle in range(2000):
         inputs = {
@@ -78,8 +92,10 @@ async def pe_random(dut):
             "i_w_en": int(rng.random() < 0.3),
             "i_w_bank": rng.randrange(2),
         }
-        for name, value in inputs.items():
-            getattr(dut, name).value = value
+        if options["top"]:
+            inputs["i_psum"] = 0            # no such port: the top row has no sum above it
+        for name in names:
+            getattr(dut, name).value = inputs[name]
         await ReadOnly()
         got = {
             "o_a": dut.o_a.value.to_signed(), "o_bank": int(dut.o_bank.value),
@@ -93,12 +109,16 @@ async def pe_random(dut):
         await FallingEdge(dut.clk)
 
 
+@pytest.mark.parametrize("bank_lookahead,top", [(False, False), (True, False), (True, True)],
+                         ids=["plain", "lookahead", "top"])
 @pytest.mark.parametrize("in_width,acc_width", [(8, 32)])
-def test_pe(in_width, acc_width, tmp_path):
-    sim = build(lambda: ProcessingElement(in_width=in_width, acc_width=acc_width),
-                name="pe", build_dir=f"build/sim/pe-i{in_width}a{acc_width}")
+def test_pe(in_width, acc_width, bank_lookahead, top, tmp_path):
+    options = {"bank_lookahead": bank_lookahead, "top": top}
+    variant = "".join(name[0] for name, on in options.items() if on) or "plain"
+    sim = build(lambda: ProcessingElement(in_width=in_width, acc_width=acc_width, **options),
+                name="pe", build_dir=f"build/sim/pe-i{in_width}a{acc_width}-{variant}")
     run_cocotb(sim, MODULE, "pe_random", timeout=300,
                extra_env={"BERTACCEL_PE": json.dumps({"in_width": in_width,
-                                                      "acc_width": acc_width}),
+                                                      "acc_width": acc_width, **options}),
                           "BERTACCEL_SEED": "7"},
                log_file=tmp_path / "sim.log")

@@ -1,0 +1,92 @@
+"""Registered multipliers, mapped onto an FPGA's DSP block where the target is known.
+
+Every multiplier of the design (the PEs' MACs and the epilogue's tiles) is a product register
+fed by a multiply of register outputs: ``product <= a * b``. Synthesis tools map the multiply to
+a DSP block but, for ECP5, yosys leaves the register in the fabric, so the path runs from a
+flip-flop through routing into the DSP, through its combinational multiplier (3.9 ns in
+nextpnr's model of speed grade 6) and through routing again into a flip-flop: about 116 MHz.
+The MULT18X18D has an output register of its own; using it ends the path at the DSP.
+
+:func:`product_register` builds the register either way. With ``platform`` an ECP5 (its
+``family`` is ``"ecp5"``: amaranth's Lattice platforms, and :data:`ECP5` for the synthesis
+flow's plain Verilog) it instantiates a MULT18X18D with ``REG_OUTPUT_CLK = "CLK0"``; otherwise
+(simulation, lint, any other target) it is the portable ``m.d.sync += product.eq(a * b)``. Both
+give the product of the operands of cycle *t* in cycle *t* + 1, with the same reset, so the
+cycle timing is the same; the simulation tests run the portable form.
+"""
+
+from amaranth import ClockSignal, Instance, ResetSignal, Signal
+
+__all__ = ["ECP5", "uses_ecp5_dsp", "product_register"]
+
+#: MULT18X18D operand width (signed).
+_WIDTH = 18
+
+
+class _ECP5Target:
+    """Stands in for an Amaranth platform when Verilog is written for an ECP5 flow without one
+    (``bertaccel synth``): generators that look at ``platform.family`` see ``"ecp5"``."""
+
+    family = "ecp5"
+
+    def __repr__(self):
+        return "ECP5"
+
+
+#: Pass as ``platform`` to :func:`bertaccel.hw.verilog.convert` for ECP5 synthesis.
+ECP5 = _ECP5Target()
+
+
+def uses_ecp5_dsp(platform):
+    """Whether generators instantiate ECP5 DSP primitives for ``platform``."""
+    return getattr(platform, "family", None) == "ecp5"
+
+
+def product_register(m, a, b, *, platform, name, reset_less=False):
+    """A register that holds ``a * b`` of the cycle before: ``product <= a * b``.
+
+    Parameters
+    ----------
+    m : Module
+    a, b : Value
+        At most 18 bits each, signed or unsigned, for the ECP5 primitive; wider operands
+        always take the portable form.
+    platform
+        The ``platform`` given to ``elaborate``.
+    name : str
+    reset_less : bool
+        As for :class:`~amaranth.hdl.Signal`; otherwise the product clears with the ``sync``
+        domain's reset (the DSP's synchronous RST0).
+
+    Returns
+    -------
+    Signal
+        Of the shape of ``a * b``.
+    """
+    shape = (a * b).shape()
+    product = Signal(shape, name=name, reset_less=reset_less)
+    if not (uses_ecp5_dsp(platform) and len(a) <= _WIDTH and len(b) <= _WIDTH):
+        m.d.sync += product.eq(a * b)
+        return product
+
+    # Both operands are sign-extended to 18 bits (an unsigned one gains a zero sign bit) and
+    # multiplied as signed numbers; the low bits of the 36-bit product are the result.
+    a18 = Signal(_WIDTH, name=f"{name}_a")
+    b18 = Signal(_WIDTH, name=f"{name}_b")
+    p36 = Signal(2 * _WIDTH, name=f"{name}_p")
+    m.d.comb += [a18.eq(a), b18.eq(b)]      # extended by the operands' own signedness
+    ports = []
+    for i in range(_WIDTH):
+        ports += [("i", f"A{i}", a18[i]), ("i", f"B{i}", b18[i]), ("i", f"C{i}", 0)]
+    for i in range(2 * _WIDTH):
+        ports.append(("o", f"P{i}", p36[i]))
+    for k in range(4):
+        ports += [("i", f"CE{k}", 1), ("i", f"CLK{k}", ClockSignal("sync") if k == 0 else 0),
+                  ("i", f"RST{k}", 0 if (k or reset_less) else ResetSignal("sync"))]
+    ports += [("i", "SIGNEDA", 1), ("i", "SIGNEDB", 1), ("i", "SOURCEA", 0), ("i", "SOURCEB", 0)]
+    m.submodules[f"{name}_dsp"] = Instance(
+        "MULT18X18D", *ports,
+        p_REG_OUTPUT_CLK="CLK0", p_REG_OUTPUT_CE="CE0", p_REG_OUTPUT_RST="RST0",
+        p_RESETMODE="SYNC")
+    m.d.comb += product.eq(p36[:len(product)])
+    return product

@@ -1,0 +1,64 @@
+"""FPGA mapping facts that the resource table in docs/fpga.md rests on, checked with yosys alone.
+
+``synth_ecp5`` runs up to LUT mapping (no abc, no place and route: about half a minute for the
+2x2 preset), which is where memories become block RAM, LUT RAM or flip-flops and multipliers
+become MULT18X18D. The checks:
+
+* the scratchpads, the accumulator and the parameter memory are block RAM (DP16KD, or PDPW16KD,
+  a DP16KD with one 36-bit write port), never LUT RAM; only the small queues are LUT RAM;
+* every int8 MAC of the PE array is one MULT18X18D: the array alone maps to exactly
+  ``rows * cols`` of them, and the whole core to that plus the epilogue's;
+* the counts match :func:`bertaccel.hw.synth.estimate`, the fit check made before synthesis.
+
+The full flow (``bertaccel synth``, ``make fpga``) takes minutes a preset; it is a bench.
+"""
+
+import pytest
+
+from bertaccel.hw import synth
+from bertaccel.hw.config import PRESETS
+
+__all__ = []
+
+CFG = PRESETS["2x2"]
+
+#: The memories of the core that must be block RAM, by the prefix of their yosys names (a
+#: scratchpad deeper than 2048 rows is split into slices ``mem_0``, ``mem_1``, ...).
+BIG_MEMORIES = ("core.spad_a.mem", "core.spad_b.mem", "core.acc.mem", "core.pmem.mem")
+
+
+@pytest.fixture(scope="module")
+def core(tmp_path_factory):
+    return synth.map_blocks(CFG, "core", build_dir=tmp_path_factory.mktemp("core"))
+
+
+@pytest.mark.timeout(300)
+def test_big_memories_are_block_ram(core):
+    memories = core["memories"]
+    for prefix in BIG_MEMORIES:
+        mapped = {name: cell for name, cell in memories.items() if name.startswith(prefix)}
+        assert mapped, f"{prefix} is not among yosys's mapped memories: {sorted(memories)}"
+        for name, cell in mapped.items():
+            assert cell in synth.BLOCK_RAM_CELLS, f"{name} mapped to {cell}, not block RAM"
+    lut_ram = sorted(name for name, cell in memories.items() if cell in synth.LUT_RAM_CELLS)
+    assert all("queue" in name or "fifo" in name for name in lut_ram), \
+        f"only the small queues and FIFOs may be LUT RAM: {lut_ram}"
+
+
+@pytest.mark.timeout(300)
+def test_block_ram_count_matches_estimate(core):
+    # The estimate counts the two scratchpads and the accumulator; the rest is the parameter
+    # memory and the epilogue's tables.
+    assert core["dp16kd"] >= synth.estimate(CFG)["dp16kd"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("dsp_primitives", [False, True], ids=["inferred", "instantiated"])
+def test_one_dsp_per_mac(core, dsp_primitives, tmp_path):
+    # Inferred: yosys maps each PE's int8 multiply to one MULT18X18D by itself. Instantiated:
+    # the flow's Verilog (hw/dsp.py) has one MULT18X18D per PE and nothing else multiplies.
+    mesh = synth.map_blocks(CFG, "mesh", build_dir=tmp_path, dsp_primitives=dsp_primitives)
+    assert mesh["mult18x18d"] == CFG.rows * CFG.cols
+    assert mesh["dp16kd"] == 0
+    assert core["mult18x18d"] > CFG.rows * CFG.cols        # the epilogue has its own
+    assert core["mult18x18d"] <= synth.target("ecp5-85k").totals["mult18x18d"]
