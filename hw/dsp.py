@@ -56,7 +56,8 @@ def product_register(m, a, b, *, platform, name, reset_less=False):
     name : str
     reset_less : bool
         As for :class:`~amaranth.hdl.Signal`; otherwise the product clears with the ``sync``
-        domain's reset (the DSP's synchronous RST0).
+        domain's reset, if it has one (the DSP's synchronous RST0; a board platform's default
+        domain has none).
 
     Returns
     -------
@@ -82,7 +83,8 @@ def product_register(m, a, b, *, platform, name, reset_less=False):
         ports.append(("o", f"P{i}", p36[i]))
     for k in range(4):
         ports += [("i", f"CE{k}", 1), ("i", f"CLK{k}", ClockSignal("sync") if k == 0 else 0),
-                  ("i", f"RST{k}", 0 if (k or reset_less) else ResetSignal("sync"))]
+                  ("i", f"RST{k}", 0 if (k or reset_less)
+                                         else ResetSignal("sync", allow_reset_less=True))]
     ports += [("i", "SIGNEDA", 1), ("i", "SIGNEDB", 1), ("i", "SOURCEA", 0), ("i", "SOURCEB", 0)]
     m.submodules[f"{name}_dsp"] = Instance(
         "MULT18X18D", *ports,

