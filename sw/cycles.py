@@ -50,8 +50,8 @@ Cycle 0 is the first cycle after the clock edge that samples ``start``.
   (the scratchpad read, then the mesh).
 * STORE and SET (hw/store.py, hw/epilogue.py): a STORE is accepted when the unit is idle or on
   the last read of the STORE before it (an empty STORE: idle), and reads one beat a cycle from
-  the next cycle on; a read enters the ``StoreUnit.FIFO_DEPTH``-deep beat FIFO two cycles later
-  and is only issued while the FIFO has room for it. The epilogue takes one beat a cycle from
+  the next cycle on; a read is at the ``StoreUnit.FIFO_DEPTH``-deep beat FIFO's output
+  :data:`STORE_READ_TO_FIFO` cycles later and is only issued while the FIFO has room for it. The epilogue takes one beat a cycle from
   the FIFO; a beat leaves on ``o_data`` ``Schedule.latency`` cycles after that. SOFTMAX and
   LAYERNORM read every row twice in the interleaved order, and the epilogue holds back a row's
   first second-pass beat until ``Schedule.gap[op]`` cycles after its last first-pass beat was
