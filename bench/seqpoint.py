@@ -60,20 +60,12 @@ def main(argv=None):
     hf_logging.disable_progress_bar()
 
     from bertaccel.hw.config import load_config
-    from bertaccel.sw.bert import MINILM, compile_bert
-    from bertaccel.sw.perf import compile_shape
-    from bertaccel.sw.seqpoint import format_report, seqpoint, text_set, token_lengths
+    from bertaccel.sw.seqpoint import format_report, seqpoint_text_set
 
     begin = time.monotonic()
-    cfg = load_config(args.config)
-    minilm = compile_bert(MINILM, cfg)
-    bert = minilm if args.model == "minilm" else compile_shape(args.model, cfg)
-    texts = text_set(args.texts)
-    lengths = token_lengths(texts, minilm.tokenizer,
-                            max_length=min(bert.spec.max_positions, bert.max_seq))
-    report = seqpoint(bert, lengths, ks=range(1, args.k + 1),
-                      log=lambda text: print(f"bench: {text}", file=sys.stderr))
-    report["texts"] = args.texts
+    report, lengths = seqpoint_text_set(
+        args.model, load_config(args.config), args.texts, ks=range(1, args.k + 1),
+        log=lambda text: print(f"bench: {text}", file=sys.stderr))
     report["lengths"] = lengths
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")

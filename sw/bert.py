@@ -75,6 +75,7 @@ from .sequence import concat
 from .tiler import compile_gemm, plan_gemm
 
 __all__ = ["BertError", "BertSpec", "BertProgram", "BertResult", "MINILM", "load_bert",
+           "model_macs",
            "compile_bert", "run_bert", "run_layer", "layer_programs", "embed_texts", "Runner",
            "TextProgress", "STAGES"]
 
@@ -609,6 +610,14 @@ def compile_bert(model, cfg, *, tokenizer=None, calibration=None, method="percen
 
 # -- running ----------------------------------------------------------------------------------
 
+def model_macs(spec, seq, batch=1):
+    """The MACs of ``spec``'s encoder on ``batch`` sequences of ``seq`` tokens (the model's own,
+    without the rows that channel splitting adds)."""
+    return batch * seq * spec.layers * (4 * spec.hidden * spec.hidden
+                                        + 2 * spec.hidden * spec.intermediate
+                                        + 2 * seq * spec.hidden)
+
+
 def _check_batch(bert, input_ids, attention_mask, token_type_ids):
     spec = bert.spec
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 \
@@ -888,11 +897,8 @@ def _run_bert(device, bert, input_ids, token_type_ids, mask, progress, trace, st
     cfg = bert.cfg
     ideal = math.ceil(stats["macs"] / cfg.macs_per_cycle)
     cycles = runner.cycles if runner.counted else None
-    model_macs = batch * seq * s.layers * (4 * s.hidden * s.hidden
-                                           + 2 * s.hidden * s.intermediate
-                                           + 2 * seq * s.hidden)
     stats.update(
-        cycles=cycles, ideal_cycles=ideal, model_macs=model_macs,
+        cycles=cycles, ideal_cycles=ideal, model_macs=model_macs(s, seq, batch),
         utilization=ideal / cycles if cycles else None,
         est_utilization=ideal / stats["est_cycles"] if stats["est_cycles"] else None,
         latency_s=(cycles if cycles is not None else stats["est_cycles"])

@@ -380,26 +380,16 @@ def _cmd_bench_bert(args):
 
 def _cmd_seqpoint(args):
     _quiet_transformers()
-    from .bert import MINILM, BertError, compile_bert
-    from .perf import compile_shape
-    from .seqpoint import format_report, seqpoint, text_set, token_lengths
+    from .bert import BertError
+    from .seqpoint import format_report, seqpoint_text_set
     cfg = _config(args.config)
     if args.k < 1:
         raise _UsageError(f"--k must be at least 1, not {args.k}")
-    log = _stderr_log(args)
     try:
-        texts = text_set(args.texts)
-        if log:
-            log(f"{len(texts)} texts; compiling {args.model} for {cfg.name}")
-        minilm = compile_bert(MINILM, cfg)
-        bert = minilm if args.model == "minilm" else compile_shape(args.model, cfg,
-                                                                   seed=args.seed)
-        top = min(bert.spec.max_positions, bert.max_seq)
-        lengths = token_lengths(texts, minilm.tokenizer, max_length=top)
-        report = seqpoint(bert, lengths, ks=range(1, args.k + 1), log=log)
+        report, _ = seqpoint_text_set(args.model, cfg, args.texts, ks=range(1, args.k + 1),
+                                      seed=args.seed, log=_stderr_log(args))
     except BertError as error:
         raise _UsageError(str(error)) from None
-    report["texts"] = args.texts
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0
 

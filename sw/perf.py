@@ -42,12 +42,12 @@ import numpy as np
 
 from ..hw import isa
 from ..hw.config import AccelConfig
-from .bert import STAGES, BertError, BertProgram, compile_bert, layer_programs
+from .bert import STAGES, BertError, BertProgram, compile_bert, layer_programs, model_macs
 from .cycles import EPILOGUE_CLASS, OP_CLASSES, STAGE_CLASSES, CycleModel
 
 __all__ = ["SHAPES", "CLASSES", "CLASS_LABELS", "GEMM_CLASS", "STALL_CLASSES", "BertShape",
-           "random_model", "compile_shape", "compile_model", "retarget", "model_macs", "time_layer",
-           "bench_bert", "format_report"]
+           "bert_config", "random_model", "compile_shape", "compile_model", "retarget",
+           "model_macs", "time_layer", "bench_bert", "format_report"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,17 +99,25 @@ def _shape(shape):
                         f"{', '.join(SHAPES)}") from None
 
 
-def random_model(shape, *, seed=0):
-    """A ``transformers.BertModel`` of ``shape`` (a :data:`SHAPES` key or a :class:`BertShape`)
-    with random weights from ``torch.manual_seed(seed)``; 512 positions, BERT's vocabulary."""
-    import torch
-    from transformers import BertConfig, BertModel
+def bert_config(shape, **options):
+    """A ``transformers.BertConfig`` of ``shape`` (a :data:`SHAPES` key or a
+    :class:`BertShape`), BERT's defaults otherwise (512 positions, its vocabulary); ``options``
+    are passed on (``attn_implementation="eager"``, ...)."""
+    from transformers import BertConfig
 
     s = _shape(shape)
+    return BertConfig(hidden_size=s.hidden, num_hidden_layers=s.layers,
+                      num_attention_heads=s.heads, intermediate_size=s.intermediate, **options)
+
+
+def random_model(shape, *, seed=0):
+    """A ``transformers.BertModel`` of ``shape`` (see :func:`bert_config`) with random weights
+    from ``torch.manual_seed(seed)``."""
+    import torch
+    from transformers import BertModel
+
     torch.manual_seed(seed)
-    config = BertConfig(hidden_size=s.hidden, num_hidden_layers=s.layers,
-                        num_attention_heads=s.heads, intermediate_size=s.intermediate)
-    return BertModel(config).eval()
+    return BertModel(bert_config(shape)).eval()
 
 
 def compile_shape(shape, cfg, *, seed=0, calibration_seq=128, calibration_batch=8):
@@ -158,13 +166,6 @@ def retarget(bert, cfg):
                           tokenizer=bert.tokenizer, name=bert.name)
     program.check_fit()
     return program
-
-
-def model_macs(spec, seq, batch=1):
-    """The MACs of ``spec``'s encoder on ``batch`` sequences of ``seq`` tokens."""
-    return batch * seq * spec.layers * (4 * spec.hidden * spec.hidden
-                                        + 2 * spec.hidden * spec.intermediate
-                                        + 2 * seq * spec.hidden)
 
 
 # -- timing ---------------------------------------------------------------------------------------

@@ -110,9 +110,8 @@ class ProfileError(Exception):
 def bert_base_config():
     """The BERT-base shape: 12 layers, hidden 768, 12 heads, intermediate 3072, eager
     attention."""
-    from transformers import BertConfig
-    return BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                      intermediate_size=3072, attn_implementation="eager")
+    from .perf import bert_config
+    return bert_config("bert-base", attn_implementation="eager")
 
 
 def load_model(spec, *, seed=0):

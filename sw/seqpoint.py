@@ -35,7 +35,7 @@ from .bert import BertError
 from .perf import bench_bert
 
 __all__ = ["TEXT_SETS", "text_set", "token_lengths", "choose_points", "seqpoint",
-           "format_report"]
+           "seqpoint_text_set", "format_report"]
 
 #: The named text sets of :func:`text_set`.
 TEXT_SETS = ("stdlib", "sentences")
@@ -173,7 +173,6 @@ def seqpoint(bert, lengths, *, ks=range(1, 11), log=None):
                                                                              counts.tolist())))
     reference_wall = float(sum(wall_of[length] * count for length, count in
                                zip(values.tolist(), counts.tolist())))
-    reference_sim = reference            # simulating every input: all of its cycles
     out = {}
     for k in ks:
         points = choose_points(lengths, k)
@@ -184,7 +183,7 @@ def seqpoint(bert, lengths, *, ks=range(1, 11), log=None):
         out[k] = {"points": points, "cycles": int(projected), "error": error,
                   "abs_error": abs(error), "model_wall_s": wall,
                   "speedup_model": reference_wall / wall if wall else None,
-                  "speedup_rtl": reference_sim / simulated}
+                  "speedup_rtl": reference / simulated}
     array = np.asarray(lengths)
     return {
         "schema": "bertaccel-seqpoint/1",
@@ -197,6 +196,30 @@ def seqpoint(bert, lengths, *, ks=range(1, 11), log=None):
         "ks": out,
         "cycles_by_length": {int(length): int(cycles) for length, cycles in cycles_of.items()},
     }
+
+
+def seqpoint_text_set(model, cfg, texts="stdlib", *, ks=range(1, 11), seed=0, log=None):
+    """:func:`seqpoint` on a named text set: what ``bertaccel seqpoint`` runs.
+
+    ``model`` is ``"minilm"`` (the real weights) or a :data:`bertaccel.sw.perf.SHAPES` name
+    (random weights from ``seed``); ``texts`` a :func:`text_set` spec. The texts are tokenised
+    with all-MiniLM-L6-v2's tokenizer (BERT's uncased vocabulary) and truncated at what the
+    model and ``cfg`` take. Returns ``(report, lengths)``, ``report["texts"]`` naming the set.
+    """
+    from .bert import MINILM, compile_bert
+    from .perf import compile_shape
+
+    name = texts if isinstance(texts, str) else "given"
+    texts = text_set(texts) if isinstance(texts, str) else list(texts)
+    if log:
+        log(f"{len(texts)} texts; compiling {model} for {cfg.name}")
+    minilm = compile_bert(MINILM, cfg)
+    bert = minilm if model == "minilm" else compile_shape(model, cfg, seed=seed)
+    lengths = token_lengths(texts, minilm.tokenizer,
+                            max_length=min(bert.spec.max_positions, bert.max_seq))
+    report = seqpoint(bert, lengths, ks=ks, log=log)
+    report["texts"] = name
+    return report, lengths
 
 
 def format_report(report):
