@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from bertaccel.hw.config import load_config
+from bertaccel.hw.dsp import KEEP_REGISTERS
 from bertaccel.hw.synth import parse_nextpnr_report, tool_versions
 from bertaccel.hw.ulx3s import ULX3STop
 
@@ -62,7 +63,7 @@ def main(argv=None):
     begin = time.monotonic()
     # router2: the default router1 did not converge on the 8x8 core here in 20 minutes.
     platform.build(ULX3STop(cfg, baud=args.baud), name=name, build_dir=str(build_dir),
-                   do_program=args.program,
+                   do_program=args.program, script_after_read=KEEP_REGISTERS,
                    nextpnr_opts=f"--router router2 --seed {args.seed} --report {name}.report.json")
     wall = time.monotonic() - begin
 

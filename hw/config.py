@@ -158,10 +158,11 @@ class AccelConfig:
         """Cycles from an A row entering the mesh to its ``cols`` sums leaving it, deskewed.
 
         Row ``r`` is skewed by ``r`` cycles, the operand crosses ``c`` columns, each PE has a
-        multiplier register and a sum register, and column ``c`` is deskewed by
-        ``cols - 1 - c``: in all ``rows + cols`` cycles.
+        sum register one cycle behind its product, which takes three cycles (operand, product
+        and product-copy registers), and column ``c`` is deskewed by ``cols - 1 - c``: in all
+        ``rows + cols + 2`` cycles.
         """
-        return self.rows + self.cols
+        return self.rows + self.cols + 2
 
     @property
     def in_range(self):

@@ -17,7 +17,16 @@ cycle timing is the same; the simulation tests run the portable form.
 
 from amaranth import ClockSignal, Instance, ResetSignal, Signal
 
-__all__ = ["ECP5", "uses_ecp5_dsp", "product_register"]
+__all__ = ["ECP5", "KEEP", "KEEP_REGISTERS", "uses_ecp5_dsp", "product_register"]
+
+#: Attributes of a register that synthesis must not merge with an equivalent one (a pipeline
+#: copy kept local on purpose). yosys does not look at ``keep`` on a wire when it merges
+#: flip-flops, so the flows run :data:`KEEP_REGISTERS` right after reading the design.
+KEEP = {"keep": 1}
+
+#: yosys commands that give the flip-flops of wires marked with :data:`KEEP` the ``keep``
+#: attribute themselves, which ``opt_merge`` respects.
+KEEP_REGISTERS = "proc; setattr -set keep 1 a:keep %ci1:+$dff[Q] t:$dff %i"
 
 #: MULT18X18D operand width (signed).
 _WIDTH = 18
@@ -42,8 +51,11 @@ def uses_ecp5_dsp(platform):
     return getattr(platform, "family", None) == "ecp5"
 
 
-def product_register(m, a, b, *, platform, name, reset_less=False):
+def product_register(m, a, b, *, platform, name, reset_less=False, input_registers=False):
     """A register that holds ``a * b`` of the cycle before: ``product <= a * b``.
+
+    With ``input_registers`` the operands are registered first and the product holds ``a * b``
+    of two cycles before (the MULT18X18D's input registers on an ECP5).
 
     Parameters
     ----------
@@ -58,6 +70,8 @@ def product_register(m, a, b, *, platform, name, reset_less=False):
         As for :class:`~amaranth.hdl.Signal`; otherwise the product clears with the ``sync``
         domain's reset, if it has one (the DSP's synchronous RST0; a board platform's default
         domain has none).
+    input_registers : bool
+        Register both operands before the multiply (one more cycle of latency).
 
     Returns
     -------
@@ -67,6 +81,11 @@ def product_register(m, a, b, *, platform, name, reset_less=False):
     shape = (a * b).shape()
     product = Signal(shape, name=name, reset_less=reset_less)
     if not (uses_ecp5_dsp(platform) and len(a) <= _WIDTH and len(b) <= _WIDTH):
+        if input_registers:
+            a_reg = Signal(a.shape(), name=f"{name}_a", reset_less=reset_less)
+            b_reg = Signal(b.shape(), name=f"{name}_b", reset_less=reset_less)
+            m.d.sync += [a_reg.eq(a), b_reg.eq(b)]
+            a, b = a_reg, b_reg
         m.d.sync += product.eq(a * b)
         return product
 
@@ -86,9 +105,11 @@ def product_register(m, a, b, *, platform, name, reset_less=False):
                   ("i", f"RST{k}", 0 if (k or reset_less)
                                          else ResetSignal("sync", allow_reset_less=True))]
     ports += [("i", "SIGNEDA", 1), ("i", "SIGNEDB", 1), ("i", "SOURCEA", 0), ("i", "SOURCEB", 0)]
-    m.submodules[f"{name}_dsp"] = Instance(
-        "MULT18X18D", *ports,
-        p_REG_OUTPUT_CLK="CLK0", p_REG_OUTPUT_CE="CE0", p_REG_OUTPUT_RST="RST0",
-        p_RESETMODE="SYNC")
+    registers = ["OUTPUT"] + (["INPUTA", "INPUTB"] if input_registers else [])
+    params = {}
+    for reg in registers:
+        params.update({f"p_REG_{reg}_CLK": "CLK0", f"p_REG_{reg}_CE": "CE0",
+                       f"p_REG_{reg}_RST": "RST0"})
+    m.submodules[f"{name}_dsp"] = Instance("MULT18X18D", *ports, p_RESETMODE="SYNC", **params)
     m.d.comb += product.eq(p36[:len(product)])
     return product

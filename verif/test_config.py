@@ -14,7 +14,7 @@ def test_defaults_and_presets_are_valid():
         assert cfg.name == name
         assert cfg.lanes == max(cfg.rows, cfg.cols)
         assert cfg.macs_per_cycle == cfg.rows * cfg.cols
-        assert cfg.mesh_latency == cfg.rows + cfg.cols
+        assert cfg.mesh_latency == cfg.rows + cfg.cols + 2
         assert cfg.spad_addr_width == (cfg.spad_depth - 1).bit_length()
 
 
