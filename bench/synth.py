@@ -2,12 +2,15 @@
 
 ::
 
-    python bench/synth.py [--target ecp5-85k] [--seed 1] [--presets 2x2 4x4 ...] [--force]
+    python bench/synth.py [--target ecp5-85k] [--seed 1] [--presets 2x2 4x4 ...]
+                          [--mesh-seeds 1 2 3] [--force]
 
 Each preset goes through :func:`bertaccel.hw.synth.synthesize` (what ``bertaccel synth`` runs);
 results are cached in ``build/synth/<tag>-<target>/``, so a rerun prints at once. A preset that
-does not fit the part is listed with the reason instead of being run. Writes
-``bench/results/synth.json`` and the table as a Markdown snippet, ``bench/results/synth.md``
+does not fit the part is listed with the reason instead of being run. Then the PE array of
+every preset that fits is placed and routed alone (``--design mesh``), once per seed of
+``--mesh-seeds``, because nextpnr's Fmax moves by several percent from seed to seed. Writes
+``bench/results/synth.json`` and the tables as a Markdown snippet, ``bench/results/synth.md``
 (``make fpga`` runs this; docs/fpga.md explains the figures).
 """
 
@@ -18,7 +21,7 @@ import time
 from pathlib import Path
 
 from bertaccel.hw.config import PRESETS
-from bertaccel.hw.synth import DoesNotFit, format_table, synthesize, target
+from bertaccel.hw.synth import DoesNotFit, format_seed_table, format_table, synthesize, target
 
 RESULTS = Path(__file__).resolve().parent / "results" / "synth.json"
 
@@ -29,6 +32,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--freq", type=float, default=150.0)
     parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    parser.add_argument("--mesh-seeds", nargs="*", type=int, default=[1, 2, 3],
+                        help="seeds for the PE-array-alone runs (none: skip them)")
     parser.add_argument("--force", action="store_true")
     parser.add_argument("--output", type=Path, default=RESULTS,
                         help="the JSON; the Markdown table goes beside it (.md)")
@@ -37,12 +42,15 @@ def main(argv=None):
 
     begin = time.monotonic()
     reports = []
+
+    def say(text):
+        print(f"bench: {text}", file=sys.stderr)
+
     for name in args.presets:
         cfg = PRESETS[name]
         try:
             report = synthesize(cfg, tgt.name, seed=args.seed, freq_mhz=args.freq,
-                                force=args.force,
-                                log=lambda text: print(f"bench: {text}", file=sys.stderr))
+                                force=args.force, log=say)
         except DoesNotFit as error:
             print(f"bench: {error}", file=sys.stderr)
             reports.append({"config": name, "tag": cfg.tag, "target": tgt.name, "fits": False,
@@ -52,20 +60,30 @@ def main(argv=None):
         report.pop("utilization")            # per-BEL detail: in build/synth/*/result.json
         reports.append(report)
 
+    meshes = []
+    for name in [r["config"] for r in reports if r["fits"]]:
+        for seed in args.mesh_seeds:
+            report = synthesize(PRESETS[name], tgt.name, design="mesh", seed=seed,
+                                freq_mhz=args.freq, force=args.force, log=say)
+            report.pop("utilization")
+            meshes.append(report)
+
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({"target": tgt.name, "part": tgt.part, "seed": args.seed,
-                                       "freq_mhz": args.freq, "reports": reports},
-                                      indent=2) + "\n")
+                                       "freq_mhz": args.freq, "reports": reports,
+                                       "meshes": meshes}, indent=2) + "\n")
     heading = (f"{tgt.name} ({tgt.part}, speed grade {tgt.part.split('-')[-1][0]}), "
                f"nextpnr seed {args.seed}, clock constraint {args.freq:g} MHz")
     table = format_table(reports)
     tools = next((r["tools"] for r in reports if r.get("tools")), {})
     versions = ", ".join(f"{k} {v}" for k, v in tools.items() if k in ("yosys", "nextpnr"))
-    args.output.with_suffix(".md").write_text(
-        f"{heading}; {versions}. Fmax is nextpnr's estimate after routing; the critical path "
-        f"runs between the named cells (see docs/fpga.md).\n\n{table}\n")
-    print(heading + "\n")
-    print(table)
+    text = (f"{heading}; {versions}. Fmax is nextpnr's estimate after routing; the critical "
+            f"path runs between the named cells (see docs/fpga.md).\n\n{table}\n")
+    if meshes:
+        text += (f"\nThe PE array alone (`--design mesh`), same part and constraint, one run per "
+                 f"seed:\n\n{format_seed_table(meshes)}\n")
+    args.output.with_suffix(".md").write_text(text)
+    print(text)
     print(f"\nwrote {args.output} ({time.monotonic() - begin:.0f} s)")
     return 0
 

@@ -159,10 +159,11 @@ class AccelConfig:
 
         Row ``r`` is skewed by ``r`` cycles, the operand crosses ``c`` columns, each PE has a
         sum register one cycle behind its product, which takes three cycles (operand, product
-        and product-copy registers), and column ``c`` is deskewed by ``cols - 1 - c``: in all
-        ``rows + cols + 2`` cycles.
+        and product-copy registers: ``ProcessingElement.PRODUCT_LATENCY``), and column ``c`` is
+        deskewed by ``cols - 1 - c``: in all ``rows + cols + 2`` cycles.
         """
-        return self.rows + self.cols + 2
+        from .pe import ProcessingElement
+        return self.rows + self.cols + ProcessingElement.PRODUCT_LATENCY - 1
 
     @property
     def in_range(self):

@@ -15,11 +15,11 @@ class ProcessingElement(wiring.Component):
     The PE holds two weights (banks 0 and 1). An operand enters from the left; the bank it must
     be multiplied by enters one cycle ahead of it (``i_bank`` names the bank of the operand
     that arrives in the next cycle, and ``o_bank`` leads ``o_a`` the same way). Both leave to
-    the right one cycle later. The product is registered
-    (so the multiplier and the adder are in separate stages, which an FPGA DSP absorbs), and the
-    partial sum from above plus that product leaves downwards one cycle after the product.
-    A PE therefore adds one cycle to the horizontal path, and a partial sum meets the product of
-    the operand that entered the PE ``PRODUCT_LATENCY`` cycles before it.
+    the right one cycle later. The product is registered (so the multiplier and the adder are
+    in separate stages, which an FPGA DSP absorbs), and the partial sum from above plus that
+    product leaves downwards one cycle after the product. A PE therefore adds one cycle to the
+    horizontal path, and a partial sum meets the product of the operand that entered the PE
+    ``PRODUCT_LATENCY`` cycles before it.
 
     Weights travel like operands, in the other direction: a weight enters from above and leaves
     downwards one cycle later through a plain pipeline register (``o_w``), whatever the write
@@ -75,7 +75,7 @@ class ProcessingElement(wiring.Component):
         The same, registered, to the right.
     """
 
-    #: Cycles from an operand at ``i_a`` to its product in the product register.
+    #: Cycles from an operand at ``i_a`` to its product in the register the adder reads.
     PRODUCT_LATENCY = 3
 
     def __init__(self, *, in_width=8, acc_width=32, top=False):

