@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bertaccel.hw.config import load_config
 from bertaccel.hw.dsp import KEEP_REGISTERS
-from bertaccel.hw.synth import parse_nextpnr_report, tool_versions
+from bertaccel.hw.synth import CLASSIC_ABC_STEPS, parse_nextpnr_report, tool_versions
 from bertaccel.hw.ulx3s import ULX3STop
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ulx3s.json"
@@ -48,6 +48,9 @@ def main(argv=None):
     parser.add_argument("--board", default="85F", choices=BOARDS)
     parser.add_argument("--baud", type=int, default=115200)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--lut-mapper", choices=["abc", "abc9"], default="abc",
+                        help="yosys's LUT mapper (abc: yosys 0.70's abc9 fails an assertion "
+                             "on the 8x8 board design)")
     parser.add_argument("--program", action="store_true", help="load it with openFPGALoader")
     parser.add_argument("--build-dir", type=Path)
     args = parser.parse_args(argv)
@@ -61,9 +64,16 @@ def main(argv=None):
     print(f"bench: building {cfg.name} ({cfg.tag}) for ULX3S-{args.board} in {build_dir} "
           f"(yosys, nextpnr-ecp5 with router2 and seed {args.seed}, ecppack)", file=sys.stderr)
     begin = time.monotonic()
+    # The marked registers are kept apart (hw/dsp.py). With the classic abc mapper the LUTs are
+    # mapped right after that, as the synthesis flow's fallback does, and amaranth's own
+    # synth_ecp5 call finishes from the cell mapping on.
+    script, synth_opts = KEEP_REGISTERS, ""
+    if args.lut_mapper == "abc":
+        script += "\n" + CLASSIC_ABC_STEPS.format(top=name)
+        synth_opts = "-run map_cells:"
     # router2: the default router1 did not converge on the 8x8 core here in 20 minutes.
     platform.build(ULX3STop(cfg, baud=args.baud), name=name, build_dir=str(build_dir),
-                   do_program=args.program, script_after_read=KEEP_REGISTERS,
+                   do_program=args.program, script_after_read=script, synth_opts=synth_opts,
                    nextpnr_opts=f"--router router2 --seed {args.seed} --report {name}.report.json")
     wall = time.monotonic() - begin
 
@@ -77,7 +87,7 @@ def main(argv=None):
         "fmax_mhz": pnr["fmax_mhz"], "clock_mhz": platform.default_clk_frequency / 1e6,
         "utilization": {k: util[k] for k in ("TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D",
                                               "DP16KD", "TRELLIS_IO") if k in util},
-        "tools": tool_versions(), "wall_s": round(wall, 1),
+        "lut_mapper": args.lut_mapper, "tools": tool_versions(), "wall_s": round(wall, 1),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(summary, indent=2) + "\n")

@@ -57,6 +57,7 @@ from .verilog import convert
 
 __all__ = [
     "SynthError", "DoesNotFit", "Target", "TARGETS", "target", "DESIGNS", "SynthTop",
+    "CLASSIC_ABC_STEPS",
     "estimate", "check_fit", "tool_versions", "synthesize", "map_blocks", "parse_yosys_stat",
     "parse_memory_mapping", "parse_nextpnr_report", "format_table", "format_seed_table",
 ]
@@ -399,14 +400,19 @@ tee -q -o stat.json stat -json
 # GetSize(conn.second)" in ABC_OPS_REINTEGRATE); a small change to the execute unit's control
 # logic triggered it here. Then the flow runs synth_ecp5's own steps around the classic abc
 # mapper instead, and the report says so ("lut_mapper").
-_YOSYS_FALLBACK_SCRIPT = """\
-read_verilog {verilog}
-{keep}
+#: ``synth_ecp5`` up to its cell mapping with the classic abc LUT mapper in place of abc9
+#: (format with ``top``); the board build (bench/ulx3s.py) uses it too.
+CLASSIC_ABC_STEPS = """\
 synth_ecp5 -top {top} -run :map_luts
 check -latchonly -assert
 techmap -map +/lattice/latches_map.v
 abc -dress -lut 4
-clean
+clean"""
+
+_YOSYS_FALLBACK_SCRIPT = """\
+read_verilog {verilog}
+{keep}
+""" + CLASSIC_ABC_STEPS + """
 synth_ecp5 -top {top} -run map_cells: -json netlist.json
 tee -q -o stat.json stat -json
 """
