@@ -3,12 +3,12 @@
 ::
 
     python bench/synth.py [--target ecp5-85k] [--seed 1] [--presets 2x2 4x4 ...]
-                          [--mesh-seeds 1 2 3] [--force]
+                          [--mesh-seeds 1 2 3] [--mesh-presets 2x2 ...] [--force]
 
 Each preset goes through :func:`bertaccel.hw.synth.synthesize` (what ``bertaccel synth`` runs);
 results are cached in ``build/synth/<tag>-<target>/``, so a rerun prints at once. A preset that
 does not fit the part is listed with the reason instead of being run. Then the PE array of
-every preset that fits is placed and routed alone (``--design mesh``), once per seed of
+every preset (or of ``--mesh-presets``) that fits is placed and routed alone (``--design mesh``), once per seed of
 ``--mesh-seeds``, because nextpnr's Fmax moves by several percent from seed to seed. Writes
 ``bench/results/synth.json`` and the tables as a Markdown snippet, ``bench/results/synth.md``
 (``make fpga`` runs this; docs/fpga.md explains the figures).
@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from bertaccel.hw.config import PRESETS
-from bertaccel.hw.synth import DoesNotFit, format_seed_table, format_table, synthesize, target
+from bertaccel.hw.synth import (DoesNotFit, NotRouted, format_seed_table, format_table,
+                                 synthesize, target)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "synth.json"
 
@@ -34,6 +35,11 @@ def main(argv=None):
     parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
     parser.add_argument("--mesh-seeds", nargs="*", type=int, default=[1, 2, 3],
                         help="seeds for the PE-array-alone runs (none: skip them)")
+    parser.add_argument("--mesh-presets", nargs="+", choices=list(PRESETS),
+                        help="presets whose PE array is placed alone (default: --presets)")
+    parser.add_argument("--timeout", type=float, default=45.0,
+                        help="minutes a place-and-route run may take before it is stopped and "
+                             "reported as not routed (45)")
     parser.add_argument("--force", action="store_true")
     parser.add_argument("--output", type=Path, default=RESULTS,
                         help="the JSON; the Markdown table goes beside it (.md)")
@@ -50,21 +56,37 @@ def main(argv=None):
         cfg = PRESETS[name]
         try:
             report = synthesize(cfg, tgt.name, seed=args.seed, freq_mhz=args.freq,
-                                force=args.force, log=say)
+                                force=args.force, log=say, timeout_s=60 * args.timeout)
         except DoesNotFit as error:
-            print(f"bench: {error}", file=sys.stderr)
+            say(str(error))
             reports.append({"config": name, "tag": cfg.tag, "target": tgt.name, "fits": False,
                             "error": str(error)})
+            continue
+        except NotRouted as error:
+            say(str(error))
+            reports.append({"config": name, "tag": cfg.tag, "target": tgt.name, "fits": True,
+                            "error": f"stopped after {args.timeout:g} min",
+                            "placed_fmax_mhz": error.placed_fmax_mhz,
+                            "totals": dict(tgt.totals), **{k: error.used[k] for k in (
+                                "lut4", "ff", "mult18x18d", "dp16kd")}})
             continue
         report = dict(report, fits=True)
         report.pop("utilization")            # per-BEL detail: in build/synth/*/result.json
         reports.append(report)
 
     meshes = []
-    for name in [r["config"] for r in reports if r["fits"]]:
+    for name in args.mesh_presets or args.presets:
         for seed in args.mesh_seeds:
-            report = synthesize(PRESETS[name], tgt.name, design="mesh", seed=seed,
-                                freq_mhz=args.freq, force=args.force, log=say)
+            try:
+                report = synthesize(PRESETS[name], tgt.name, design="mesh", seed=seed,
+                                    freq_mhz=args.freq, force=args.force, log=say,
+                                    timeout_s=60 * args.timeout)
+            except DoesNotFit as error:
+                say(str(error))
+                break
+            except NotRouted as error:
+                say(str(error))
+                continue
             report.pop("utilization")
             meshes.append(report)
 

@@ -56,8 +56,8 @@ from .mesh import SystolicMesh
 from .verilog import convert
 
 __all__ = [
-    "SynthError", "DoesNotFit", "Target", "TARGETS", "target", "DESIGNS", "SynthTop",
-    "CLASSIC_ABC_STEPS",
+    "SynthError", "DoesNotFit", "NotRouted", "Target", "TARGETS", "target", "DESIGNS",
+    "SynthTop", "CLASSIC_ABC_STEPS",
     "estimate", "check_fit", "tool_versions", "synthesize", "map_blocks", "parse_yosys_stat",
     "parse_memory_mapping", "parse_nextpnr_report", "format_table", "format_seed_table",
 ]
@@ -69,6 +69,24 @@ class SynthError(RuntimeError):
 
 class DoesNotFit(SynthError):
     """The config needs more of some resource than the part has."""
+
+
+class NotRouted(SynthError):
+    """nextpnr did not finish within the time limit.
+
+    Members
+    -------
+    used : dict
+        yosys's counts (as :func:`parse_yosys_stat` gives them).
+    placed_fmax_mhz : float or None
+        nextpnr's Fmax estimate after placement, if it got that far (rough: routing delays are
+        estimated).
+    """
+
+    def __init__(self, message, *, used, placed_fmax_mhz):
+        super().__init__(message)
+        self.used = used
+        self.placed_fmax_mhz = placed_fmax_mhz
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -297,12 +315,13 @@ def tool_versions():
     return versions
 
 
-def _run(cmd, cwd, name):
+def _run(cmd, cwd, name, timeout=None):
     """Run a tool in ``cwd``; its console output goes to ``<name>.stdout`` there (its own log,
-    ``-l``, to ``<name>.log``). Returns the wall time."""
+    ``-l``, to ``<name>.log``). Returns the wall time. Raises ``subprocess.TimeoutExpired``
+    (the tool killed) after ``timeout`` seconds."""
     begin = time.monotonic()
     result = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, check=False)
+                            text=True, check=False, timeout=timeout)
     (Path(cwd) / f"{name}.stdout").write_text(result.stdout)
     if result.returncode != 0:
         tail = "\n".join(result.stdout.splitlines()[-15:])
@@ -502,7 +521,7 @@ def _lpf(tgt, freq_mhz):
 
 
 def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=150.0,
-               build_root="build/synth", force=False, log=None):
+               build_root="build/synth", force=False, log=None, timeout_s=None):
     """Synthesise, place and route ``cfg``'s core for ``target_name``; return the report.
 
     Parameters
@@ -524,6 +543,8 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         Run the tools even when the stored report is current.
     log : callable, optional
         Called with one line of progress at each step.
+    timeout_s : float, optional
+        Stop nextpnr after this many seconds and raise :class:`NotRouted`.
 
     Returns
     -------
@@ -541,11 +562,15 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     DoesNotFit
         ``cfg`` needs more multipliers or block RAM than the part has (checked before and after
         synthesis), or nextpnr could not place it.
+    NotRouted
+        nextpnr ran longer than ``timeout_s``.
     """
     tgt = target(target_name)
-    top = SynthTop(cfg, design)
+    if design not in DESIGNS:
+        raise SynthError(f"unknown design {design!r}; designs are {', '.join(DESIGNS)}")
     say = log or (lambda line: None)
     check_fit(cfg, tgt, estimate(cfg, design), when="(estimated before synthesis)")
+    top = SynthTop(cfg, design)
 
     what = f"{cfg.name}{'' if design == 'core' else ' ' + design} on {tgt.name}"
     build_dir = Path(build_root) / (f"{cfg.tag}-{tgt.name}"
@@ -603,7 +628,15 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     say(f"{what}: nextpnr-ecp5 place and route, seed {seed} "
         f"({build_dir}/nextpnr.log)")
     try:
-        nextpnr_s = _run([nextpnr, *nextpnr_args], build_dir, "nextpnr")
+        nextpnr_s = _run([nextpnr, *nextpnr_args], build_dir, "nextpnr", timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        log_path = build_dir / "nextpnr.log"
+        log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
+        placed = re.findall(r"Max frequency for clock '[^']*': ([\d.]+) MHz", log_text)
+        raise NotRouted(
+            f"config {cfg.name} ({cfg.tag}) did not finish place and route on {tgt.name} in "
+            f"{timeout_s / 60:g} min (log in {build_dir / 'nextpnr.log'})",
+            used=used, placed_fmax_mhz=float(placed[-1]) if placed else None) from None
     except SynthError as error:
         if re.search(r"(?i)unable to place|no bels? remaining|not enough", str(error)):
             raise DoesNotFit(f"config {cfg.name} ({cfg.tag}) does not fit {tgt.name}: nextpnr "
@@ -658,10 +691,18 @@ def format_table(reports):
     lines = ["| config | LUT4 | FF | MULT18X18D | DP16KD | Fmax (MHz) | critical path |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for r in reports:
-        if "error" in r:
+        if "error" in r and "lut4" not in r:
             lines.append(f"| {r['config']} | - | - | - | - | - | {r['error']} |")
             continue
         t = r["totals"]
+        if "error" in r:
+            placed = r.get("placed_fmax_mhz")
+            lines.append(
+                f"| {r['config']} | {r['lut4']:,} / {t['lut4']:,} | {r['ff']:,} / {t['ff']:,} | "
+                f"{r['mult18x18d']} / {t['mult18x18d']} | {r['dp16kd']} / {t['dp16kd']} | - | "
+                f"not routed: {r['error']}"
+                + (f"; estimate after placement {placed:.1f} MHz" if placed else "") + " |")
+            continue
         path = r["critical_path"] or {}
         where = (f"{_short(path.get('from', '?'), 3)} -> {_short(path.get('to', '?'), 3)} "
                  f"({path.get('delay_ns', 0):.2f} ns)")

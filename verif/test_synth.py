@@ -89,3 +89,17 @@ def test_kept_registers_stay_apart(tmp_path):
         counts[kept] = int(re.search(r"(\d+) objects",
                                      (tmp_path / f"ff{int(kept)}.txt").read_text()).group(1))
     assert counts[True] > counts[False], counts
+
+
+@pytest.mark.timeout(300)
+def test_place_and_route_time_limit(tmp_path):
+    # A run that outlives its limit stops with NotRouted, carrying yosys's counts, and the
+    # table shows those with the reason instead of an Fmax; nothing waits on a stuck router.
+    with pytest.raises(synth.NotRouted, match="did not finish place and route") as info:
+        synth.synthesize(CFG, design="mesh", build_root=tmp_path, timeout_s=0.01)
+    assert info.value.used["mult18x18d"] == CFG.rows * CFG.cols
+    row = {"config": CFG.name, "error": "stopped after 0.01 s",
+           "totals": synth.target("ecp5-85k").totals,
+           **{k: info.value.used[k] for k in ("lut4", "ff", "mult18x18d", "dp16kd")}}
+    table = synth.format_table([row])
+    assert f"| {CFG.name} | " in table and "not routed: stopped after 0.01 s" in table
