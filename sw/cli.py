@@ -292,7 +292,7 @@ def _print_synth(report, file=sys.stdout):
 
 
 def _cmd_synth(args):
-    from ..hw.synth import DoesNotFit, SynthError, synthesize, target
+    from ..hw.synth import DoesNotFit, NotRouted, SynthError, synthesize, target
     cfg = _config(args.config)
     try:
         target(args.target)
@@ -302,14 +302,23 @@ def _cmd_synth(args):
         raise _UsageError(f"--seed must be from 0 to 2**31-1, not {args.seed}")
     if not 1 <= args.freq <= 1000:
         raise _UsageError(f"--freq must be from 1 to 1000 MHz, not {args.freq}")
+    if args.timeout <= 0:
+        raise _UsageError(f"--timeout must be a positive number of minutes, not {args.timeout}")
     progress = (lambda text: print(f"bertaccel: {text}", file=sys.stderr)) if not args.json \
         else None
     try:
         report = synthesize(cfg, args.target, design=args.design, seed=args.seed,
                             freq_mhz=args.freq,
-                            build_root=args.build_root, force=args.force, log=progress)
+                            build_root=args.build_root, force=args.force, log=progress,
+                            timeout_s=60 * args.timeout)
     except DoesNotFit as error:
         raise _UsageError(str(error)) from None
+    except NotRouted as error:
+        placed = error.placed_fmax_mhz
+        print(f"bertaccel: {error}"
+              + (f"; nextpnr's estimate after placement was {placed:.1f} MHz" if placed else ""),
+              file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -445,6 +454,8 @@ def _parser():
     synth.add_argument("--seed", type=int, default=1, help="nextpnr placement seed (1)")
     synth.add_argument("--freq", type=float, default=150.0,
                        help="clock constraint in MHz that nextpnr works towards (150)")
+    synth.add_argument("--timeout", type=float, default=45.0,
+                       help="minutes place and route may take before it is stopped (45)")
     synth.add_argument("--force", action="store_true",
                        help="run the tools even if build/synth holds a current result")
     synth.add_argument("--json", action="store_true", help="print one JSON object")
