@@ -7,8 +7,9 @@
 
 Each preset goes through :func:`bertaccel.hw.synth.synthesize` (what ``bertaccel synth`` runs);
 results are cached in ``build/synth/<tag>-<target>/``, so a rerun prints at once. A preset that
-does not fit the part is listed with the reason instead of being run. Then the PE array of
-every preset (or of ``--mesh-presets``) that fits is placed and routed alone (``--design mesh``), once per seed of
+does not fit the part is listed with the reason instead of being run, and one that outlives
+``--timeout`` (minutes) with its yosys counts. Then the PE array of every preset (or of
+``--mesh-presets``) that fits is placed and routed alone (``--design mesh``), once per seed of
 ``--mesh-seeds``, because nextpnr's Fmax moves by several percent from seed to seed. Writes
 ``bench/results/synth.json`` and the tables as a Markdown snippet, ``bench/results/synth.md``
 (``make fpga`` runs this; docs/fpga.md explains the figures).

@@ -39,10 +39,11 @@ class SystolicMesh(wiring.Component):
     partial sum to add, drops its sum register and spends that cycle on an input register. The
     top row's weights and write strobes get the same input register (and the second row takes
     the top row's weights from it, not from the top PEs' pipeline registers), so the timing
-    above holds in every row with the top row one cycle later throughout. Every operand and weight thus goes from the scratchpads' block RAM
-    into a flip-flop first (nextpnr puts the ECP5 block RAM's clock-to-output at 5.8 ns, which
-    leaves no time for anything but routing), and every multiplier sees its own input
-    registers only. The latency is ``cfg.mesh_latency``.
+    above holds in every row with the top row one cycle later throughout. Every operand and
+    weight thus goes from the scratchpads' block RAM into a flip-flop first (nextpnr puts the
+    ECP5 block RAM's clock-to-output at 5.8 ns, which leaves no time for anything but
+    routing), and every multiplier sees its own input registers only. The latency is
+    ``cfg.mesh_latency``.
 
     Parameters
     ----------
