@@ -51,7 +51,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--lut-mapper", choices=["abc", "abc9"], default="abc",
                         help="yosys's LUT mapper (abc: yosys 0.70's abc9 fails an assertion "
-                             "on the 8x8 board design)")
+                             "on the 4x4 and 8x8 board designs)")
     parser.add_argument("--program", action="store_true", help="load it with openFPGALoader")
     parser.add_argument("--build-dir", type=Path)
     args = parser.parse_args(argv)
