@@ -2,7 +2,7 @@
 
 ::
 
-    python bench/ulx3s.py [--config 2x2] [--baud 115200] [--board 85F] [--lut-mapper abc]
+    python bench/ulx3s.py [--config 2x2] [--baud 115200] [--board 85F] [--lut-mapper abc9]
                           [--program]
 
 This is amaranth-boards' own build (``ULX3S_85F_Platform().build(...)``) of
@@ -49,9 +49,9 @@ def main(argv=None):
     parser.add_argument("--board", default="85F", choices=BOARDS)
     parser.add_argument("--baud", type=int, default=115200)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--lut-mapper", choices=["abc", "abc9"], default="abc",
-                        help="yosys's LUT mapper (abc: yosys 0.70's abc9 fails an assertion "
-                             "on the 4x4 and 8x8 board designs)")
+    parser.add_argument("--lut-mapper", choices=["abc", "abc9"], default="abc9",
+                        help="yosys's LUT mapper: abc9 (synth_ecp5's own, timing-driven) or "
+                             "the classic abc (abc9)")
     parser.add_argument("--program", action="store_true", help="load it with openFPGALoader")
     parser.add_argument("--build-dir", type=Path)
     args = parser.parse_args(argv)

@@ -33,8 +33,8 @@ the stream cannot deadlock (this is the order :class:`BridgeHost` uses).
 
 import math
 
-from amaranth import Cat, Const, Module, Signal
-from amaranth.lib import enum, fifo, stream, wiring
+from amaranth import Cat, ClockDomain, ClockSignal, Const, Module, ResetSignal, Signal
+from amaranth.lib import enum, fifo, io, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .core import BertAccelCore
@@ -380,8 +380,29 @@ class ULX3STop(wiring.Component):
         self.rx_depth = rx_depth
         super().__init__({})
 
+    #: Board-clock cycles the power-on reset holds the ``sync`` domain in reset.
+    POWER_ON_RESET_CYCLES = 15
+
     def elaborate(self, platform):
         m = Module()
+        # The sync domain, with a reset. amaranth-boards' default domain for the board is
+        # reset-less (the FPGA's global set/reset initialises every register at start-up), and
+        # yosys 0.70's abc9 fails an assertion on this design when its domain is reset-less
+        # (docs/fpga.md), which left only the classic LUT mapper, whose netlists routed badly.
+        # A counter in a reset-less domain, which starts at zero, holds the reset for the first
+        # cycles of the board clock.
+        m.submodules.clk_buf = clk_buf = io.Buffer(
+            "i", platform.request(platform.default_clk, dir="-"))
+        m.domains.por = ClockDomain("por", reset_less=True)
+        m.domains.sync = ClockDomain("sync")
+        por_count = Signal(range(self.POWER_ON_RESET_CYCLES + 1))
+        with m.If(por_count != self.POWER_ON_RESET_CYCLES):
+            m.d.por += por_count.eq(por_count + 1)
+        m.d.comb += [
+            ClockSignal("por").eq(clk_buf.i),
+            ClockSignal("sync").eq(clk_buf.i),
+            ResetSignal("sync").eq(por_count != self.POWER_ON_RESET_CYCLES),
+        ]
         clk_hz = platform.default_clk_frequency
         divisor = round(clk_hz / self.baud)
         if abs(clk_hz / divisor - self.baud) > 0.02 * self.baud:
