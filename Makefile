@@ -46,7 +46,7 @@ fpga: setup
 	$(BIN)/python bench/synth.py --target ecp5-85k
 
 # A ULX3S-85F bitstream of the core behind its UART bridge (minutes; not part of `make test`).
-# 2x2 builds in about 6 minutes; nextpnr has not yet routed the 8x8 board build (docs/fpga.md).
+# 2x2 builds in about 3 minutes, 4x4 in 11; the 8x8 board build is still to do (docs/fpga.md).
 BITSTREAM_CONFIG ?= 2x2
 bitstream: setup
 	$(BIN)/python bench/ulx3s.py --config $(BITSTREAM_CONFIG) --board 85F
