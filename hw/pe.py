@@ -120,7 +120,7 @@ class ProcessingElement(wiring.Component):
         # The bank and write-bank registers of the whole mesh are delayed copies of two
         # signals, so synthesis would merge every PE's with those of the PEs on its
         # anti-diagonal and route one flip-flop across the array. Marked registers stay per PE
-        # (hw/synth.py: KEEP_REGISTERS).
+        # (hw/dsp.py: KEEP_REGISTERS).
         o_bank = Signal(name="o_bank_reg", attrs=KEEP)
         o_w_bank = Signal(name="o_w_bank_reg", attrs=KEEP)
         m.d.sync += [

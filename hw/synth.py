@@ -142,6 +142,11 @@ def target(name):
 DESIGNS = ("core", "mesh", "datapath")
 
 
+def _check_design(design):
+    if design not in DESIGNS:
+        raise SynthError(f"unknown design {design!r}; designs are {', '.join(DESIGNS)}")
+
+
 class SynthTop(wiring.Component):
     """A part of the design behind registered, pin-reduced ports, for place and route.
 
@@ -183,8 +188,7 @@ class SynthTop(wiring.Component):
     pins_out: Out(PINS)
 
     def __init__(self, cfg, design="core"):
-        if design not in DESIGNS:
-            raise SynthError(f"unknown design {design!r}; designs are {', '.join(DESIGNS)}")
+        _check_design(design)
         self.cfg = cfg
         self.design = design
         super().__init__()
@@ -566,8 +570,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         nextpnr ran longer than ``timeout_s``.
     """
     tgt = target(target_name)
-    if design not in DESIGNS:
-        raise SynthError(f"unknown design {design!r}; designs are {', '.join(DESIGNS)}")
+    _check_design(design)        # before the fit check, which assumes a known design
     say = log or (lambda line: None)
     check_fit(cfg, tgt, estimate(cfg, design), when="(estimated before synthesis)")
     top = SynthTop(cfg, design)

@@ -51,12 +51,12 @@ Cycle 0 is the first cycle after the clock edge that samples ``start``.
 * STORE and SET (hw/store.py, hw/epilogue.py): a STORE is accepted when the unit is idle or on
   the last read of the STORE before it (an empty STORE: idle), and reads one beat a cycle from
   the next cycle on; a read is at the ``StoreUnit.FIFO_DEPTH``-deep beat FIFO's output
-  :data:`STORE_READ_TO_FIFO` cycles later and is only issued while the FIFO has room for it. The epilogue takes one beat a cycle from
-  the FIFO; a beat leaves on ``o_data`` ``Schedule.latency`` cycles after that. SOFTMAX and
-  LAYERNORM read every row twice in the interleaved order, and the epilogue holds back a row's
-  first second-pass beat until ``Schedule.gap[op]`` cycles after its last first-pass beat was
-  taken. The store->execute push comes with the last read. A SET waits until the store unit and
-  the epilogue are empty.
+  :data:`STORE_READ_TO_FIFO` cycles later and is only issued while the FIFO has room for it.
+  The epilogue takes one beat a cycle from the FIFO; a beat leaves on ``o_data``
+  ``Schedule.latency`` cycles after that. SOFTMAX and LAYERNORM read every row twice in the
+  interleaved order, and the epilogue holds back a row's first second-pass beat until
+  ``Schedule.gap[op]`` cycles after its last first-pass beat was taken. The store->execute
+  push comes with the last read. A SET waits until the store unit and the epilogue are empty.
 
 Latencies that the gateware defines are read from it: ``cfg.mesh_latency``,
 ``StoreUnit.FIFO_DEPTH``, ``Epilogue(cfg).schedule`` (``latency``, ``depth``, ``gap``),
