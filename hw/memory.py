@@ -1,15 +1,16 @@
-"""Scratchpad and accumulator memories.
+"""Scratchpad, accumulator and parameter memories.
 
 On an FPGA these are block RAMs, and two choices keep the RAM's output free of logic (a timing
 choice: nextpnr puts an ECP5 DP16KD's clock-to-output at 5.8 ns, so at 150 MHz its data must go
 straight into a register):
 
-* The scratchpads and the accumulator carry yosys's ``no_rw_check`` attribute: what a read
-  returns in the cycle its row is written is left undefined on the FPGA (a simulator still
-  gives the Verilog answer). Without it yosys emulates the defined answer with a multiplexer
-  after the RAM. No unit may depend on it: the token channels keep a unit off the rows
-  another is writing (a legal program never reads a row in the cycle it is loaded or
-  stored), and the execute unit forwards its own accumulator writes.
+* The scratchpads, the accumulator and the parameter memory carry yosys's ``no_rw_check``
+  attribute: what a read returns in the cycle its row is written is left undefined on the
+  FPGA (a simulator still gives the Verilog answer). Without it yosys emulates the defined
+  answer with a multiplexer after the RAM. No unit may depend on it: the token channels keep
+  a unit off the rows another is writing (a legal program never reads a row in the cycle it
+  is loaded or stored; sw/tiler.py gives the chain that protects the parameter memory), and
+  the execute unit forwards its own accumulator writes.
 * A scratchpad deeper than 2048 rows is built of column slices that each fit one block RAM
   (see :func:`_block_ram_slice`).
 """
@@ -165,7 +166,8 @@ class ParamMemory(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.mem = mem = memory.Memory(shape=self._shape, depth=self._depth, init=[])
+        m.submodules.mem = mem = memory.Memory(shape=self._shape, depth=self._depth, init=[],
+                                               attrs=_RAM_ATTRS)
         wiring.connect(m, wiring.flipped(self.wr), mem.write_port())
         wiring.connect(m, wiring.flipped(self.rd), mem.read_port())
         return m
