@@ -80,7 +80,9 @@ def product_register(m, a, b, *, platform, name, reset_less=False, input_registe
     """
     shape = (a * b).shape()
     product = Signal(shape, name=name, reset_less=reset_less)
-    if not (uses_ecp5_dsp(platform) and len(a) <= _WIDTH and len(b) <= _WIDTH):
+    # Bits each operand needs as a signed number (an unsigned one gains a zero sign bit).
+    bits_a, bits_b = (len(x) + (not x.shape().signed) for x in (a, b))
+    if not (uses_ecp5_dsp(platform) and bits_a <= _WIDTH and bits_b <= _WIDTH):
         if input_registers:
             a_reg = Signal(a.shape(), name=f"{name}_a", reset_less=reset_less)
             b_reg = Signal(b.shape(), name=f"{name}_b", reset_less=reset_less)
@@ -89,12 +91,17 @@ def product_register(m, a, b, *, platform, name, reset_less=False, input_registe
         m.d.sync += product.eq(a * b)
         return product
 
-    # Both operands are sign-extended to 18 bits (an unsigned one gains a zero sign bit) and
-    # multiplied as signed numbers; the low bits of the 36-bit product are the result.
+    # Both operands are multiplied as signed 18-bit numbers (an unsigned one gains a zero sign
+    # bit), each placed at the top of its port with zeros below it: a narrow operand then uses
+    # only its own pins, since nextpnr ties a DSP input held at a constant inside the tile
+    # instead of routing a copy of the sign bit to every upper pin (an int8 PE saves 20 routed
+    # pins). The product sits above the two shifts in the 36-bit output.
+    shift_a, shift_b = _WIDTH - bits_a, _WIDTH - bits_b
+    assert shift_a + shift_b + len(product) <= 2 * _WIDTH
     a18 = Signal(_WIDTH, name=f"{name}_a")
     b18 = Signal(_WIDTH, name=f"{name}_b")
     p36 = Signal(2 * _WIDTH, name=f"{name}_p")
-    m.d.comb += [a18.eq(a), b18.eq(b)]      # extended by the operands' own signedness
+    m.d.comb += [a18.eq(a << shift_a), b18.eq(b << shift_b)]    # then extended by signedness
     ports = []
     for i in range(_WIDTH):
         ports += [("i", f"A{i}", a18[i]), ("i", f"B{i}", b18[i]), ("i", f"C{i}", 0)]
@@ -111,5 +118,5 @@ def product_register(m, a, b, *, platform, name, reset_less=False, input_registe
         params.update({f"p_REG_{reg}_CLK": "CLK0", f"p_REG_{reg}_CE": "CE0",
                        f"p_REG_{reg}_RST": "RST0"})
     m.submodules[f"{name}_dsp"] = Instance("MULT18X18D", *ports, p_RESETMODE="SYNC", **params)
-    m.d.comb += product.eq(p36[:len(product)])
+    m.d.comb += product.eq(p36[shift_a + shift_b:][:len(product)])
     return product

@@ -58,7 +58,8 @@ from .verilog import convert
 __all__ = [
     "SynthError", "DoesNotFit", "NotRouted", "Target", "TARGETS", "target", "DESIGNS",
     "SynthTop", "CLASSIC_ABC_STEPS",
-    "estimate", "check_fit", "tool_versions", "synthesize", "map_blocks", "parse_yosys_stat",
+    "estimate", "check_fit", "tool_versions", "synthesize", "nextpnr_command", "map_blocks",
+    "parse_yosys_stat",
     "parse_memory_mapping", "parse_nextpnr_report", "format_table", "format_seed_table",
 ]
 
@@ -524,6 +525,15 @@ def _lpf(tgt, freq_mhz):
             f'FREQUENCY PORT "clk" {freq_mhz:g} MHZ;\n')
 
 
+def nextpnr_command(tgt, seed):
+    """nextpnr-ecp5's arguments for a run in a build folder holding ``netlist.json`` and
+    ``top.lpf`` (relative paths: the YoWASP tools see only their working directory); it writes
+    ``report.json`` and ``nextpnr.log`` there."""
+    return [*tgt.nextpnr_args, "--json", "netlist.json", "--lpf", "top.lpf",
+            "--lpf-allow-unconstrained", "--seed", str(seed), "--router", "router2",
+            "--report", "report.json", "--timing-allow-fail", "-l", "nextpnr.log", "-q"]
+
+
 def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=150.0,
                build_root="build/synth", force=False, log=None, timeout_s=None):
     """Synthesise, place and route ``cfg``'s core for ``target_name``; return the report.
@@ -585,10 +595,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     fallback = _YOSYS_FALLBACK_SCRIPT.format(verilog="top.v", top=TOP_NAME,
                                            keep=KEEP_REGISTERS)
     lpf = _lpf(tgt, freq_mhz)
-    nextpnr_args = [*tgt.nextpnr_args, "--json", "netlist.json", "--lpf", "top.lpf",
-                    "--lpf-allow-unconstrained", "--seed", str(seed), "--router", "router2",
-                    "--report", "report.json",
-                    "--timing-allow-fail", "-l", "nextpnr.log", "-q"]
+    nextpnr_args = nextpnr_command(tgt, seed)
     tools = tool_versions()
     key = hashlib.sha256(json.dumps(
         [verilog, script, fallback, lpf, nextpnr_args, tools], sort_keys=True).encode()).hexdigest()
