@@ -109,7 +109,7 @@ from .epilogue_ops import (
     tiles,
     tree,
 )
-from .dsp import KEEP, product_register
+from .dsp import product_register
 from .isa import EpOp, PmemWord
 
 __all__ = ["Epilogue", "ParamsLayout", "Schedule", "beat_layout"]
@@ -311,7 +311,7 @@ class Epilogue(wiring.Component):
         def stage(k, **fields):
             fields.setdefault("carry", _Carry)
             lanes[k] = Signal(data.ArrayLayout(data.StructLayout(fields), cols), name=f"s{k}",
-                              reset_less=True, attrs=KEEP)
+                              reset_less=True)
             if lanes[k - 1] is not None:
                 prev = lanes[k - 1]
                 shared = [name for name in fields
