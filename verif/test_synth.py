@@ -20,7 +20,7 @@ import re
 import subprocess
 
 import pytest
-from amaranth import Module, Signal, signed, unsigned
+from amaranth import Module, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -123,7 +123,7 @@ endmodule
 def test_dsp_primitive_computes_the_product(tmp_path, shape_a, shape_b, input_registers):
     # The ECP5 form places each operand at the top of its 18-bit port and takes the product
     # from above the two shifts (hw/dsp.py); nothing simulates it, so yosys's SAT solver
-    # proves it equal to the portable form for every input over four cycles from reset.
+    # proves it equal to the portable form for every input sequence of five cycles from reset.
     class Product(wiring.Component):
         def __init__(self, platform):
             self._platform = platform
