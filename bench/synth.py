@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.synth import (DoesNotFit, NotRouted, format_seed_table, format_table,
-                                 synthesize, target)
+                                 not_routed_report, synthesize, target)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "synth.json"
 
@@ -65,11 +65,8 @@ def main(argv=None):
             continue
         except NotRouted as error:
             say(str(error))
-            reports.append({"config": name, "tag": cfg.tag, "target": tgt.name, "fits": True,
-                            "error": f"stopped after {args.timeout:g} min",
-                            "placed_fmax_mhz": error.placed_fmax_mhz,
-                            "totals": dict(tgt.totals), **{k: error.used[k] for k in (
-                                "lut4", "ff", "mult18x18d", "dp16kd")}})
+            reports.append(not_routed_report(cfg, tgt, error,
+                                             f"stopped after {args.timeout:g} min"))
             continue
         report = dict(report, fits=True)
         report.pop("utilization")            # per-BEL detail: in build/synth/*/result.json

@@ -16,7 +16,7 @@ nextpnr options:
 **The rewritten netlists are not the design**: an output register adds a cycle to every read,
 which the RTL does not account for. They only show which paths would limit Fmax once the RAMs
 are pipelined; docs/fpga.md uses them to say what closing timing would need. Results go to
-``build/probe/<tag>-<design>-<variant>/`` and are printed as JSON.
+``build/probe/<the run's folder name>-<variant>/`` and are printed as JSON.
 """
 
 import argparse
@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from bertaccel.hw.config import PRESETS
-from bertaccel.hw.synth import (TOP_NAME, _tool, nextpnr_command, parse_nextpnr_report,
-                                 target)
+from bertaccel.hw.synth import (TOP_NAME, _tool, build_name, nextpnr_command,
+                                 parse_nextpnr_report, target)
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("outreg", "outreg+replicated")
@@ -81,9 +81,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     tgt = target(args.target)
     cfg = PRESETS[args.config]
-    suffix = ("" if args.design == "core" else f"-{args.design}") + (
-        "" if args.seed == 1 else f"-seed{args.seed}")
-    source = ROOT / "build" / "synth" / f"{cfg.tag}-{tgt.name}{suffix}"
+    name = build_name(cfg, tgt, args.design, args.seed)
+    source = ROOT / "build" / "synth" / name
     try:
         original = json.loads((source / "netlist.json").read_text())
         baseline = json.loads((source / "result.json").read_text())
@@ -96,7 +95,7 @@ def main(argv=None):
                             "critical_path": baseline["critical_path"]}}
     for variant in args.variants:
         netlist, rams, copies = rewrite(original, replicate=variant.endswith("replicated"))
-        build = ROOT / "build" / "probe" / f"{cfg.tag}-{args.design}-{variant}{suffix}"
+        build = ROOT / "build" / "probe" / f"{name}-{variant}"
         build.mkdir(parents=True, exist_ok=True)
         (build / "netlist.json").write_text(json.dumps(netlist))
         (build / "top.lpf").write_text((source / "top.lpf").read_text())

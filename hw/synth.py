@@ -58,8 +58,8 @@ from .verilog import convert
 __all__ = [
     "SynthError", "DoesNotFit", "NotRouted", "Target", "TARGETS", "target", "DESIGNS",
     "SynthTop", "CLASSIC_ABC_STEPS",
-    "estimate", "check_fit", "tool_versions", "synthesize", "nextpnr_command", "map_blocks",
-    "parse_yosys_stat",
+    "estimate", "check_fit", "tool_versions", "synthesize", "build_name", "nextpnr_command",
+    "not_routed_report", "map_blocks", "parse_yosys_stat",
     "parse_memory_mapping", "parse_nextpnr_report", "format_table", "format_seed_table",
 ]
 
@@ -525,6 +525,21 @@ def _lpf(tgt, freq_mhz):
             f'FREQUENCY PORT "clk" {freq_mhz:g} MHZ;\n')
 
 
+def build_name(cfg, tgt, design="core", seed=1):
+    """The folder under ``build_root`` where :func:`synthesize` keeps a run."""
+    return (f"{cfg.tag}-{tgt.name}" + ("" if design == "core" else f"-{design}")
+            + ("" if seed == 1 else f"-seed{seed}"))
+
+
+def not_routed_report(cfg, tgt, error, reason):
+    """A report (as :func:`format_table` takes it) for a run stopped with ``error``, a
+    :class:`NotRouted`: yosys's counts, the estimate after placement and ``reason``."""
+    return {"config": cfg.name, "tag": cfg.tag, "target": tgt.name, "fits": True,
+            "error": reason, "placed_fmax_mhz": error.placed_fmax_mhz,
+            "totals": dict(tgt.totals),
+            **{k: error.used[k] for k in ("lut4", "ff", "mult18x18d", "dp16kd")}}
+
+
 def nextpnr_command(tgt, seed):
     """nextpnr-ecp5's arguments for a run in a build folder holding ``netlist.json`` and
     ``top.lpf`` (relative paths: the YoWASP tools see only their working directory); it writes
@@ -586,9 +601,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     top = SynthTop(cfg, design)
 
     what = f"{cfg.name}{'' if design == 'core' else ' ' + design} on {tgt.name}"
-    build_dir = Path(build_root) / (f"{cfg.tag}-{tgt.name}"
-                                    + ("" if design == "core" else f"-{design}")
-                                    + ("" if seed == 1 else f"-seed{seed}"))
+    build_dir = Path(build_root) / build_name(cfg, tgt, design, seed)
     build_dir.mkdir(parents=True, exist_ok=True)
     verilog = convert(top, name=TOP_NAME, platform=ECP5)
     script = _YOSYS_SCRIPT.format(verilog="top.v", top=TOP_NAME, keep=KEEP_REGISTERS)

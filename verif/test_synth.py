@@ -75,6 +75,9 @@ def test_one_dsp_per_mac(core, dsp_primitives, tmp_path):
     assert core["mult18x18d"] <= synth.target("ecp5-85k").totals["mult18x18d"]
 
 
+_A, _B, _C, _P = ([f"{port}{i}" for i in range(width)]
+                  for port, width in (("A", 18), ("B", 18), ("C", 18), ("P", 36)))
+
 #: The MULT18X18D as the flow uses it (signed operands, clock 0, registers chosen by the
 #: REG_*_CLK parameters, synchronous reset RST0), for the check below; yosys ships only a
 #: black box of it.
@@ -102,16 +105,10 @@ module MULT18X18D(%s);
     else if (CE0) begin ra <= a; rb <= b; rp <= p; end
   assign {%s} = REG_OUTPUT_CLK == "NONE" ? p : rp;
 endmodule
-""" % (", ".join([f"A{i}" for i in range(18)] + [f"B{i}" for i in range(18)]
-                 + [f"C{i}" for i in range(18)] + [f"P{i}" for i in range(36)]
-                 + ["SIGNEDA", "SIGNEDB", "SOURCEA", "SOURCEB"]
+""" % (", ".join(_A + _B + _C + _P + ["SIGNEDA", "SIGNEDB", "SOURCEA", "SOURCEB"]
                  + [f"{p}{k}" for p in ("CLK", "CE", "RST") for k in range(4)]),
-       ", ".join([f"A{i}" for i in range(18)] + [f"B{i}" for i in range(18)]
-                 + [f"C{i}" for i in range(18)]),
-       ", ".join(f"P{i}" for i in range(36)),
-       ", ".join(f"A{i}" for i in reversed(range(18))),
-       ", ".join(f"B{i}" for i in reversed(range(18))),
-       ", ".join(f"P{i}" for i in reversed(range(36))))
+       ", ".join(_A + _B + _C), ", ".join(_P),
+       *(", ".join(reversed(pins)) for pins in (_A, _B, _P)))
 
 
 @pytest.mark.timeout(300)
@@ -124,12 +121,12 @@ def test_dsp_primitive_computes_the_product(tmp_path, shape_a, shape_b, input_re
     # The ECP5 form places each operand at the top of its 18-bit port and takes the product
     # from above the two shifts (hw/dsp.py); nothing simulates it, so yosys's SAT solver
     # proves it equal to the portable form for every input sequence of five cycles from reset.
+    width = shape_a.width + shape_b.width + 1
+
     class Product(wiring.Component):
         def __init__(self, platform):
             self._platform = platform
-            width = (shape_a.width + shape_b.width)
-            super().__init__({"a": In(shape_a), "b": In(shape_b),
-                              "p": Out(signed(width + 1))})
+            super().__init__({"a": In(shape_a), "b": In(shape_b), "p": Out(signed(width))})
 
         def elaborate(self, platform):
             m = Module()
@@ -140,7 +137,6 @@ def test_dsp_primitive_computes_the_product(tmp_path, shape_a, shape_b, input_re
 
     (tmp_path / "gold.v").write_text(convert(Product(None), name="gold"))
     (tmp_path / "gate.v").write_text(convert(Product(ECP5), name="gate"))
-    width = shape_a.width + shape_b.width + 1
     (tmp_path / "both.v").write_text(MULT18X18D_MODEL + f"""
 module both(input clk, input rst, input [{shape_a.width - 1}:0] a,
             input [{shape_b.width - 1}:0] b, output same);
@@ -188,8 +184,7 @@ def test_place_and_route_time_limit(tmp_path):
     with pytest.raises(synth.NotRouted, match="did not finish place and route") as info:
         synth.synthesize(CFG, design="mesh", build_root=tmp_path, timeout_s=0.01)
     assert info.value.used["mult18x18d"] == CFG.rows * CFG.cols
-    row = {"config": CFG.name, "error": "stopped after 0.01 s",
-           "totals": synth.target("ecp5-85k").totals,
-           **{k: info.value.used[k] for k in ("lut4", "ff", "mult18x18d", "dp16kd")}}
+    row = synth.not_routed_report(CFG, synth.target("ecp5-85k"), info.value,
+                                  "stopped after 0.01 s")
     table = synth.format_table([row])
     assert f"| {CFG.name} | " in table and "not routed: stopped after 0.01 s" in table
