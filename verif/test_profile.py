@@ -73,7 +73,9 @@ def test_inference_classes(report):
             assert run["class_ms"][cls] > 0, cls
     assert run["shares"]["gemm"] > 0
     assert top(run, "gemm")[0] == "aten::addmm"              # nn.Linear, under aten::linear
-    assert top(run, "attn_matmul")[0] == "aten::bmm"         # torch.matmul of Q K^T and P V
+    # torch.matmul of Q K^T and P V: which of aten::matmul's own time and aten::bmm's comes
+    # first depends on the machine's load (a busy machine put matmul first), so only membership
+    assert "aten::bmm" in top(run, "attn_matmul")
     assert "aten::_softmax" in top(run, "softmax")
     assert "aten::native_layer_norm" in top(run, "layernorm")
     assert top(run, "gelu") == ["aten::gelu"]
