@@ -53,6 +53,13 @@ class AccelConfig:
         16-bit values, per column). A power of two from 16 to 65536.
     queue_depth : int
         Depth of each unit's instruction queue. A power of two from 2 to 64.
+    epilogue_lanes : int or None
+        Columns the epilogue works on per cycle (its pipeline's lanes). ``None`` is ``cols``; a
+        power of two from 2 to ``cols`` splits every ``cols``-wide beat of the accumulator
+        drain into ``cols / epilogue_lanes`` sub-beats that enter the epilogue one a cycle. Fewer
+        lanes cost epilogue throughput and save its area and DSPs (nine MULT18X18D a lane on an
+        ECP5). SOFTMAX's running maximum advances one sub-beat at a time, so its results
+        depend on this width (:func:`bertaccel.golden.intops.softmax`'s ``cols``).
     clock_mhz : float
         Clock assumed when cycles are turned into latency. It does not change the hardware.
     axi_data_width : int
@@ -70,6 +77,7 @@ class AccelConfig:
     acc_depth: int = 1024
     pmem_depth: int = 256
     queue_depth: int = 8
+    epilogue_lanes: int | None = None
     clock_mhz: float = 200.0
     axi_data_width: int = _AXI_DATA_WIDTH
     axi_addr_width: int = _AXI_ADDR_WIDTH
@@ -96,6 +104,10 @@ class AccelConfig:
         if not (_is_pow2(self.queue_depth) and 2 <= self.queue_depth <= 64):
             raise ConfigError(f"queue_depth must be a power of two from 2 to 64, "
                               f"not {self.queue_depth!r}")
+        if self.epilogue_lanes is not None and not (
+                _is_pow2(self.epilogue_lanes) and 2 <= self.epilogue_lanes <= self.cols):
+            raise ConfigError(f"epilogue_lanes must be None (= cols) or a power of two from 2 to "
+                              f"cols ({self.cols}), not {self.epilogue_lanes!r}")
         if (isinstance(self.clock_mhz, bool) or not isinstance(self.clock_mhz, (int, float))
                 or not math.isfinite(self.clock_mhz) or not 1 <= self.clock_mhz <= 2000):
             raise ConfigError(f"clock_mhz must be a number from 1 to 2000, not {self.clock_mhz!r}")
@@ -119,10 +131,13 @@ class AccelConfig:
         """A stable name for build folders and artifacts; it changes with every hardware field.
 
         The AXI widths change only the FPGA shell, not the core: they are named (``_ax128a40``)
-        only when they differ from the defaults, so every core build keeps its name.
+        only when they differ from the defaults, so every core build keeps its name. The
+        epilogue's lanes are named (``_el4``) only when there are fewer than ``cols``.
         """
         tag = f"r{self.rows}c{self.cols}_i{self.in_width}a{self.acc_width}" \
               f"_sp{self.spad_depth}_acc{self.acc_depth}_pm{self.pmem_depth}_q{self.queue_depth}"
+        if self.ep_lanes != self.cols:
+            tag += f"_el{self.ep_lanes}"
         if (self.axi_data_width, self.axi_addr_width) != (_AXI_DATA_WIDTH, _AXI_ADDR_WIDTH):
             tag += f"_ax{self.axi_data_width}a{self.axi_addr_width}"
         return tag
@@ -131,6 +146,16 @@ class AccelConfig:
     def lanes(self):
         """Operand lanes in one input-data beat: wide enough for an A row or a B row."""
         return max(self.rows, self.cols)
+
+    @property
+    def ep_lanes(self):
+        """The epilogue's lanes: ``epilogue_lanes``, or ``cols`` when that is ``None``."""
+        return self.cols if self.epilogue_lanes is None else self.epilogue_lanes
+
+    @property
+    def ep_ratio(self):
+        """Sub-beats (cycles) the epilogue takes for one ``cols``-wide beat."""
+        return self.cols // self.ep_lanes
 
     @property
     def macs_per_cycle(self):
@@ -192,11 +217,15 @@ _BASE = AccelConfig()
 PRESETS = {
     "2x2":   dataclasses.replace(_BASE, rows=2,  cols=2,  spad_depth=1024, acc_depth=256),
     "4x4":   dataclasses.replace(_BASE, rows=4,  cols=4,  spad_depth=2048, acc_depth=512),
-    "4x8":   dataclasses.replace(_BASE, rows=4,  cols=8,  spad_depth=2048, acc_depth=512),
+    # Eight epilogue lanes (72 MULT18X18D and their wide stages spread over every DSP row of an
+    # ECP5-85k) do not route on that part; four cost BERT-base 0.13 % more cycles (docs/fpga.md).
+    "4x8":   dataclasses.replace(_BASE, rows=4,  cols=8,  spad_depth=2048, acc_depth=512,
+                                 epilogue_lanes=4),
     # Row-wise epilogues (softmax, LayerNorm) need whole rows in one accumulator half, and a
     # MATMUL needs rows operand rows to hide its weight preload: 2048 rows lets 8x8 hold 32
     # rows of 256 columns.
-    "8x8":   dataclasses.replace(_BASE, rows=8,  cols=8,  spad_depth=4096, acc_depth=2048),
+    "8x8":   dataclasses.replace(_BASE, rows=8,  cols=8,  spad_depth=4096, acc_depth=2048,
+                                 epilogue_lanes=4),
     "16x16": dataclasses.replace(_BASE, rows=16, cols=16, spad_depth=4096, acc_depth=2048),
     "32x32": dataclasses.replace(_BASE, rows=32, cols=32, spad_depth=4096, acc_depth=2048),
 }

@@ -16,6 +16,16 @@ beat of a row in either pass. ``lane_valid`` marks the columns before ``row_len`
 The parameters (``params``) are written by SET instructions, which the store unit only lets
 through when this unit is idle, so they are constant while beats flow.
 
+Lanes
+-----
+The pipeline has ``cfg.ep_lanes`` lanes. When that is fewer than ``cols`` (``ratio =
+cols / lanes`` > 1), an accepted beat enters as ``ratio`` sub-beats of ``lanes`` columns, one a
+cycle, and the input is closed until the last has entered; only that sub-beat carries ``last``,
+so the row statistics and the SOFTMAX running maximum advance a sub-beat at a time (golden's
+``softmax(..., cols=lanes)``). The output collects a beat's sub-beats and writes the FIFO row
+with the last. Each lane costs its registers, its two tables and nine MULT18X18D, which is why
+an FPGA build may want fewer lanes than columns.
+
 Implementation
 --------------
 One pipeline of :attr:`Schedule.depth` stages serves every op, with the same latency for all,
@@ -33,7 +43,7 @@ Tables, from :mod:`bertaccel.golden.intops`: per lane, EXP2 (256 x 16 bits) and 
 golden's table with its two saturations, 0 and 2**16, at the ends); shared, RECIP (1024 x 23)
 and RSQRT (1024 x 19, its 768 entries and zeros for D = 0).
 
-Per lane, stage by stage (the names are :class:`Schedule`'s; ``L = log2(cols)``)::
+Per lane, stage by stage (the names are :class:`Schedule`'s; ``L = log2(lanes)``)::
 
     IN      the beat, registered
     ADD     x' = acc + bias (sat32 for SOFTMAX); the operands of the front multipliers
@@ -79,8 +89,9 @@ their second passes. At a row's last first-pass beat a finalize pipeline compute
 subtract. The pipeline never stalls, so a slot is final a fixed number of cycles after its row's
 last first-pass beat was accepted, and the input holds back a second-pass beat of that slot
 until it would reach BIND no earlier (:attr:`Schedule.gap` cycles). In the documented pass order
-a second pass follows at least one other pass of its STORE, so rows of ``gap - 1`` strips or
-more (7 for every config) never wait; only a STORE of one row does.
+a second pass follows at least one other pass of its STORE, and beats enter ``ratio`` cycles
+apart, so rows of ``ceil(gap / ratio) - 1`` strips or more (at most 7 for every preset) never
+wait; only a STORE of one row does.
 
 Parameter ranges: every scale is a 16-bit multiplier (golden's convention) except LAYERNORM's
 ``rmul``, which is 32 bits: GELU's ``omul`` is the low 16 bits of ``mul1``. ``row_len`` is at
@@ -91,7 +102,7 @@ most :data:`bertaccel.golden.intops.MAX_ROW` (its low 11 bits are ``N``), LAYERN
 
 from dataclasses import dataclass
 
-from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -115,16 +126,18 @@ from .isa import EpOp, PmemWord
 __all__ = ["Epilogue", "ParamsLayout", "Schedule", "beat_layout"]
 
 
-def beat_layout(cfg):
-    """One strip of one output row, as the store unit sends it."""
+def beat_layout(cfg, lanes=None):
+    """One strip of one output row, as the store unit sends it (``cols`` wide), or one
+    sub-beat of it as it enters the pipeline (``lanes`` wide)."""
+    lanes = cfg.cols if lanes is None else lanes
     return data.StructLayout({
-        "acc":        data.ArrayLayout(signed(cfg.acc_width), cfg.cols),
-        "pm":         data.ArrayLayout(PmemWord, cfg.cols),
-        "res":        data.ArrayLayout(signed(cfg.in_width), cfg.cols),
+        "acc":        data.ArrayLayout(signed(cfg.acc_width), lanes),
+        "pm":         data.ArrayLayout(PmemWord, lanes),
+        "res":        data.ArrayLayout(signed(cfg.in_width), lanes),
         "op":         EpOp,
         "second":     1,
         "last":       1,
-        "lane_valid": cfg.cols,
+        "lane_valid": lanes,
     })
 
 
@@ -142,18 +155,26 @@ ParamsLayout = data.StructLayout({
 
 @dataclass(frozen=True, kw_only=True)
 class Schedule:
-    """Stage numbers of the epilogue pipeline for ``cols`` lanes.
+    """Stage numbers of the epilogue pipeline for ``lanes`` lanes, taking each beat as
+    ``ratio`` sub-beats of ``lanes`` columns.
 
-    A beat accepted in cycle ``T`` is in stage ``k`` during cycle ``T + 1 + k``; the logic of
-    stage ``k`` reads stage ``k - 1``. The last stage is ``depth - 1``; what it computes is
-    written into the output FIFO.
+    A beat accepted in cycle ``T`` has its sub-beat ``j`` in stage ``k`` during cycle
+    ``T + 1 + j + k``; the logic of stage ``k`` reads stage ``k - 1``. The last stage is
+    ``depth - 1``; what it computes is written into the output FIFO (with ``ratio > 1``, once
+    the beat's last sub-beat is there).
     """
-    cols: int
+    lanes: int
+    ratio: int = 1
+
+    @classmethod
+    def of(cls, cfg):
+        """The schedule of ``cfg``'s epilogue."""
+        return cls(lanes=cfg.ep_lanes, ratio=cfg.ep_ratio)
 
     @property
     def levels(self):
         """Levels of a reduction tree over the lanes."""
-        return self.cols.bit_length() - 1
+        return self.lanes.bit_length() - 1
 
     IN, ADD, MUL, PSUM, SUM, SHC, SHF, RND, SAT, PRE = range(10)
 
@@ -212,27 +233,31 @@ class Schedule:
     def gap(self):
         """Cycles from a row's last first-pass beat to the earliest accept of its second pass.
 
-        A row's sums are final from ``T + ACC + 1`` (LAYERNORM) or ``T + SLOOP + 1`` (SOFTMAX),
-        its slot a finalize later, and a second-pass beat accepted in ``T'`` reads the slot in
-        cycle ``T' + BIND``.
+        A row's last sub-beat enters ``ratio - 1`` cycles after its beat's accept ``T``, so its
+        sums are final from ``T + ratio - 1 + ACC + 1`` (LAYERNORM) or ``T + ratio - 1 + SLOOP
+        + 1`` (SOFTMAX), its slot a finalize later, and the first sub-beat of a second-pass beat
+        accepted in ``T'`` reads the slot in cycle ``T' + BIND``.
         """
-        return {EpOp.SOFTMAX: max(1, self.SLOOP + 1 + self.SMX_FINALIZE - self.BIND),
-                EpOp.LAYERNORM: max(1, self.ACC + 1 + self.LN_FINALIZE - self.BIND)}
+        return {EpOp.SOFTMAX: max(1, self.ratio - 1 + self.SLOOP + 1 + self.SMX_FINALIZE
+                                  - self.BIND),
+                EpOp.LAYERNORM: max(1, self.ratio - 1 + self.ACC + 1 + self.LN_FINALIZE
+                                    - self.BIND)}
 
     @property
     def latency(self):
         """Cycles from a beat's accept to its output on ``o_data`` (when the FIFO is empty)."""
-        return self.depth + 2
+        return self.depth + 2 + self.ratio - 1
 
     @property
     def fifo_depth(self):
         """Output FIFO rows, one credit each.
 
         A beat holds its credit from the cycle after its accept until the cycle its output
-        leaves (``latency`` cycles; the count drops a cycle later), so ``latency + 1`` credits
-        let one beat in every cycle while the output is ready.
+        leaves (``latency`` cycles; the count drops a cycle later), and beats are accepted at
+        most one every ``ratio`` cycles, so ``ceil((latency + 1) / ratio)`` credits let a beat
+        in whenever the input has room for one while the output is ready.
         """
-        return self.latency + 1
+        return -(-(self.latency + 1) // self.ratio)
 
 
 #: Union of what a lane carries from ADD to the end: the output of an op that has finished
@@ -274,7 +299,7 @@ class Epilogue(wiring.Component):
 
     def __init__(self, cfg):
         self._cfg = cfg
-        self.schedule = Schedule(cols=cfg.cols)
+        self.schedule = Schedule.of(cfg)
         super().__init__({
             "i_beat": In(stream.Signature(beat_layout(cfg))),
             "o_data": Out(stream.Signature(data.ArrayLayout(signed(cfg.acc_width), cfg.cols))),
@@ -284,7 +309,7 @@ class Epilogue(wiring.Component):
 
     def elaborate(self, platform):
         cfg, sch = self._cfg, self.schedule
-        cols, depth = cfg.cols, sch.depth
+        lanes, ratio, depth = sch.lanes, sch.ratio, sch.depth
         m = Module()
         prm = self.params
         beat = self.i_beat.payload
@@ -294,8 +319,9 @@ class Epilogue(wiring.Component):
             return product_register(m, a, b, platform=platform, name=name, reset_less=True)
 
         # -- control: valid and per-beat tags travel down the stages unchanged ------------------
-        Ctl = data.StructLayout({"op": EpOp, "second": 1, "last": 1, "lane_valid": cols,
-                                 "slot": 1})
+        # `sub`: which sub-beat of its beat (only when there are several: no zero-width wires)
+        Ctl = data.StructLayout({"op": EpOp, "second": 1, "last": 1, "lane_valid": lanes,
+                                 "slot": 1, **({"sub": range(ratio)} if ratio > 1 else {})})
         valid = [Signal(name=f"s{k}_valid") for k in range(depth)]
         ctl = [Signal(Ctl, name=f"s{k}_ctl", reset_less=True) for k in range(depth)]
         for k in range(1, depth):
@@ -306,20 +332,20 @@ class Epilogue(wiring.Component):
 
         # Per-lane registers of each stage: a struct per lane. A new stage copies the fields it
         # shares with the one before; the op logic then overrides what it computes.
-        lanes = [None] * depth
+        stages = [None] * depth
 
         def stage(k, **fields):
             fields.setdefault("carry", _Carry)
-            lanes[k] = Signal(data.ArrayLayout(data.StructLayout(fields), cols), name=f"s{k}",
-                              reset_less=True)
-            if lanes[k - 1] is not None:
-                prev = lanes[k - 1]
+            stages[k] = Signal(data.ArrayLayout(data.StructLayout(fields), lanes),
+                               name=f"s{k}", reset_less=True)
+            if stages[k - 1] is not None:
+                prev = stages[k - 1]
                 shared = [name for name in fields
                           if name in dict(prev.shape().elem_shape.members)]
-                for i in range(cols):
+                for i in range(lanes):
                     for name in shared:
-                        m.d.sync += getattr(lanes[k][i], name).eq(getattr(prev[i], name))
-            return lanes[k]
+                        m.d.sync += getattr(stages[k][i], name).eq(getattr(prev[i], name))
+            return stages[k]
 
         # -- input: credits, the statistics gap, slots ----------------------------------------
         out_fifo = m.submodules.out_fifo = fifo.SyncFIFOBuffered(
@@ -338,21 +364,64 @@ class Epilogue(wiring.Component):
         two_pass = (beat.op == EpOp.SOFTMAX) | (beat.op == EpOp.LAYERNORM)
         stats_ok = ~(two_pass & beat.second) | (Mux(p2_slot, wait[1], wait[0]) == 0)
         credit_ok = ~beat.second | (inflight < sch.fifo_depth)
-        m.d.comb += self.i_beat.ready.eq(stats_ok & credit_ok)
+        # With ratio > 1 a beat is held while its sub-beats enter, one a cycle: `phase` is the
+        # sub-beat entering next (0: none held, the input is open).
+        phase = Signal(range(ratio)) if ratio > 1 else Const(0, 1)
+        m.d.comb += self.i_beat.ready.eq(stats_ok & credit_ok & (phase == 0))
         accept = self.i_beat.valid & self.i_beat.ready
 
         m.d.sync += inflight.eq(inflight + (accept & beat.second) - popped)
 
-        inb = Signal(beat_layout(cfg), reset_less=True)
+        inb = Signal(beat_layout(cfg, lanes), reset_less=True)
+        slot = Mux(beat.second, p2_slot, p1_slot)
+
+        def sub_beat(src, j):
+            """Sub-beat ``j`` (a value) of the full beat ``src``: lanes ``j * lanes`` on."""
+            def part(array, width):
+                flat = Value.cast(array)
+                return flat[:lanes * width] if isinstance(j, int) else \
+                    flat.word_select(j, lanes * width)
+            return Cat(part(src.acc, cfg.acc_width), part(src.pm, PmemWord.size),
+                       part(src.res, cfg.in_width), src.op, src.second, src.last,
+                       part(src.lane_valid, 1))
+
         # Timing: the beat and its tags are registered every cycle, whether accepted or not
         # (`valid` says which): `accept` drives no enable of these hundreds of flip-flops.
-        m.d.sync += [
-            valid[0].eq(accept),
-            inb.eq(beat),
-            ctl[0].op.eq(beat.op), ctl[0].second.eq(beat.second), ctl[0].last.eq(beat.last),
-            ctl[0].lane_valid.eq(beat.lane_valid),
-            ctl[0].slot.eq(Mux(beat.second, p2_slot, p1_slot)),
-        ]
+        if ratio == 1:
+            m.d.sync += [
+                valid[0].eq(accept),
+                inb.eq(beat),
+                ctl[0].op.eq(beat.op), ctl[0].second.eq(beat.second), ctl[0].last.eq(beat.last),
+                ctl[0].lane_valid.eq(beat.lane_valid),
+                ctl[0].slot.eq(slot),
+            ]
+        else:
+            # Sub-beat 0 enters from the input as a whole beat would; the beat is copied into
+            # `hold` whenever the input is open (not on `accept`, for the same reason), and
+            # sub-beats 1 .. ratio - 1 enter from there in the next cycles.
+            hold = Signal(beat_layout(cfg), reset_less=True)
+            hold_slot = Signal(reset_less=True)
+            with m.If(phase == 0):
+                m.d.sync += [hold.eq(beat), hold_slot.eq(slot)]
+                m.d.sync += [
+                    valid[0].eq(accept),
+                    inb.eq(sub_beat(beat, 0)),
+                    ctl[0].op.eq(beat.op), ctl[0].second.eq(beat.second), ctl[0].last.eq(0),
+                    ctl[0].lane_valid.eq(beat.lane_valid[:lanes]),
+                    ctl[0].slot.eq(slot), ctl[0].sub.eq(0),
+                ]
+                with m.If(accept):
+                    m.d.sync += phase.eq(1)
+            with m.Else():
+                m.d.sync += [
+                    valid[0].eq(1),
+                    inb.eq(sub_beat(hold, phase)),
+                    ctl[0].op.eq(hold.op), ctl[0].second.eq(hold.second),
+                    ctl[0].last.eq(hold.last & (phase == ratio - 1)),
+                    ctl[0].lane_valid.eq(hold.lane_valid.word_select(phase, lanes)),
+                    ctl[0].slot.eq(hold_slot), ctl[0].sub.eq(phase),
+                    phase.eq(phase + 1),          # wraps to 0 after ratio - 1 (a power of two)
+                ]
         with m.If(accept):
             with m.If(two_pass & beat.last):
                 with m.If(beat.second):
@@ -376,7 +445,7 @@ class Epilogue(wiring.Component):
         # The second front multiplier: GELU x' * omul (x' in 16-bit halves), LayerNorm r * rmul
         # (rmul in 16-bit halves).
         per_column = (c.op == EpOp.REQUANT) & prm.flags[0]
-        for i in range(cols):
+        for i in range(lanes):
             xb = Signal(signed(33), name=f"xb{i}")
             pm = inb.pm[i]
             m.d.comb += xb.eq(inb.acc[i] + pm.bias.as_signed())
@@ -400,9 +469,9 @@ class Epilogue(wiring.Component):
 
         # -- MUL: four 17 x 16 products ---------------------------------------------------------
         k = sch.MUL
-        p, s = lanes[k - 1], stage(k, p1lo=unsigned(32), p1hi=signed(33), p2lo=signed(33),
+        p, s = stages[k - 1], stage(k, p1lo=unsigned(32), p1hi=signed(33), p2lo=signed(33),
                                    p2hi=signed(33), sh=unsigned(6), sh1=unsigned(6))
-        for i in range(cols):
+        for i in range(lanes):
             m.d.comb += [
                 s[i].p1lo.eq(mul(p[i].x[:16], p[i].mul, f"mul_p1lo{i}")),
                 s[i].p1hi.eq(mul(p[i].x[16:].as_signed(), p[i].mul, f"mul_p1hi{i}")),
@@ -412,39 +481,39 @@ class Epilogue(wiring.Component):
 
         # -- PSUM: the products of the two multipliers -------------------------------------------
         k = sch.PSUM
-        p, s = lanes[k - 1], stage(k, a=signed(49), b=signed(49), sh=unsigned(6),
+        p, s = stages[k - 1], stage(k, a=signed(49), b=signed(49), sh=unsigned(6),
                                    sh1=unsigned(6))
-        for i in range(cols):
+        for i in range(lanes):
             m.d.sync += [s[i].a.eq(p[i].p1lo + (p[i].p1hi << 16)),
                          s[i].b.eq(p[i].p2lo + (p[i].p2hi << 16))]
 
         # -- SUM: LayerNorm adds the residual term ----------------------------------------------
         k = sch.SUM
         c = ctl[k - 1]
-        p, s = lanes[k - 1], stage(k, a=signed(50), b=signed(49), sh=unsigned(6),
+        p, s = stages[k - 1], stage(k, a=signed(50), b=signed(49), sh=unsigned(6),
                                    sh1=unsigned(6))
-        for i in range(cols):
+        for i in range(lanes):
             m.d.sync += s[i].a.eq(p[i].a + Mux(c.op == EpOp.LAYERNORM, p[i].b, 0))
 
         # -- SHC, SHF: 2a >> shift (a: by the op's shift; b: GELU's oshift) ---------------------
         k = sch.SHC
-        p, s = lanes[k - 1], stage(k, a=signed(51), b=signed(50), shf=unsigned(3),
+        p, s = stages[k - 1], stage(k, a=signed(51), b=signed(50), shf=unsigned(3),
                                    shf1=unsigned(3))
-        for i in range(cols):
+        for i in range(lanes):
             m.d.sync += [s[i].a.eq(coarse(p[i].a << 1, p[i].sh)),
                          s[i].b.eq(coarse(p[i].b << 1, p[i].sh1)),
                          s[i].shf.eq(p[i].sh[:3]), s[i].shf1.eq(p[i].sh1[:3])]
         k = sch.SHF
-        p, s = lanes[k - 1], stage(k, a=signed(51), b=signed(50))
-        for i in range(cols):
+        p, s = stages[k - 1], stage(k, a=signed(51), b=signed(50))
+        for i in range(lanes):
             m.d.sync += [s[i].a.eq(fine(p[i].a, p[i].shf)), s[i].b.eq(fine(p[i].b, p[i].shf1))]
 
         # -- RND: the rounding add, and the saturation limits compared beside it ---------------
         k = sch.RND
         c = ctl[k - 1]
-        p, s = lanes[k - 1], stage(k, over=1, under=1, r=signed(25), ir=unsigned(10), ihi=1,
+        p, s = stages[k - 1], stage(k, over=1, under=1, r=signed(25), ir=unsigned(10), ihi=1,
                                    ilo=1)
-        for i in range(cols):
+        for i in range(lanes):
             w, z = p[i].a, p[i].b
             over, under, r = s[i].over, s[i].under, s[i].r
             with m.Switch(c.op):
@@ -464,9 +533,9 @@ class Epilogue(wiring.Component):
         # -- SAT: the saturated results; the PHI lookup -----------------------------------------
         k = sch.SAT
         c = ctl[k - 1]
-        p, s = lanes[k - 1], stage(k, a=signed(24))
+        p, s = stages[k - 1], stage(k, a=signed(24))
         phi = []
-        for i in range(cols):
+        for i in range(lanes):
             over, under, r, lane_valid = p[i].over, p[i].under, p[i].r, c.lane_valid[i]
             with m.Switch(c.op):
                 with m.Case(EpOp.REQUANT):
@@ -489,8 +558,8 @@ class Epilogue(wiring.Component):
         # -- PRE: PHI registered, ceil(t / 256), v*v ---------------------------------------------
         k = sch.PRE
         c = ctl[k - 1]
-        p, s = lanes[k - 1], stage(k, a=signed(24), c=signed(17), v2=unsigned(31))
-        for i in range(cols):
+        p, s = stages[k - 1], stage(k, a=signed(24), c=signed(17), v2=unsigned(31))
+        for i in range(lanes):
             v = p[i].a[:16].as_signed()
             m.d.sync += s[i].c.eq((p[i].a + 255) >> 8)
             m.d.comb += s[i].v2.eq(mul(v, v, f"pre_v2{i}"))
@@ -499,12 +568,12 @@ class Epilogue(wiring.Component):
                 m.d.sync += s[i].carry.coef.m.eq(phi[i])
 
         # -- the lane trees (first passes), while the lanes wait ---------------------------------
-        pre = lanes[sch.PRE]
-        c_max, levels = tree(m, [pre[i].c for i in range(cols)],
+        pre = stages[sch.PRE]
+        c_max, levels = tree(m, [pre[i].c for i in range(lanes)],
                              lambda a, b: Mux(a > b, a, b), lambda _: signed(17), name="cmax")
-        v_sum, _ = tree(m, [pre[i].a[:16].as_signed() for i in range(cols)],
+        v_sum, _ = tree(m, [pre[i].a[:16].as_signed() for i in range(lanes)],
                         lambda a, b: a + b, lambda n: signed(16 + n), name="vsum")
-        v2_sum, _ = tree(m, [pre[i].v2 for i in range(cols)],
+        v2_sum, _ = tree(m, [pre[i].v2 for i in range(lanes)],
                          lambda a, b: a + b, lambda n: unsigned(31 + n), name="v2sum")
         assert levels == sch.levels
         for k in range(sch.PRE + 1, sch.ACC):
@@ -524,14 +593,14 @@ class Epilogue(wiring.Component):
         with m.If(first_pass(before, EpOp.SOFTMAX)):
             new = Mux(grow > 0, c_max, prev)
             m.d.sync += [m_run.eq(new), m_fresh.eq(c.last), row_dm.eq(Mux(grow > 0, grow, 0))]
-            m.d.sync += [acc_lanes[i].m.eq(new) for i in range(cols)]
+            m.d.sync += [acc_lanes[i].m.eq(new) for i in range(lanes)]
             with m.If(c.last):
                 with m.If(c.slot):
                     m.d.sync += smx_m[1].eq(new)
                 with m.Else():
                     m.d.sync += smx_m[0].eq(new)
         with m.Else():
-            m.d.sync += [acc_lanes[i].m.eq(Mux(c.slot, smx_m[1], smx_m[0])) for i in range(cols)]
+            m.d.sync += [acc_lanes[i].m.eq(Mux(c.slot, smx_m[1], smx_m[0])) for i in range(lanes)]
 
         s1 = Signal(signed(26), reset_less=True)
         s2 = Signal(unsigned(41), reset_less=True)
@@ -546,36 +615,36 @@ class Epilogue(wiring.Component):
         # -- U, EXP, E: e = EXP2[u & 255] >> (u >> 8), u = 256*M - t -----------------------------
         k = sch.U
         c = ctl[k - 1]
-        p, s = lanes[k - 1], stage(k, a=signed(24), f=unsigned(8), q=unsigned(4), zero=1)
+        p, s = stages[k - 1], stage(k, a=signed(24), f=unsigned(8), q=unsigned(4), zero=1)
         dm5 = Signal(5, reset_less=True)
         m.d.sync += dm5.eq(Mux(row_dm > 31, 31, row_dm))   # S < 2**26: 31 empties it
-        for i in range(cols):
+        for i in range(lanes):
             u = Signal(signed(26), name=f"u{i}")
             m.d.comb += u.eq((p[i].m << 8) - p[i].a)
             m.d.sync += [s[i].f.eq(u[:8]), s[i].q.eq(u[8:12]),
                          s[i].zero.eq(~c.lane_valid[i] | u[12:].any())]
         k = sch.EXP
-        p, s = lanes[k - 1], stage(k, a=signed(24), q=unsigned(4), zero=1)
+        p, s = stages[k - 1], stage(k, a=signed(24), q=unsigned(4), zero=1)
         exp2 = []
-        for i in range(cols):
+        for i in range(lanes):
             rom = m.submodules[f"exp2_{i}"] = memory.Memory(shape=unsigned(16), depth=256,
                                                             init=EXP2_TABLE)
             port = rom.read_port()
             m.d.comb += port.addr.eq(p[i].f)
             exp2.append(port.data)
         k = sch.EREG            # block RAM straight into a register
-        p, s = lanes[k - 1], stage(k, a=signed(24), q=unsigned(4), zero=1, r=unsigned(16))
-        for i in range(cols):
+        p, s = stages[k - 1], stage(k, a=signed(24), q=unsigned(4), zero=1, r=unsigned(16))
+        for i in range(lanes):
             m.d.sync += s[i].r.eq(exp2[i])
         k = sch.E
         c = ctl[k - 1]
-        p, s = lanes[k - 1], stage(k, a=signed(24))
-        for i in range(cols):
+        p, s = stages[k - 1], stage(k, a=signed(24))
+        for i in range(lanes):
             with m.If(c.op == EpOp.SOFTMAX):
                 m.d.sync += s[i].a.eq(Mux(p[i].zero, 0, p[i].r >> p[i].q))
 
         # -- the e tree and the rescaled-sum loop (first passes) ----------------------------------
-        e_sum, _ = tree(m, [lanes[sch.E][i].a[:16] for i in range(cols)],
+        e_sum, _ = tree(m, [stages[sch.E][i].a[:16] for i in range(lanes)],
                         lambda a, b: a + b, lambda n: unsigned(16 + n), name="esum")
         dm_at_sum = delay(m, dm5, sch.SLOOP - 1 - sch.U, name="dm")
         total = Signal(unsigned(26), reset_less=True)
@@ -669,7 +738,7 @@ class Epilogue(wiring.Component):
                   mb=unsigned(30),           # R | N*rsq
                   sb=signed(46),             # 0 | S1*rsq
                   lsh=unsigned(6))           # 16 + k | 11 + j
-        for i in range(cols):
+        for i in range(lanes):
             with m.If(c.op == EpOp.SOFTMAX):
                 m.d.sync += [s[i].mb.eq(Mux(c.slot, smx_r[1], smx_r[0])), s[i].sb.eq(0),
                              s[i].lsh.eq(16 + Mux(c.slot, smx_k[1], smx_k[0]))]
@@ -680,32 +749,32 @@ class Epilogue(wiring.Component):
 
         # -- MUL2, PSUM2, SUB, SHC2, SHF2, RND2 ------------------------------------------------
         k = sch.MUL2
-        p, s = lanes[k - 1], stage(k, a=signed(24), t0=signed(35), t1=signed(31),
+        p, s = stages[k - 1], stage(k, a=signed(24), t0=signed(35), t1=signed(31),
                                    sb=signed(46), lsh=unsigned(6))
-        for i in range(cols):
+        for i in range(lanes):
             e_or_v, mb = p[i].a[:17].as_signed(), p[i].mb
             m.d.comb += [s[i].t0.eq(mul(e_or_v, mb[:TILE], f"mul2_t0{i}")),
                          s[i].t1.eq(mul(e_or_v, mb[TILE:], f"mul2_t1{i}"))]
         k += 1
-        p, s = lanes[k - 1], stage(k, a=signed(24), d=signed(47), sb=signed(46), lsh=unsigned(6))
-        for i in range(cols):
+        p, s = stages[k - 1], stage(k, a=signed(24), d=signed(47), sb=signed(46), lsh=unsigned(6))
+        for i in range(lanes):
             m.d.sync += s[i].d.eq(p[i].t0 + (p[i].t1 << TILE))
         k += 1
-        p, s = lanes[k - 1], stage(k, a=signed(24), d=signed(48), lsh=unsigned(6))
-        for i in range(cols):
+        p, s = stages[k - 1], stage(k, a=signed(24), d=signed(48), lsh=unsigned(6))
+        for i in range(lanes):
             m.d.sync += s[i].d.eq(p[i].d - p[i].sb)
         k += 1
-        p, s = lanes[k - 1], stage(k, a=signed(24), d=signed(49), lshf=unsigned(3))
-        for i in range(cols):
+        p, s = stages[k - 1], stage(k, a=signed(24), d=signed(49), lshf=unsigned(3))
+        for i in range(lanes):
             m.d.sync += [s[i].d.eq(coarse(p[i].d << 1, p[i].lsh)), s[i].lshf.eq(p[i].lsh[:3])]
         k += 1
-        p, s = lanes[k - 1], stage(k, a=signed(24), d=signed(49))
-        for i in range(cols):
+        p, s = stages[k - 1], stage(k, a=signed(24), d=signed(49))
+        for i in range(lanes):
             m.d.sync += s[i].d.eq(fine(p[i].d, p[i].lshf))
         k += 1
         c = ctl[k - 1]
-        p, s = lanes[k - 1], stage(k, a=signed(24), over=1, under=1, r=signed(8))
-        for i in range(cols):
+        p, s = stages[k - 1], stage(k, a=signed(24), over=1, under=1, r=signed(8))
+        for i in range(lanes):
             d = p[i].d
             m.d.sync += Cat(s[i].over, s[i].under, s[i].r).eq(Cat(*round_parts(d, 0, 127)))
             with m.If(c.op == EpOp.LAYERNORM):
@@ -715,8 +784,8 @@ class Epilogue(wiring.Component):
         k += 1
         assert k == sch.MUL3
         c = ctl[k - 1]
-        p, s = lanes[k - 1], stage(k, t0=signed(36), t1=signed(25))
-        for i in range(cols):
+        p, s = stages[k - 1], stage(k, t0=signed(36), t1=signed(25))
+        for i in range(lanes):
             z, coef = p[i].a, p[i].carry.coef.m
             m.d.comb += [s[i].t0.eq(mul(z[:TILE], coef, f"mul3_t0{i}")),
                          s[i].t1.eq(mul(z[TILE:].as_signed(), coef, f"mul3_t1{i}"))]
@@ -724,14 +793,14 @@ class Epilogue(wiring.Component):
                 m.d.sync += s[i].carry.out.eq(
                     Mux(c.lane_valid[i], pick(p[i].over, p[i].under, p[i].r, 0, 127), 0))
         k += 1
-        p, s = lanes[k - 1], stage(k, q=signed(42), gs=unsigned(6))
-        for i in range(cols):
+        p, s = stages[k - 1], stage(k, q=signed(42), gs=unsigned(6))
+        for i in range(lanes):
             m.d.sync += [s[i].q.eq(p[i].t0 + (p[i].t1 << TILE)),
                          s[i].gs.eq(Mux(prm.shift1 >= 8, prm.shift1 - 8, 0))]  # LN gshift - 8
         k += 1
-        p, s = lanes[k - 1], stage(k, q=signed(42), over=1, under=1, r=signed(8),
+        p, s = stages[k - 1], stage(k, q=signed(42), over=1, under=1, r=signed(8),
                                    gsf=unsigned(3))
-        for i in range(cols):
+        for i in range(lanes):
             q = p[i].q
             # GELU: sat8(rshift_round(q, 24)); the limits compared on q beside a narrow add
             m.d.sync += [
@@ -742,29 +811,39 @@ class Epilogue(wiring.Component):
             ]
         k += 1
         c = ctl[k - 1]
-        p, s = lanes[k - 1], stage(k, q=signed(42))
-        for i in range(cols):
+        p, s = stages[k - 1], stage(k, q=signed(42))
+        for i in range(lanes):
             m.d.sync += s[i].q.eq(fine(p[i].q, p[i].gsf))
             with m.If(c.op == EpOp.GELU):                             # GELU done
                 m.d.sync += s[i].carry.out.eq(pick(p[i].over, p[i].under, p[i].r, *_INT8))
         k += 1
-        p, s = lanes[k - 1], stage(k, y=signed(43))
-        for i in range(cols):
+        p, s = stages[k - 1], stage(k, y=signed(43))
+        for i in range(lanes):
             m.d.sync += s[i].y.eq(p[i].q + p[i].carry.coef.beta)
         k += 1
         assert k == depth, (k, depth)
-        c, last = ctl[depth - 1], lanes[depth - 1]
-        row = Signal(self.o_data.payload.shape())
-        for i in range(cols):
+        c, last = ctl[depth - 1], stages[depth - 1]
+        row = Signal(data.ArrayLayout(signed(cfg.acc_width), lanes))
+        for i in range(lanes):
             ln = Mux(c.lane_valid[i], clamp(last[i].y >> 8, *_INT8), 0)
             m.d.comb += row[i].eq(Mux(c.op == EpOp.LAYERNORM, ln, last[i].carry.out))
+        if ratio == 1:
+            m.d.comb += [out_fifo.w_data.eq(row), out_fifo.w_en.eq(valid[depth - 1] & c.second)]
+        else:
+            # A beat's sub-beats but the last wait in `done`; the last completes the FIFO row.
+            done = Signal(data.ArrayLayout(row.shape(), ratio - 1), reset_less=True)
+            for j in range(ratio - 1):
+                with m.If(valid[depth - 1] & (c.sub == j)):
+                    m.d.sync += done[j].eq(row)
+            m.d.comb += [
+                out_fifo.w_data.eq(Cat(done, row)),
+                out_fifo.w_en.eq(valid[depth - 1] & c.second & (c.sub == ratio - 1)),
+            ]
 
         m.d.comb += [
-            out_fifo.w_data.eq(row),
-            out_fifo.w_en.eq(valid[depth - 1] & c.second),
             self.o_data.payload.eq(out_fifo.r_data),
             self.o_data.valid.eq(out_fifo.r_rdy),
             out_fifo.r_en.eq(self.o_data.ready),
-            self.o_busy.eq(Cat(*valid).any() | (inflight != 0)),
+            self.o_busy.eq(Cat(*valid).any() | (inflight != 0) | (phase != 0)),
         ]
         return m

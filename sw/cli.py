@@ -119,7 +119,7 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
     golden = ops.gemm(a, b)
     if fused is not None:
         golden = ep_mod.apply_integer(program.meta["epilogue"], golden, inputs.get("r"),
-                                      cols=cfg.cols)
+                                      cols=cfg.ep_lanes)
     plain_result = None
     if device == "ref":
         result = expected  # its cycles come from the cycle model (sw/cycles.py)

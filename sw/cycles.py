@@ -52,8 +52,9 @@ Cycle 0 is the first cycle after the clock edge that samples ``start``.
   the last read of the STORE before it (an empty STORE: idle), and reads one beat a cycle from
   the next cycle on; a read is at the ``StoreUnit.FIFO_DEPTH``-deep beat FIFO's output
   :data:`STORE_READ_TO_FIFO` cycles later and is only issued while the FIFO has room for it.
-  The epilogue takes one beat a cycle from the FIFO; a beat leaves on ``o_data``
-  ``Schedule.latency`` cycles after that. SOFTMAX and LAYERNORM read every row twice in the
+  The epilogue takes one beat a cycle from the FIFO, or one every ``cfg.ep_ratio`` cycles
+  when it is narrower than a beat; a beat leaves on ``o_data`` ``Schedule.latency`` cycles
+  after that. SOFTMAX and LAYERNORM read every row twice in the
   interleaved order, and the epilogue holds back a row's first second-pass beat until
   ``Schedule.gap[op]`` cycles after its last first-pass beat was taken. The store->execute
   push comes with the last read. A SET waits until the store unit and the epilogue are empty.
@@ -234,6 +235,7 @@ def _hardware_timing(cfg):
         "fifo_depth": StoreUnit.FIFO_DEPTH,
         "ep_latency": schedule.latency,
         "ep_depth": schedule.depth,
+        "ep_ratio": schedule.ratio,
         "gap": gap,
     }
 
@@ -278,8 +280,8 @@ class CycleModel:
     cfg : AccelConfig
     timing : dict
         The latencies read from the gateware: ``mesh_latency``, ``fifo_depth``
-        (the store unit's beat FIFO), ``ep_latency``, ``ep_depth`` and ``gap`` (the epilogue
-        schedule).
+        (the store unit's beat FIFO), ``ep_latency``, ``ep_depth``, ``ep_ratio`` (cycles
+        between the epilogue's accepts) and ``gap`` (the epilogue schedule).
     """
 
     def __init__(self, cfg):
@@ -703,10 +705,11 @@ class CycleModel:
         run = self._beats
         if not two_pass:
             return run(state, n_rows * strips, issue_min, _FAR_PAST)
-        if n_rows >= 2 and strips + 1 >= gap:
+        if n_rows >= 2 and (strips + 1) * self.timing["ep_ratio"] >= gap:
             # In the interleaved order a row's second pass starts at least strips + 1 beats
-            # after its first pass ended, and beats are taken no faster than one a cycle: the
-            # statistics are always ready, so the reads flow like a single-pass STORE's.
+            # after its first pass ended, and beats are taken no faster than one every ep_ratio
+            # cycles: the statistics are always ready, so the reads flow like a single-pass
+            # STORE's.
             return run(state, 2 * n_rows * strips, issue_min, _FAR_PAST)
         # P1(0), [P1(r), P2(r-1)] for r in 1..R-1, P2(R-1): each row pass is a run of strips
         # beats; a second pass waits for its row's statistics.
@@ -724,11 +727,14 @@ class CycleModel:
 
         A read issues one cycle after the one before, and only while fewer than ``FIFO_DEPTH``
         beats are read but not yet taken; the epilogue takes a beat ``STORE_READ_TO_FIFO``
-        cycles after its read at the earliest and one a cycle. Once the last ``FIFO_DEPTH``
-        accepts are consecutive both advance one a cycle, so the rest is jumped over.
+        cycles after its read at the earliest and ``ep_ratio`` cycles after the one before.
+        Once the last ``FIFO_DEPTH`` accepts are that far apart and the reads wait for room
+        (or, at one beat a cycle, keep pace), both advance ``ep_ratio`` a beat, so the rest is
+        jumped over.
         """
         last_issue, acc = state
         depth = len(acc)
+        ratio = self.timing["ep_ratio"]
         first_issue = None
         done = 0
         while done < count:
@@ -736,8 +742,8 @@ class CycleModel:
             if acc[0] + 1 > issue:
                 issue = acc[0] + 1
             accept = issue + STORE_READ_TO_FIFO
-            if acc[-1] + 1 > accept:
-                accept = acc[-1] + 1
+            if acc[-1] + ratio > accept:
+                accept = acc[-1] + ratio
             if done == 0:
                 if issue < issue_min:
                     issue = issue_min
@@ -749,12 +755,25 @@ class CycleModel:
             acc = acc[1:] + [accept]
             last_issue = issue
             done += 1
-            lag = accept - issue
-            if acc[-1] - acc[0] == depth - 1 and STORE_READ_TO_FIFO <= lag <= depth - 1:
+            if ratio == 1:
+                lag = accept - issue
+                steady = acc[-1] - acc[0] == depth - 1 and STORE_READ_TO_FIFO <= lag <= depth - 1
+            else:
+                # The next read waits for room (acc[0] >= issue), the next accept for the one
+                # before (not for its read): from here every beat is ratio cycles after the last.
+                steady = (acc[-1] - acc[0] == (depth - 1) * ratio and acc[0] >= issue
+                          and acc[-1] + ratio >= acc[0] + 1 + STORE_READ_TO_FIFO)
+            if steady:
                 left = count - done
-                if left:
+                if left and ratio == 1:
                     last_issue += left
-                    acc = [x + left for x in acc]
+                elif left:
+                    # beat t after this one is read a cycle after the accept depth beats
+                    # before it
+                    last_issue = acc[left - 1] + 1 if left <= depth else \
+                        acc[-1] + (left - depth) * ratio + 1
+                if left:
+                    acc = [x + left * ratio for x in acc]
                 break
         state[0], state[1] = last_issue, acc
         return first_issue, last_issue, acc[-1]

@@ -406,7 +406,7 @@ class SoftwareDevice(Device):
                                 oshift=regs[isa.Param.SHIFT1])
             elif op == isa.EpOp.SOFTMAX:
                 y = intops.softmax(x, mask=bias, mul=regs[isa.Param.MUL0],
-                                   shift=regs[isa.Param.SHIFT0], cols=cols,
+                                   shift=regs[isa.Param.SHIFT0], cols=cfg.ep_lanes,
                                    row_len=regs[isa.Param.ROW_LEN])
             elif op == isa.EpOp.LAYERNORM:
                 # Row m of strip s is spad_b[aux_addr + s*rows + m].

@@ -412,7 +412,7 @@ def apply_integer(lowered, c, r=None, *, cols):
     r : torch.Tensor, optional
         ``(m, n)`` int8 residual (LayerNorm).
     cols : int
-        The array's columns: the beat width of the two-pass ops.
+        The epilogue's lanes (``cfg.ep_lanes``): the strip width of SOFTMAX's running maximum.
     """
     n = c.shape[1]
     regs = dict(lowered.sets)

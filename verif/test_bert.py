@@ -122,7 +122,7 @@ def random_parts(cfg, gen, shapes):
         c = golden.gemm(a, b)
         want[f"{number}.c"] = (ep_mod.apply_integer(program.meta["epilogue"], c,
                                                     r if "r" in program.inputs else None,
-                                                    cols=cfg.cols) if epilogue else c)
+                                                    cols=cfg.ep_lanes) if epilogue else c)
         programs.append(program)
     return programs, inputs, want
 

@@ -16,6 +16,7 @@ def test_defaults_and_presets_are_valid():
         assert cfg.macs_per_cycle == cfg.rows * cfg.cols
         assert cfg.mesh_latency == cfg.rows + cfg.cols + 2
         assert cfg.spad_addr_width == (cfg.spad_depth - 1).bit_length()
+        assert cfg.ep_lanes * cfg.ep_ratio == cfg.cols
 
 
 @pytest.mark.parametrize("fields, field, value", [
@@ -33,6 +34,10 @@ def test_defaults_and_presets_are_valid():
     ({"clock_mhz": 0}, "clock_mhz", "0"),
     ({"clock_mhz": float("nan")}, "clock_mhz", "nan"),
     ({"rows": 64, "spad_depth": 64}, "spad_depth", "64"),
+    ({"cols": 4, "epilogue_lanes": 8}, "epilogue_lanes", "8"),
+    ({"epilogue_lanes": 3}, "epilogue_lanes", "3"),
+    ({"epilogue_lanes": 1}, "epilogue_lanes", "1"),
+    ({"epilogue_lanes": True}, "epilogue_lanes", "True"),
 ])
 def test_bad_field_is_named(fields, field, value):
     with pytest.raises(ConfigError, match=field) as info:
@@ -48,6 +53,16 @@ def test_unknown_preset_is_named_and_presets_listed():
         assert name in str(info.value)
     assert preset("4x8") is PRESETS["4x8"]
     assert load_config("2x2") is PRESETS["2x2"]
+
+
+def test_epilogue_lanes():
+    cfg = AccelConfig(rows=8, cols=8)
+    assert (cfg.ep_lanes, cfg.ep_ratio) == (8, 1)
+    narrow = dataclasses.replace(cfg, epilogue_lanes=2)
+    assert (narrow.ep_lanes, narrow.ep_ratio) == (2, 4)
+    # named in the tag only when it differs from cols, so other builds keep their folders
+    assert dataclasses.replace(cfg, epilogue_lanes=8).tag == cfg.tag
+    assert narrow.tag == cfg.tag + "_el2"
 
 
 def test_from_dict_unknown_field_is_named():

@@ -146,6 +146,7 @@ def test_timing_is_read_from_the_gateware(name):
     assert timing["mesh_latency"] == cfg.mesh_latency
     assert timing["fifo_depth"] == StoreUnit.FIFO_DEPTH
     assert timing["ep_latency"] == schedule.latency
+    assert timing["ep_ratio"] == schedule.ratio == cfg.ep_ratio
     assert timing["gap"][isa.EpOp.SOFTMAX] == schedule.gap[isa.EpOp.SOFTMAX]
 
 
@@ -173,10 +174,13 @@ def test_closed_forms(name):
                                            + cfg.mesh_latency + cm.ACC_WRITE_EXTRA + done)
     # A MATMUL of m_len 0 holds the stream stage for one slot and writes nothing.
     assert cycles([matmul(0)]) == taken + r + cm.PRELOAD_EXTRA + 1 + done
-    # STORE (RAW): one read a cycle from the cycle after the accept, the epilogue takes each
-    # STORE_READ_TO_FIFO cycles later, the last leaves ep_latency after that.
+    # STORE (RAW): one read a cycle from the cycle after the accept, the epilogue takes the
+    # first STORE_READ_TO_FIFO cycles later and the others ep_ratio cycles apart (the reads
+    # wait for room in the beat FIFO, never long enough to delay an accept), the last leaves
+    # ep_latency after that.
     for beats in (1, 10, 64):
-        assert cycles([store(beats)]) == (taken + 1 + cm.STORE_READ_TO_FIFO + beats - 1
+        assert cycles([store(beats)]) == (taken + 1 + cm.STORE_READ_TO_FIFO
+                                          + timing["ep_ratio"] * (beats - 1)
                                           + timing["ep_latency"] + done)
     assert cycles([store(4, 3)]) == cycles([store(12)])
     # A SET waits until the epilogue is empty: one cycle after the last beat left.

@@ -90,7 +90,7 @@ def pass_order(rows, two_pass):
 
 
 def golden(job, params, cols):
-    """What golden.intops makes of ``job``."""
+    """What golden.intops makes of ``job``, for an epilogue of ``cols`` lanes."""
     x = torch.from_numpy(job.acc.astype(np.int64))
     bias = torch.from_numpy(job.bias.astype(np.int64))
     if job.op == EpOp.RAW:
@@ -216,7 +216,7 @@ class EpilogueTB:
         dut.params.value = codec.params(segment.params)
         beats, expected, names = [], [], []
         for job in segment.stores:
-            job.expected = golden(job, segment.params, cols)
+            job.expected = golden(job, segment.params, self.cfg.ep_lanes)
             strips = job.acc.shape[1] // cols
             for row, second in pass_order(job.acc.shape[0], job.two_pass):
                 for strip in range(strips):
@@ -573,15 +573,17 @@ async def epilogue_ops(dut):
         idle, stall = tb.rng.choice([(0.0, 0.0), (0.3, 0.4), (0.1, 0.7), (0.6, 0.1)])
         await tb.run(segment, idle=idle, stall=stall)
 
-    # Throughput: nothing idle, nothing pressing back. Every beat is accepted in the cycle
-    # after the one before, and the first output comes Schedule.latency cycles after its beat.
-    latency = Schedule(cols=cfg.cols).latency
+    # Throughput: nothing idle, nothing pressing back. Every beat is accepted ep_ratio cycles
+    # after the one before (the next cycle when the epilogue is as wide as the beat), and the
+    # first output comes Schedule.latency cycles after its beat.
+    schedule = Schedule.of(cfg)
+    latency, ratio = schedule.latency, schedule.ratio
     for segment in work.throughput():
         accepts = await tb.run(segment, idle=0, stall=0)
         span = accepts[-1] - accepts[0] + 1
         tb.log.info("%s: %d beats accepted in %d cycles, first output after %d", segment.name,
                     len(accepts), span, tb.first_output - accepts[0])
-        assert span == len(accepts), \
+        assert span == ratio * (len(accepts) - 1) + 1, \
             f"{segment.name}: {len(accepts)} beats took {span} cycles to be accepted"
         if not segment.stores[0].two_pass:
             assert tb.first_output - accepts[0] == latency

@@ -56,7 +56,7 @@ def _check(cfg, device, program, inputs):
     c = golden.gemm(inputs["a"], inputs["b"])
     lowered = program.meta["epilogue"]
     want = c if lowered is None else ep_mod.apply_integer(lowered, c, inputs.get("r"),
-                                                          cols=cfg.cols)
+                                                          cols=cfg.ep_lanes)
     (m, k), n = program.inputs["a"], program.inputs["b"][1]
     what = (f"{lowered.op.name if lowered else 'RAW'} {m}x{k}x{n} on {cfg.name}, plan "
             f"{program.meta['plan']}")

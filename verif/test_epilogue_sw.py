@@ -49,7 +49,7 @@ def check(cfg, m, k, n, epilogue, gen, *, interleave=None, plan=None):
         inputs["r"] = r
     out = SoftwareDevice(cfg, interleave=interleave).run(program, **inputs).outputs["c"]
     want = ep_mod.apply_integer(program.meta["epilogue"], golden.gemm(a, b), inputs.get("r"),
-                                cols=cfg.cols)
+                                cols=cfg.ep_lanes)
     assert out.dtype == torch.int32 and out.shape == (m, n)
     assert torch.equal(out, want), (cfg.name, m, k, n, type(epilogue).__name__, interleave,
                                     program.meta["plan"])
@@ -383,7 +383,8 @@ def test_gemm_convenience_with_epilogues():
     ln = ep_mod.random_epilogue("layernorm", k=10, n=12, generator=gen)
     out = gemm(device, a, b, epilogue=ln, r=r.numpy()).outputs["c"]
     lowered = ep_mod.lower(ln, cfg, n=12, k=10)
-    assert torch.equal(out, ep_mod.apply_integer(lowered, golden.gemm(a, b), r, cols=cfg.cols))
+    assert torch.equal(out, ep_mod.apply_integer(lowered, golden.gemm(a, b), r,
+                                                 cols=cfg.ep_lanes))
     with pytest.raises(OperandError, match=r"LayerNorm epilogue needs the residual r, of shape "
                                            r"\(6, 12\)"):
         gemm(device, a, b, epilogue=ln)
