@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from bertaccel.hw.config import PRESETS
-from bertaccel.hw.synth import (TOP_NAME, _tool, build_name, nextpnr_command,
+from bertaccel.hw.synth import (DESIGNS, TOP_NAME, _tool, build_name, nextpnr_command,
                                  parse_nextpnr_report, target)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def rewrite(netlist, *, replicate):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="8x8", choices=list(PRESETS))
-    parser.add_argument("--design", default="datapath", choices=["core", "mesh", "datapath"])
+    parser.add_argument("--design", default="datapath", choices=DESIGNS)
     parser.add_argument("--target", default="ecp5-85k")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)

@@ -50,8 +50,8 @@ def main(argv=None):
     parser.add_argument("--baud", type=int, default=115200)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--lut-mapper", choices=["abc", "abc9"], default="abc9",
-                        help="yosys's LUT mapper: abc9 (synth_ecp5's own, timing-driven) or "
-                             "the classic abc (abc9)")
+                        help="yosys's LUT mapper: abc9 (synth_ecp5's own, timing-driven; the "
+                             "default) or the classic abc")
     parser.add_argument("--program", action="store_true", help="load it with openFPGALoader")
     parser.add_argument("--build-dir", type=Path)
     args = parser.parse_args(argv)

@@ -375,26 +375,26 @@ class Epilogue(wiring.Component):
         inb = Signal(beat_layout(cfg, lanes), reset_less=True)
         slot = Mux(beat.second, p2_slot, p1_slot)
 
-        def sub_beat(src, j):
-            """Sub-beat ``j`` (a value) of the full beat ``src``: lanes ``j * lanes`` on."""
+        def enter(src, j, *, is_valid, last, slot):
+            """Register sub-beat ``j`` (lanes ``j * lanes`` on) of the full beat ``src`` into
+            stage IN, with its tags."""
             def part(array, width):
-                flat = Value.cast(array)
-                return flat[:lanes * width] if isinstance(j, int) else \
-                    flat.word_select(j, lanes * width)
-            return Cat(part(src.acc, cfg.acc_width), part(src.pm, PmemWord.size),
-                       part(src.res, cfg.in_width), src.op, src.second, src.last,
-                       part(src.lane_valid, 1))
+                return Value.cast(array).word_select(j, lanes * width)
+            m.d.sync += [
+                valid[0].eq(is_valid),
+                inb.eq(Cat(part(src.acc, cfg.acc_width), part(src.pm, PmemWord.size),
+                           part(src.res, cfg.in_width), src.op, src.second, src.last,
+                           part(src.lane_valid, 1))),
+                ctl[0].op.eq(src.op), ctl[0].second.eq(src.second), ctl[0].last.eq(last),
+                ctl[0].lane_valid.eq(part(src.lane_valid, 1)), ctl[0].slot.eq(slot),
+            ]
+            if ratio > 1:
+                m.d.sync += ctl[0].sub.eq(j)
 
         # Timing: the beat and its tags are registered every cycle, whether accepted or not
         # (`valid` says which): `accept` drives no enable of these hundreds of flip-flops.
         if ratio == 1:
-            m.d.sync += [
-                valid[0].eq(accept),
-                inb.eq(beat),
-                ctl[0].op.eq(beat.op), ctl[0].second.eq(beat.second), ctl[0].last.eq(beat.last),
-                ctl[0].lane_valid.eq(beat.lane_valid),
-                ctl[0].slot.eq(slot),
-            ]
+            enter(beat, 0, is_valid=accept, last=beat.last, slot=slot)
         else:
             # Sub-beat 0 enters from the input as a whole beat would; the beat is copied into
             # `hold` whenever the input is open (not on `accept`, for the same reason), and
@@ -403,25 +403,13 @@ class Epilogue(wiring.Component):
             hold_slot = Signal(reset_less=True)
             with m.If(phase == 0):
                 m.d.sync += [hold.eq(beat), hold_slot.eq(slot)]
-                m.d.sync += [
-                    valid[0].eq(accept),
-                    inb.eq(sub_beat(beat, 0)),
-                    ctl[0].op.eq(beat.op), ctl[0].second.eq(beat.second), ctl[0].last.eq(0),
-                    ctl[0].lane_valid.eq(beat.lane_valid[:lanes]),
-                    ctl[0].slot.eq(slot), ctl[0].sub.eq(0),
-                ]
+                enter(beat, 0, is_valid=accept, last=0, slot=slot)
                 with m.If(accept):
                     m.d.sync += phase.eq(1)
             with m.Else():
-                m.d.sync += [
-                    valid[0].eq(1),
-                    inb.eq(sub_beat(hold, phase)),
-                    ctl[0].op.eq(hold.op), ctl[0].second.eq(hold.second),
-                    ctl[0].last.eq(hold.last & (phase == ratio - 1)),
-                    ctl[0].lane_valid.eq(hold.lane_valid.word_select(phase, lanes)),
-                    ctl[0].slot.eq(hold_slot), ctl[0].sub.eq(phase),
-                    phase.eq(phase + 1),          # wraps to 0 after ratio - 1 (a power of two)
-                ]
+                enter(hold, phase, is_valid=1, last=hold.last & (phase == ratio - 1),
+                      slot=hold_slot)
+                m.d.sync += phase.eq(phase + 1)   # wraps to 0 after ratio - 1 (a power of two)
         with m.If(accept):
             with m.If(two_pass & beat.last):
                 with m.If(beat.second):
