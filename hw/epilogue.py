@@ -370,7 +370,9 @@ class Epilogue(wiring.Component):
         m.d.comb += self.i_beat.ready.eq(stats_ok & credit_ok & (phase == 0))
         accept = self.i_beat.valid & self.i_beat.ready
 
-        m.d.sync += inflight.eq(inflight + (accept & beat.second) - popped)
+        inflight_next = Signal.like(inflight)
+        m.d.comb += inflight_next.eq(inflight + (accept & beat.second) - popped)
+        m.d.sync += inflight.eq(inflight_next)
 
         inb = Signal(beat_layout(cfg, lanes), reset_less=True)
         slot = Mux(beat.second, p2_slot, p1_slot)
@@ -812,6 +814,19 @@ class Epilogue(wiring.Component):
         assert k == depth, (k, depth)
         c, last = ctl[depth - 1], stages[depth - 1]
         row = Signal(data.ArrayLayout(signed(cfg.acc_width), lanes))
+        # Timing: `o_busy` (any stage valid, a beat held or an output beat owed) is a register,
+        # loaded with what those registers will hold next cycle, so the OR of the stage valid
+        # bits does not reach the store unit's enables in the cycle it is formed.
+        busy = Signal()
+        if ratio == 1:
+            valid0_next = accept
+            phase_next_held = Const(0)
+        else:
+            valid0_next = accept | (phase != 0)
+            phase_next_held = Mux(phase == 0, accept, phase != ratio - 1)
+        m.d.sync += busy.eq(valid0_next | Cat(*valid[:depth - 1]).any() | (inflight_next != 0)
+                            | phase_next_held)
+
         for i in range(lanes):
             ln = Mux(c.lane_valid[i], clamp(last[i].y >> 8, *_INT8), 0)
             m.d.comb += row[i].eq(Mux(c.op == EpOp.LAYERNORM, ln, last[i].carry.out))
@@ -832,6 +847,6 @@ class Epilogue(wiring.Component):
             self.o_data.payload.eq(out_fifo.r_data),
             self.o_data.valid.eq(out_fifo.r_rdy),
             out_fifo.r_en.eq(self.o_data.ready),
-            self.o_busy.eq(Cat(*valid).any() | (inflight != 0) | (phase != 0)),
+            self.o_busy.eq(busy),
         ]
         return m
