@@ -227,9 +227,9 @@ class ExecuteUnit(wiring.Component):
         # Timing choices (nextpnr's ECP5 model puts a block RAM's clock-to-output at 5.8 ns,
         # and the accumulator's RAMs spread across the chip):
         # * The old row is read at k == latency - 1 and lands in the register `acc_old`, with
-        #   nothing between the RAM and it; it holds the row inverted, because yosys would merge
-        #   a plain copy into the RAM as its output register, leaving the RAM's output to feed
-        #   the adder in the same cycle. The read port is always enabled (no hold logic).
+        #   nothing between the RAM and it, not even a reset: the ECP5 flow moves it into the
+        #   block RAMs as their output register (hw/ramreg.py). The read port is always enabled
+        #   (no hold logic) and not transparent (hw/memory.py says why).
         # * The sum is registered before it is written, so the write data crosses the chip on a
         #   path of its own. The execute->store push keeps its time (with the sums, at
         #   k == latency + 1): the store unit reads a row two cycles after a push at the
@@ -246,7 +246,7 @@ class ExecuteUnit(wiring.Component):
             meta.append(delayed)
         rd_meta = meta[latency - 1]
         add_meta, wr_meta = meta[latency + 1], meta[latency + 2]
-        acc_old = Signal.like(self.acc_rd.data)         # inverted, see above
+        acc_old = Signal.like(self.acc_rd.data, reset_less=True)
         acc_sum = Signal.like(self.acc_wr.data)
         m.d.comb += [
             self.acc_rd.addr.eq(rd_meta.addr),
@@ -273,7 +273,7 @@ class ExecuteUnit(wiring.Component):
         near_hit = Signal()         # the row one ahead did: its sum is in `acc_sum`
         mid_hit = writes(2, latency)
         m.d.sync += [
-            acc_old.eq(~self.acc_rd.data.as_value()),
+            acc_old.eq(self.acc_rd.data),
             far_hit.eq(writes(3, latency - 1)),
             far_row.eq(acc_sum),
             fwd_hit.eq(mid_hit | far_hit),
@@ -281,7 +281,7 @@ class ExecuteUnit(wiring.Component):
             near_hit.eq(writes(1, latency)),
         ]
         for c in range(cfg.cols):
-            old = Mux(near_hit, acc_sum[c], Mux(fwd_hit, fwd_row[c], ~acc_old[c]))
+            old = Mux(near_hit, acc_sum[c], Mux(fwd_hit, fwd_row[c], acc_old[c]))
             m.d.sync += acc_sum[c].eq(mesh.o_c[c] + Mux(add_meta.accumulate, old, 0))
 
         m.d.sync += store_inflight.eq(store_inflight + (handoff & p_push_store) - add_meta.push)

@@ -109,10 +109,13 @@ class Accumulator(wiring.Component):
     """The accumulator: ``cfg.acc_depth`` rows of ``cfg.cols`` x signed(``cfg.acc_width``).
 
     The execute unit owns ``wr`` and ``rmw_rd`` (for read-modify-write accumulation); the store
-    unit owns ``st_rd``. ``rmw_rd`` is transparent to ``wr`` in simulation: a read issued in the
-    cycle that writes the same row returns the new row. On an FPGA that read returns an
-    undefined row, as does ``st_rd`` (see the module docstring); the execute unit forwards its
-    own writes. It starts all zero.
+    unit owns ``st_rd``. Neither read port is transparent: a read issued in the cycle that
+    writes the same row returns the old row in simulation and an undefined row on an FPGA (see
+    the module docstring); the execute unit forwards its own writes. (Timing: with a
+    transparent ``rmw_rd`` yosys builds the port from the RAM's address register instead of
+    its data register, which leaves the RAM's 5.8 ns clock-to-output in front of the execute
+    unit's adder; non-transparent, the register after the port stays one and the ECP5 flow
+    moves it into the RAM, hw/ramreg.py.) It starts all zero.
 
     Members
     -------
@@ -136,7 +139,7 @@ class Accumulator(wiring.Component):
         m.submodules.mem = mem = memory.Memory(shape=self._shape, depth=self._depth, init=[],
                                                attrs=_RAM_ATTRS)
         wr = mem.write_port()
-        rmw_rd = mem.read_port(transparent_for=(wr,))
+        rmw_rd = mem.read_port()
         st_rd = mem.read_port()
         wiring.connect(m, wiring.flipped(self.wr), wr)
         wiring.connect(m, wiring.flipped(self.rmw_rd), rmw_rd)

@@ -72,9 +72,10 @@ class SystolicMesh(wiring.Component):
         })
 
     @staticmethod
-    def _delay(m, signal, cycles, name, attrs=None):
+    def _delay(m, signal, cycles, name, attrs=None, reset_less=False):
         for stage in range(cycles):
-            delayed = Signal.like(signal, name=f"{name}_d{stage + 1}", attrs=attrs or {})
+            delayed = Signal.like(signal, name=f"{name}_d{stage + 1}", attrs=attrs or {},
+                                  reset_less=reset_less)
             m.d.sync += delayed.eq(signal)
             signal = delayed
         return signal
@@ -97,7 +98,9 @@ class SystolicMesh(wiring.Component):
             # Weight skew: column c of a weight row enters c cycles after column 0, and after
             # the top row's input register. Rows 0 and 1 take it from there; each row below
             # from the pipeline register of the PE above.
-            top = self._delay(m, self.i_w[c], c + 1, f"skew_w{c}")
+            # (Operand and weight skew registers are reset-less: the first takes a scratchpad
+            # read, and an ECP5 flow moves it into the block RAM, hw/ramreg.py.)
+            top = self._delay(m, self.i_w[c], c + 1, f"skew_w{c}", reset_less=True)
             for r in range(cfg.rows):
                 m.d.comb += pes[r][c].i_w.eq(top if r <= 1 else pes[r - 1][c].o_w)
 
@@ -105,7 +108,7 @@ class SystolicMesh(wiring.Component):
             # Skew: row r meets the wavefront skew[r] cycles after the inputs; so do the
             # weights, so the write strobe of row r is skewed the same way and meets its weight
             # row in every column. The bank is delayed one cycle less (the PEs look ahead).
-            a = self._delay(m, self.i_a[r], skew[r], f"skew_a{r}")
+            a = self._delay(m, self.i_a[r], skew[r], f"skew_a{r}", reset_less=True)
             # (Every row's bank and write-bank skew is a copy of the same signal: the
             # registers are kept apart, as in the PEs.)
             bank = self._delay(m, self.i_bank, skew[r] - 1, f"skew_bank{r}", KEEP)

