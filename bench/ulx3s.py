@@ -17,6 +17,7 @@ bitstream lands in ``build/ulx3s/<tag>-<board>/bertaccel_ulx3s.bit``; a summary 
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -72,6 +73,16 @@ def main(argv=None):
     if args.lut_mapper == "abc":
         script += "\n" + CLASSIC_ABC_STEPS.format(top=name)
         synth_opts = "-run map_cells:"
+    # The block RAMs take the registers after them (hw/ramreg.py): amaranth's build script
+    # runs "$NEXTPNR_ECP5", here a wrapper that rewrites the netlist first.
+    build_dir.mkdir(parents=True, exist_ok=True)
+    wrapper = build_dir / "nextpnr-ramreg.sh"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"{shlex.quote(sys.executable)} -m bertaccel.hw.ramreg {name}.json > ramreg.json || exit 1\n"
+        f"exec {shlex.quote(os.environ['NEXTPNR_ECP5'])} \"$@\"\n")
+    wrapper.chmod(0o755)
+    os.environ["NEXTPNR_ECP5"] = str(wrapper.resolve())
     # router2: the default router1 did not converge on the 8x8 core here in 20 minutes.
     platform.build(ULX3STop(cfg, baud=args.baud), name=name, build_dir=str(build_dir),
                    do_program=args.program, script_after_read=script, synth_opts=synth_opts,
@@ -89,6 +100,7 @@ def main(argv=None):
         "utilization": {k: util[k] for k in ("TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D",
                                               "DP16KD", "TRELLIS_IO") if k in util},
         "lut_mapper": args.lut_mapper, "tools": tool_versions(), "wall_s": round(wall, 1),
+        "ram_output_registers": json.loads((build_dir / "ramreg.json").read_text()),
     }
     output = RESULTS / f"ulx3s-{cfg.name}-{args.board}.json"
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -122,7 +122,8 @@ def absorb_output_registers(netlist, top):
 
 def main(argv=None):
     """``python -m bertaccel.hw.ramreg NETLIST [TOP]``: rewrite a yosys JSON netlist in place
-    (the top module is the one yosys marked ``top`` unless named) and print the counts."""
+    (the top module is the one yosys marked ``top`` unless named); the counts go to stdout as
+    JSON and to stderr as a sentence."""
     args = sys.argv[1:] if argv is None else argv
     if not 1 <= len(args) <= 2:
         print("usage: python -m bertaccel.hw.ramreg NETLIST.json [TOP]", file=sys.stderr)
@@ -142,6 +143,7 @@ def main(argv=None):
     counts = absorb_output_registers(netlist, top)
     with open(args[0], "w") as file:
         json.dump(netlist, file)
+    print(json.dumps(counts))
     print(f"ramreg: {counts['ports']} block RAM read ports took their output register "
           f"({counts['flip_flops']} flip-flops moved); {counts['ports_left']} left as they were",
           file=sys.stderr)
