@@ -52,8 +52,8 @@ from .core import BertAccelCore
 from .dsp import ECP5, KEEP_REGISTERS
 from .execute import ExecuteUnit
 from .memory import Accumulator, Scratchpad
-from .ramreg import absorb_output_registers
 from .mesh import SystolicMesh
+from .ramreg import absorb_output_registers
 from .verilog import convert
 
 __all__ = [
