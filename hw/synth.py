@@ -583,9 +583,11 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     -------
     dict
         ``config``, ``tag``, ``design``, ``target``, ``part``; ``lut4``, ``ff``, ``mult18x18d``,
-        ``dp16kd`` (used) and ``totals`` (of the part); ``fmax_mhz`` and ``fmax_target_mhz``;
+        ``dp16kd`` (used; ``ff`` after :mod:`bertaccel.hw.ramreg` moved some into the block
+        RAMs) and ``totals`` (of the part); ``fmax_mhz`` and ``fmax_target_mhz``;
         ``meets_target``; ``critical_path`` (see :func:`parse_nextpnr_report`); ``yosys``
-        (every cell count); ``utilization`` (nextpnr's, per BEL type); ``tools`` (versions);
+        (every cell count, as yosys left them); ``ram_output_registers`` (the pass's counts);
+        ``utilization (nextpnr's, per BEL type); ``tools`` (versions);
         ``seed``; ``wall_s`` (``yosys_s``, ``nextpnr_s``); ``cached``; ``build_dir``.
 
     Raises
@@ -655,10 +657,11 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     netlist = json.loads((build_dir / "netlist.json").read_text())
     ramreg = absorb_output_registers(netlist, TOP_NAME)
     (build_dir / "netlist.json").write_text(json.dumps(netlist))
-    used["ff"] -= ramreg["flip_flops"]
+    # What nextpnr gets: yosys's counts (kept as the report's "yosys") less the moved FFs.
+    used_pnr = dict(used, ff=used["ff"] - ramreg["flip_flops"])
     say(f"{what}: {ramreg['ports']} block RAM read ports took their output register "
         f"({ramreg['flip_flops']} flip-flops); {ramreg['ports_left']} did not")
-    check_fit(cfg, tgt, used, when="(after synthesis)")
+    check_fit(cfg, tgt, used_pnr, when="(after synthesis)")
 
     say(f"{what}: nextpnr-ecp5 place and route, seed {seed} "
         f"({build_dir}/nextpnr.log)")
@@ -671,7 +674,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         raise NotRouted(
             f"config {cfg.name} ({cfg.tag}) did not finish place and route on {tgt.name} in "
             f"{timeout_s / 60:g} min (log in {build_dir / 'nextpnr.log'})",
-            used=used, placed_fmax_mhz=float(placed[-1]) if placed else None) from None
+            used=used_pnr, placed_fmax_mhz=float(placed[-1]) if placed else None) from None
     except SynthError as error:
         if re.search(r"(?i)unable to place|no bels? remaining|not enough", str(error)):
             raise DoesNotFit(f"config {cfg.name} ({cfg.tag}) does not fit {tgt.name}: nextpnr "
@@ -685,7 +688,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     report = {
         "config": cfg.name, "tag": cfg.tag, "design": design, "target": tgt.name,
         "part": tgt.part,
-        "lut4": used["lut4"], "ff": used["ff"],
+        "lut4": used["lut4"], "ff": used_pnr["ff"],
         "mult18x18d": used["mult18x18d"], "dp16kd": used["dp16kd"],
         "totals": dict(tgt.totals),
         "fmax_mhz": pnr["fmax_mhz"], "fmax_target_mhz": pnr["fmax_target_mhz"],
