@@ -70,6 +70,11 @@ class Controller(wiring.Component):
     -------
     i_instr : In(stream.Signature(Instr))
     o_load, o_exec, o_store : Out(stream.Signature(Instr))
+    o_store_empty : Out(1)
+        Whether the STORE at ``o_store``'s head moves nothing (``rows`` or ``strips`` zero;
+        meaningless for a SET). Timing: it is decided as the instruction is queued and kept
+        beside it, so the store unit's accept logic starts from a register, not a compare of
+        two 16-bit fields.
     o_error : Out(1)
     o_busy : Out(1)
         Some queue is not empty.
@@ -82,6 +87,7 @@ class Controller(wiring.Component):
             "o_load":  Out(stream.Signature(Instr)),
             "o_exec":  Out(stream.Signature(Instr)),
             "o_store": Out(stream.Signature(Instr)),
+            "o_store_empty": Out(1),
             "o_error": Out(1),
             "o_busy":  Out(1),
         })
@@ -89,17 +95,21 @@ class Controller(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         queues = {}
+        store = self.i_instr.payload.body.store
+        extra = {"load": [], "exec": [], "store": [(store.rows == 0) | (store.strips == 0)]}
         for name in ("load", "exec", "store"):
-            queue = fifo.SyncFIFOBuffered(width=Instr.size, depth=self._cfg.queue_depth)
+            queue = fifo.SyncFIFOBuffered(width=Instr.size + len(extra[name]),
+                                          depth=self._cfg.queue_depth)
             m.submodules[f"{name}_queue"] = queue
             queues[name] = queue
             out = getattr(self, f"o_{name}")
             m.d.comb += [
-                out.payload.eq(queue.r_data),
+                out.payload.eq(queue.r_data[:Instr.size]),
                 out.valid.eq(queue.r_rdy),
                 queue.r_en.eq(out.ready),
-                queue.w_data.eq(self.i_instr.payload),
+                queue.w_data.eq(Cat(self.i_instr.payload, *extra[name])),
             ]
+        m.d.comb += self.o_store_empty.eq(queues["store"].r_data[Instr.size])
         route = {Opcode.LOAD: "load", Opcode.MATMUL: "exec", Opcode.STORE: "store",
                  Opcode.SET: "store"}
 

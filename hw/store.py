@@ -30,6 +30,9 @@ class StoreUnit(wiring.Component):
     Members
     -------
     i_instr : In(stream.Signature(Instr))
+    i_empty : In(1)
+        Whether the STORE at ``i_instr``'s head is empty (``rows`` or ``strips`` zero), from
+        the controller (:class:`~bertaccel.hw.controller.Controller`, ``o_store_empty``).
     acc, pmem, res : In(ReadPort.Signature)
         The accumulator's store port, the parameter memory, scratchpad B's auxiliary port.
     o_data : Out(stream.Signature(ArrayLayout(signed(acc_width), cols)))
@@ -47,6 +50,7 @@ class StoreUnit(wiring.Component):
         self._row = data.ArrayLayout(signed(cfg.acc_width), cfg.cols)
         super().__init__({
             "i_instr":   In(stream.Signature(Instr)),
+            "i_empty":   In(1),
             "acc":       In(memory.ReadPort.Signature(addr_width=cfg.acc_addr_width,
                                                       shape=self._row)),
             "pmem":      In(memory.ReadPort.Signature(
@@ -207,7 +211,7 @@ class StoreUnit(wiring.Component):
         store = instr.body.store
         pushing = Signal()
         m.d.comb += pushing.eq(last & push)
-        empty = (store.rows == 0) | (store.strips == 0)
+        empty = self.i_empty
         drained = ~active & (outstanding == 0) & ~epilogue.o_busy
         # An empty STORE pushes as it is accepted, so it waits for the unit to be idle and never
         # pushes in the same cycle as the last read of the STORE before it.

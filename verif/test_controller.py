@@ -2,7 +2,8 @@
 
 A random program goes in with idle cycles on the instruction stream and independent
 backpressure on each unit's queue output. Each unit must receive exactly its instructions, in
-program order. Then an illegal opcode: the error flag rises, the rest of the stream is still
+program order, and each STORE comes with the controller's flag for an empty one (rows or
+strips zero). Then an illegal opcode: the error flag rises, the rest of the stream is still
 consumed (nothing hangs) and nothing more reaches any unit.
 """
 
@@ -37,7 +38,8 @@ def _random_instr(rng):
                       accumulate=rng.random() < 0.5, **flags)
     if kind is Set:
         return Set(index=rng.choice(list(Param)), value=rng.getrandbits(64), **flags)
-    return Store(acc_addr=field(), rows=field(), strips=field(), stride=field(),
+    count = lambda: 0 if rng.random() < 0.2 else field()  # noqa: E731
+    return Store(acc_addr=field(), rows=count(), strips=count(), stride=field(),
                  op=rng.choice(list(EpOp)), param_addr=field(), aux_addr=field(), **flags)
 
 
@@ -59,6 +61,7 @@ async def dispatch(dut):
 
     async def run(words, expect, idle=0.3, stall=0.4, limit=20000):
         got = {name: [] for name in OUTPUTS}
+        empties = []
         sent = 0
         for _ in range(limit):
             offer = sent < len(words) and rng.random() >= idle
@@ -72,18 +75,25 @@ async def dispatch(dut):
             for name in OUTPUTS:
                 if getattr(dut, f"{name}__valid").value and getattr(dut, f"{name}__ready").value:
                     got[name].append(int(getattr(dut, f"{name}__payload").value))
+                    if name == "o_store":
+                        empties.append(int(dut.o_store_empty.value))
             await FallingEdge(dut.clk)
             if sent == len(words) and not dut.o_busy.value:
                 break
         else:
             raise AssertionError(f"dispatch did not finish in {limit} cycles ({sent} sent)")
         assert got == expect
-        return got
+        return empties
 
     program = [_random_instr(rng) for _ in range(400)]
     expect = {name: [encode(i) for i in program if isinstance(i, kinds)]
               for name, kinds in OUTPUTS.items()}
-    await run([encode(i) for i in program], expect)
+    empties = await run([encode(i) for i in program], expect)
+    stores = [(i, flag) for i, flag in zip([i for i in program if isinstance(i, (Store, Set))],
+                                           empties) if isinstance(i, Store)]
+    assert any(flag for _, flag in stores) and not all(flag for _, flag in stores)
+    for instr, flag in stores:
+        assert flag == (instr.rows == 0 or instr.strips == 0), instr
     assert not dut.o_error.value and not dut.o_busy.value
 
     # An illegal opcode (0) in the middle: what came before is dispatched, nothing after.
