@@ -73,7 +73,8 @@ def main(argv=None):
     if args.lut_mapper == "abc":
         script += "\n" + CLASSIC_ABC_STEPS.format(top=name)
         synth_opts = "-run map_cells:"
-    # The block RAMs take the registers after them (hw/ramreg.py): amaranth's build script
+    # The block RAMs take the registers after them and each group of RAMs gets its own copy of
+    # the address registers (hw/ramreg.py): amaranth's build script
     # runs "$NEXTPNR_ECP5", here a wrapper that rewrites the netlist first.
     build_dir.mkdir(parents=True, exist_ok=True)
     wrapper = build_dir / "nextpnr-ramreg.sh"

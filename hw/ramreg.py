@@ -1,4 +1,7 @@
-"""Block RAM output registers for ECP5: a pass over yosys's netlist before nextpnr.
+"""Block RAM registers for ECP5: two passes over yosys's netlist before nextpnr.
+
+Output registers
+----------------
 
 A DP16KD's data leaves its RAM array 5.8 ns after the clock in nextpnr's model of speed grade
 6, so a register right after the RAM, in the fabric, has less than 1 ns of a 150 MHz cycle left
@@ -15,16 +18,31 @@ removed. That register holds the same value in the same cycle as the flip-flops 
 design's behaviour and cycle counts do not change. A port where any bit fails the test is left
 alone.
 
-Both flows run it: ``bertaccel synth`` (:func:`bertaccel.hw.synth.synthesize`) on the netlist
-between yosys and nextpnr, and the ULX3S board build (``bench/ulx3s.py``) through
+Address registers
+-----------------
+A wide memory is many DP16KDs side by side (the 8x8 accumulator's 256-bit rows are 29 RAMs per
+read port), and one flip-flop of an address, write-enable or chip-select register drove that
+pin of every one of them: one net across the chip, whose farthest arc was the 8x8 core's
+critical path (15.3 ns of routing, one route). :func:`replicate_ram_drivers` gives each group of
+``group`` RAMs its own copy of every such flip-flop (same data input, clock, enable and reset,
+so the same value in every cycle); the first group keeps the original, which also keeps every
+sink that is not a RAM's control pin. The groups follow the RAMs' names in natural order (yosys
+names a memory's slices ``mem.<port>.<slice>``, so a group is neighbouring data bits, whose
+consumers sit together). A flip-flop drives its copies' data inputs from its own source net, so
+the long route moves to a register-to-register arc with a handful of sinks.
+
+Both flows run both passes: ``bertaccel synth`` (:func:`bertaccel.hw.synth.synthesize`) on the
+netlist between yosys and nextpnr, and the ULX3S board build (``bench/ulx3s.py``) through
 ``python -m bertaccel.hw.ramreg NETLIST``, which rewrites the file in place.
 """
 
+import copy
 import json
+import re
 import sys
 from collections import defaultdict
 
-__all__ = ["absorb_output_registers"]
+__all__ = ["absorb_output_registers", "replicate_ram_drivers"]
 
 #: Data output pins per DP16KD port.
 _PORT_BITS = 18
@@ -120,6 +138,77 @@ def absorb_output_registers(netlist, top):
     return {"ports": ports, "flip_flops": flip_flops, "ports_left": ports_left}
 
 
+#: The DP16KD inputs that :func:`replicate_ram_drivers` serves: address, write enable, clock
+#: enable and chip select, of either side.
+_CONTROL_PIN = re.compile(r"(AD|WE|CE|CS)[AB]\d*")
+
+
+def _natural(name):
+    """A sort key that orders ``mem.0.10`` after ``mem.0.9``."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part)
+            for part in re.split(r"(\d+)", name)]
+
+
+def replicate_ram_drivers(netlist, top, group=8):
+    """Give every group of ``group`` DP16KDs its own copy of each flip-flop that drives their
+    control pins (module docstring).
+
+    Parameters
+    ----------
+    netlist : dict
+        yosys's ``write_json`` output after ``synth_ecp5``; changed in place.
+    top : str
+        The module to rewrite.
+    group : int
+        The most RAMs one copy serves.
+
+    Returns
+    -------
+    dict
+        ``flip_flops`` (flip-flops that were copied), ``copies`` (flip-flops added).
+    """
+    if group < 1:
+        raise ValueError(f"group must be at least 1, not {group}")
+    module = netlist["modules"][top]
+    cells = module["cells"]
+    driver = {}
+    ram_pins = defaultdict(lambda: defaultdict(list))     # net bit -> RAM -> its pins
+    top_bit = 0
+    for name, cell in cells.items():
+        for pin, bits in cell["connections"].items():
+            top_bit = max([top_bit, *(b for b in bits if isinstance(b, int))])
+            if cell["type"] == "TRELLIS_FF" and pin == "Q" and isinstance(bits[0], int):
+                driver[bits[0]] = name
+            if (cell["type"] == "DP16KD" and _CONTROL_PIN.fullmatch(pin)
+                    and isinstance(bits[0], int)):
+                ram_pins[bits[0]][name].append(pin)
+    netnames = module.setdefault("netnames", {})
+    names = {bits[0]: name for name, net in netnames.items()
+             for bits in [net["bits"]] if len(bits) == 1 and isinstance(bits[0], int)}
+    for name, net in netnames.items():
+        for i, bit in enumerate(net["bits"]):
+            if isinstance(bit, int) and bit not in names:
+                names[bit] = f"{name}[{i}]"
+    flip_flops = copies = 0
+    for bit, rams in ram_pins.items():
+        if bit not in driver or len(rams) <= group:
+            continue
+        ordered = sorted(rams, key=_natural)
+        original = cells[driver[bit]]
+        for k, start in enumerate(range(group, len(ordered), group), 1):
+            top_bit += 1
+            cells[f"{driver[bit]}$ram_copy{k}"] = dup = copy.deepcopy(original)
+            dup["connections"]["Q"] = [top_bit]
+            netnames[f"{names.get(bit, driver[bit])}$ram_copy{k}"] = {
+                "hide_name": 0, "bits": [top_bit], "attributes": {}}
+            for ram in ordered[start:start + group]:
+                for pin in rams[ram]:
+                    cells[ram]["connections"][pin] = [top_bit]
+            copies += 1
+        flip_flops += 1
+    return {"flip_flops": flip_flops, "copies": copies}
+
+
 def main(argv=None):
     """``python -m bertaccel.hw.ramreg NETLIST [TOP]``: rewrite a yosys JSON netlist in place
     (the top module is the one yosys marked ``top`` unless named); the counts go to stdout as
@@ -141,12 +230,14 @@ def main(argv=None):
             return 2
         top = tops[0]
     counts = absorb_output_registers(netlist, top)
+    copies = replicate_ram_drivers(netlist, top)
     with open(args[0], "w") as file:
         json.dump(netlist, file)
-    print(json.dumps(counts))
+    print(json.dumps(dict(counts, address_copies=copies)))
     print(f"ramreg: {counts['ports']} block RAM read ports took their output register "
-          f"({counts['flip_flops']} flip-flops moved); {counts['ports_left']} left as they were",
-          file=sys.stderr)
+          f"({counts['flip_flops']} flip-flops moved); {counts['ports_left']} left as they were; "
+          f"{copies['copies']} copies of {copies['flip_flops']} flip-flops driving RAM control "
+          f"pins", file=sys.stderr)
     return 0
 
 

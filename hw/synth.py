@@ -53,7 +53,7 @@ from .dsp import ECP5, KEEP_REGISTERS
 from .execute import ExecuteUnit
 from .memory import Accumulator, Scratchpad
 from .mesh import SystolicMesh
-from .ramreg import absorb_output_registers
+from .ramreg import absorb_output_registers, replicate_ram_drivers
 from .verilog import convert
 
 __all__ = [
@@ -426,7 +426,7 @@ def parse_nextpnr_report(report, clock="clk"):
 # -- the flow -------------------------------------------------------------------------------------
 
 #: Part of the cache key: the netlist pass between yosys and nextpnr (hw/ramreg.py).
-RAMREG_VERSION = "ramreg 1"
+RAMREG_VERSION = "ramreg 2"
 
 _YOSYS_SCRIPT = """\
 read_verilog {verilog}
@@ -584,9 +584,10 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     dict
         ``config``, ``tag``, ``design``, ``target``, ``part``; ``lut4``, ``ff``, ``mult18x18d``,
         ``dp16kd`` (used; ``ff`` after :mod:`bertaccel.hw.ramreg` moved some into the block
-        RAMs) and ``totals`` (of the part); ``fmax_mhz`` and ``fmax_target_mhz``;
+        RAMs and copied some) and ``totals`` (of the part); ``fmax_mhz`` and ``fmax_target_mhz``;
         ``meets_target``; ``critical_path`` (see :func:`parse_nextpnr_report`); ``yosys``
-        (every cell count, as yosys left them); ``ram_output_registers`` (the pass's counts);
+        (every cell count, as yosys left them); ``ram_output_registers`` and
+        ``ram_driver_copies`` (the two netlist passes' counts, :mod:`bertaccel.hw.ramreg`);
         ``utilization (nextpnr's, per BEL type); ``tools`` (versions);
         ``seed``; ``wall_s`` (``yosys_s``, ``nextpnr_s``); ``cached``; ``build_dir``.
 
@@ -656,11 +657,15 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     # The block RAMs take the registers that follow them (hw/ramreg.py): fewer fabric FFs.
     netlist = json.loads((build_dir / "netlist.json").read_text())
     ramreg = absorb_output_registers(netlist, TOP_NAME)
+    # And each group of RAMs its own copy of the registers that drive their addresses.
+    copies = replicate_ram_drivers(netlist, TOP_NAME)
     (build_dir / "netlist.json").write_text(json.dumps(netlist))
-    # What nextpnr gets: yosys's counts (kept as the report's "yosys") less the moved FFs.
-    used_pnr = dict(used, ff=used["ff"] - ramreg["flip_flops"])
+    # What nextpnr gets: yosys's counts (kept as the report's "yosys") less the moved FFs,
+    # plus the copies.
+    used_pnr = dict(used, ff=used["ff"] - ramreg["flip_flops"] + copies["copies"])
     say(f"{what}: {ramreg['ports']} block RAM read ports took their output register "
-        f"({ramreg['flip_flops']} flip-flops); {ramreg['ports_left']} did not")
+        f"({ramreg['flip_flops']} flip-flops); {ramreg['ports_left']} did not; "
+        f"{copies['copies']} copies of {copies['flip_flops']} RAM address/enable flip-flops")
     check_fit(cfg, tgt, used_pnr, when="(after synthesis)")
 
     say(f"{what}: nextpnr-ecp5 place and route, seed {seed} "
@@ -695,6 +700,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         "meets_target": pnr["fmax_mhz"] is not None and pnr["fmax_mhz"] >= freq_mhz,
         "critical_path": pnr["critical_path"],
         "yosys": used, "utilization": pnr["utilization"], "ram_output_registers": ramreg,
+        "ram_driver_copies": copies,
         "tools": versions, "lut_mapper": mapper, "seed": seed,
         "wall_s": round(time.monotonic() - begin, 1),
         "yosys_s": round(yosys_s, 1), "nextpnr_s": round(nextpnr_s, 1),

@@ -22,6 +22,7 @@ The full flow (``bertaccel synth``, ``make fpga``) takes minutes a preset; it is
 import json
 import re
 import subprocess
+from collections import defaultdict
 
 import pytest
 from amaranth import Module, signed, unsigned
@@ -31,7 +32,7 @@ from amaranth.lib.wiring import In, Out
 from bertaccel.hw import synth
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.dsp import ECP5, KEEP_REGISTERS, product_register
-from bertaccel.hw.ramreg import absorb_output_registers
+from bertaccel.hw.ramreg import absorb_output_registers, replicate_ram_drivers
 from bertaccel.hw.verilog import convert
 
 __all__ = []
@@ -252,6 +253,62 @@ def test_ramreg_registers_both_sides_of_a_36_bit_port():
     assert params["REGMODE_A"] == params["REGMODE_B"] == "OUTREG"
 
 
+def _address_netlist(rams=10):
+    """``rams`` DP16KDs (named out of natural order) whose ADA3 and WEA come from one
+    flip-flop each, with a LUT also reading the address flip-flop; CEA comes from a LUT."""
+    ff = lambda d, q: {"type": "TRELLIS_FF", "port_directions": {"CLK": "input", "DI": "input",
+                                                                  "CE": "input", "LSR": "input",
+                                                                  "Q": "output"},
+                       "parameters": {"CLKMUX": "CLK", "CEMUX": "CE", "REGSET": "RESET"},
+                       "connections": {"CLK": [2], "DI": [d], "CE": [4], "LSR": [5],
+                                       "Q": [q]}}
+    cells = {"addr": ff(10, 20), "we": ff(11, 21),
+             "lut": {"type": "LUT4", "port_directions": {"A": "input", "Z": "output"},
+                     "parameters": {}, "connections": {"A": [20], "Z": [30]}},
+             "cea": {"type": "LUT4", "port_directions": {"A": "input", "Z": "output"},
+                     "parameters": {}, "connections": {"A": [12], "Z": [31]}}}
+    for i in reversed(range(rams)):
+        cells[f"mem.0.{i}"] = {"type": "DP16KD",
+                               "port_directions": {"ADA3": "input", "WEA": "input",
+                                                   "CEA": "input", "DIA0": "input"},
+                               "parameters": {},
+                               "connections": {"ADA3": [20], "WEA": [21], "CEA": [31],
+                                               "DIA0": [40 + i]}}
+    return {"modules": {"top": {"cells": cells, "netnames": {"addr": {"bits": [20]}}}}}
+
+
+def test_replicate_gives_each_group_of_rams_its_own_driver():
+    netlist = _address_netlist(rams=10)
+    assert replicate_ram_drivers(netlist, "top", group=4) == {"flip_flops": 2, "copies": 4}
+    cells = netlist["modules"]["top"]["cells"]
+    drivers = {cell["connections"]["Q"][0]: name for name, cell in cells.items()
+               if cell["type"] == "TRELLIS_FF"}
+    for pin, original in (("ADA3", "addr"), ("WEA", "we")):
+        served = defaultdict(list)
+        for i in range(10):
+            served[drivers[cells[f"mem.0.{i}"]["connections"][pin][0]]].append(i)
+        # Neighbouring slices share a copy, in natural order; the original serves the first.
+        assert sorted(served.values()) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+        assert served[original] == [0, 1, 2, 3]
+        for name in served:
+            want = dict(cells[original]["connections"], Q=None)
+            assert dict(cells[name]["connections"], Q=None) == want
+            assert cells[name]["parameters"] == cells[original]["parameters"]
+    # Sinks other than RAM control pins stay on the original; LUT-driven pins are not touched.
+    assert cells["lut"]["connections"]["A"] == [20]
+    assert all(cells[f"mem.0.{i}"]["connections"]["CEA"] == [31] for i in range(10))
+    assert "addr$ram_copy1" in netlist["modules"]["top"]["netnames"]
+
+
+def test_replicate_leaves_a_small_memory_alone():
+    netlist = _address_netlist(rams=4)
+    before = json.dumps(netlist, sort_keys=True)
+    assert replicate_ram_drivers(netlist, "top", group=4) == {"flip_flops": 0, "copies": 0}
+    assert json.dumps(netlist, sort_keys=True) == before
+    with pytest.raises(ValueError, match="group"):
+        replicate_ram_drivers(netlist, "top", group=0)
+
+
 @pytest.mark.timeout(600)
 def test_core_memories_take_their_output_registers(tmp_path):
     # The 2x2 core through synth_ecp5: every read port of the scratchpads, the accumulator and
@@ -279,3 +336,22 @@ def test_core_memories_take_their_output_registers(tmp_path):
     left = [name for name, ram in rams.items()
             if "OUTREG" not in (ram["parameters"]["REGMODE_A"], ram["parameters"]["REGMODE_B"])]
     assert all(name.startswith("core.store.epilogue.") for name in left), left
+
+    # The address pass, one RAM per copy: each flip-flop on a RAM's control pins then drives
+    # that one RAM, and each copy is its original but for its output.
+    originals = {name: json.dumps(dict(cell["connections"], Q=None), sort_keys=True)
+                 for name, cell in cells.items() if cell["type"] == "TRELLIS_FF"}
+    copies = replicate_ram_drivers(netlist, synth.TOP_NAME, group=1)
+    assert copies["copies"] > 0
+    driver = {cell["connections"]["Q"][0]: name for name, cell in cells.items()
+              if cell["type"] == "TRELLIS_FF"}
+    served = defaultdict(set)
+    for name, ram in rams.items():
+        for pin, bits in ram["connections"].items():
+            if re.fullmatch(r"(AD|WE|CE|CS)[AB]\d*", pin) and bits[0] in driver:
+                served[driver[bits[0]]].add(name)
+    assert served and all(len(users) == 1 for users in served.values())
+    for name, cell in cells.items():
+        if "$ram_copy" in name:
+            want = originals[name.split("$ram_copy")[0]]
+            assert json.dumps(dict(cell["connections"], Q=None), sort_keys=True) == want
