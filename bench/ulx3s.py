@@ -25,6 +25,7 @@ from pathlib import Path
 
 from bertaccel.hw.config import load_config
 from bertaccel.hw.dsp import KEEP_REGISTERS
+from bertaccel.hw.memory import RTLIL_NO_RW_CHECK
 from bertaccel.hw.synth import CLASSIC_ABC_STEPS, parse_nextpnr_report, tool_versions
 from bertaccel.hw.ulx3s import ULX3STop
 
@@ -69,7 +70,8 @@ def main(argv=None):
     # The marked registers are kept apart (hw/dsp.py). With the classic abc mapper the LUTs are
     # mapped right after that, as the synthesis flow's fallback does, and amaranth's own
     # synth_ecp5 call finishes from the cell mapping on.
-    script, synth_opts = KEEP_REGISTERS, ""
+    # The memories' no_rw_check must be applied by hand to a design read as RTLIL (hw/memory.py).
+    script, synth_opts = KEEP_REGISTERS + "\n" + RTLIL_NO_RW_CHECK, ""
     if args.lut_mapper == "abc":
         script += "\n" + CLASSIC_ABC_STEPS.format(top=name)
         synth_opts = "-run map_cells:"

@@ -13,6 +13,11 @@ straight into a register):
   the execute unit forwards its own accumulator writes.
 * A scratchpad deeper than 2048 rows is built of column slices that each fit one block RAM
   (see :func:`_block_ram_slice`).
+
+yosys reads ``no_rw_check`` only where it turns Verilog's register after a memory into a
+synchronous read port. A design that reaches yosys as RTLIL (amaranth's own build, the ULX3S
+flow) already has synchronous ports, which then keep their defined answer and get the
+multiplexer; such a flow runs :data:`RTLIL_NO_RW_CHECK` after reading the design.
 """
 
 from amaranth import Module, signed
@@ -21,10 +26,15 @@ from amaranth.lib import data, memory, wiring
 from .isa import PmemWord
 from amaranth.lib.wiring import Out
 
-__all__ = ["Scratchpad", "Accumulator", "ParamMemory"]
+__all__ = ["Scratchpad", "Accumulator", "ParamMemory", "RTLIL_NO_RW_CHECK"]
 
 #: yosys: a read of the row written in the same cycle may return anything (module docstring).
 _RAM_ATTRS = {"no_rw_check": 1}
+
+#: The yosys command that gives ``no_rw_check``'s meaning to the read ports of these memories
+#: in a design read as RTLIL: their collisions with the (one) write port are don't-care. It
+#: selects them by name: every memory here, and only these, is named ``mem`` or ``mem_<i>``.
+RTLIL_NO_RW_CHECK = "setparam -set COLLISION_X_MASK 1'1 t:$memrd_v2 r:MEMID=\\mem* %i"
 
 
 class Scratchpad(wiring.Component):

