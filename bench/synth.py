@@ -3,7 +3,8 @@
 ::
 
     python bench/synth.py [--target ecp5-85k] [--seed 1] [--presets 2x2 4x4 ...]
-                          [--mesh-seeds 1 2 3] [--mesh-presets 2x2 ...] [--force]
+                          [--mesh-seeds 1 2 3] [--mesh-presets 2x2 ...] [--classic-abc 8x8]
+                          [--force]
 
 Each preset goes through :func:`bertaccel.hw.synth.synthesize` (what ``bertaccel synth`` runs);
 results are cached in ``build/synth/<tag>-<target>/``, so a rerun prints at once. A preset that
@@ -41,6 +42,11 @@ def main(argv=None):
     parser.add_argument("--timeout", type=float, default=45.0,
                         help="minutes a place-and-route run may take before it is stopped and "
                              "reported as not routed (45)")
+    parser.add_argument("--classic-abc", nargs="*", choices=list(PRESETS), default=["8x8"],
+                        metavar="PRESET",
+                        help="presets whose core is mapped with yosys's classic abc instead of "
+                             "abc9 (8x8: its abc9 netlist did not finish routing; "
+                             "docs/fpga.md)")
     parser.add_argument("--force", action="store_true")
     parser.add_argument("--output", type=Path, default=RESULTS,
                         help="the JSON; the Markdown table goes beside it (.md)")
@@ -57,7 +63,8 @@ def main(argv=None):
         cfg = PRESETS[name]
         try:
             report = synthesize(cfg, tgt.name, seed=args.seed, freq_mhz=args.freq,
-                                force=args.force, log=say, timeout_s=60 * args.timeout)
+                                force=args.force, log=say, timeout_s=60 * args.timeout,
+                                lut_mapper="abc" if name in args.classic_abc else "abc9")
         except DoesNotFit as error:
             say(str(error))
             reports.append({"config": name, "tag": cfg.tag, "target": tgt.name, "fits": False,

