@@ -76,16 +76,14 @@ def main(argv=None):
         script += "\n" + CLASSIC_ABC_STEPS.format(top=name)
         synth_opts = "-run map_cells:"
     # The block RAMs take the registers after them and each group of RAMs gets its own copy of
-    # the address registers (hw/ramreg.py), and nextpnr is stopped if it lingers after
-    # finishing (hw/synth.py, wait_for_tool): amaranth's build script
+    # the address registers (hw/ramreg.py): amaranth's build script
     # runs "$NEXTPNR_ECP5", here a wrapper that rewrites the netlist first.
     build_dir.mkdir(parents=True, exist_ok=True)
     wrapper = build_dir / "nextpnr-ramreg.sh"
     wrapper.write_text(
         "#!/bin/sh\n"
         f"{shlex.quote(sys.executable)} -m bertaccel.hw.ramreg {name}.json > ramreg.json || exit 1\n"
-        f"exec {shlex.quote(sys.executable)} -m bertaccel.hw.synth --log {name}.tim -- "
-        f"{shlex.quote(os.environ['NEXTPNR_ECP5'])} \"$@\"\n")
+        f"exec {shlex.quote(os.environ['NEXTPNR_ECP5'])} \"$@\"\n")
     wrapper.chmod(0o755)
     os.environ["NEXTPNR_ECP5"] = str(wrapper.resolve())
     # router2: the default router1 did not converge on the 8x8 core here in 20 minutes.

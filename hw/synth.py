@@ -321,60 +321,47 @@ def tool_versions():
     return versions
 
 
-#: The line nextpnr's log ends with once it has written everything.
-NEXTPNR_FINISHED = "Info: Program finished normally."
-
-
-def wait_for_tool(process, log_path, *, timeout=None, finished=None, linger=120.0):
-    """Wait for the tool ``process`` (a :class:`subprocess.Popen`) and return ``(returncode,
-    seconds)``; ``returncode`` is None for a tool stopped after finishing.
-
-    ``finished``: the line the tool's log (``log_path``) ends with once its work is done. The
-    WASM nextpnr has stayed busy for more than ten minutes after logging it, its report
-    written, on the 8x8 core; such a process is stopped ``linger`` seconds after the line
-    appears, and the time returned stops at the line. After ``timeout`` seconds the tool is
-    killed and ``subprocess.TimeoutExpired`` raised."""
-    begin = time.monotonic()
-    done_at = None
-    while True:
-        try:
-            return process.wait(timeout=2.0), time.monotonic() - begin
-        except subprocess.TimeoutExpired:
-            pass
-        now = time.monotonic()
-        if timeout is not None and now - begin > timeout:
-            process.kill()
-            process.wait()
-            raise subprocess.TimeoutExpired(process.args, timeout)
-        if finished and done_at is None and Path(log_path).exists():
-            if Path(log_path).read_text(errors="replace").rstrip().endswith(finished):
-                done_at = now
-        if done_at is not None and now - done_at > linger:
-            process.kill()
-            process.wait()
-            return None, done_at - begin
-
-
 def _run(cmd, cwd, name, timeout=None, finished=None, linger=120.0):
     """Run a tool in ``cwd``; its console output goes to ``<name>.stdout`` there (its own log,
     ``-l``, to ``<name>.log``). Returns the wall time. Raises ``subprocess.TimeoutExpired``
-    (the tool killed) after ``timeout`` seconds; ``finished`` and ``linger`` as in
-    :func:`wait_for_tool`."""
+    (the tool killed) after ``timeout`` seconds.
+
+    ``finished``: the line a tool's log ends with once its work is done. The WASM nextpnr has
+    stayed busy for more than ten minutes after logging it, its report written, on the 8x8
+    core; such a process is stopped ``linger`` seconds after the line appears and the run
+    counts as done (the wall time stops at the line)."""
+    begin = time.monotonic()
     out_path, log_path = Path(cwd) / f"{name}.stdout", Path(cwd) / f"{name}.log"
+    done_at = None
     with open(out_path, "w") as out:
         process = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                    text=True)
-        returncode, seconds = wait_for_tool(process, log_path, timeout=timeout,
-                                            finished=finished, linger=linger)
-    if returncode is None:
-        with open(out_path, "a") as note:
-            note.write(f"bertaccel: stopped {linger:g} s after the log's last line, "
-                       f"{finished!r}\n")
-    elif returncode != 0:
+        while True:
+            try:
+                returncode = process.wait(timeout=2.0)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            if timeout is not None and now - begin > timeout:
+                process.kill()
+                process.wait()
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            if finished and done_at is None and log_path.exists():
+                if log_path.read_text(errors="replace").rstrip().endswith(finished):
+                    done_at = now
+            if done_at is not None and now - done_at > linger:
+                process.kill()
+                process.wait()
+                with open(out_path, "a") as note:
+                    note.write(f"bertaccel: stopped {linger:g} s after the log's last line, "
+                               f"{finished!r}\n")
+                return done_at - begin
+    if returncode != 0:
         tail = "\n".join(out_path.read_text(errors="replace").splitlines()[-15:])
         raise SynthError(f"{name} failed (exit status {returncode}); log in {log_path}:\n"
                          f"{tail}")
-    return seconds
+    return time.monotonic() - begin
 
 
 def _version(cmd, pattern):
@@ -734,7 +721,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         f"({build_dir}/nextpnr.log)")
     try:
         nextpnr_s = _run([nextpnr, *nextpnr_args], build_dir, "nextpnr", timeout=timeout_s,
-                         finished=NEXTPNR_FINISHED)
+                         finished="Info: Program finished normally.")
     except subprocess.TimeoutExpired:
         log_path = build_dir / "nextpnr.log"
         log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
@@ -820,32 +807,3 @@ def format_table(reports):
             f"{r['mult18x18d']} / {t['mult18x18d']} | {r['dp16kd']} / {t['dp16kd']} | "
             f"{r['fmax_mhz']:.1f} | {where} |")
     return "\n".join(lines)
-
-
-def main(argv=None):
-    """``python -m bertaccel.hw.synth --log LOG [--linger S] -- NEXTPNR ARGS...``: run nextpnr
-    (or any tool that logs :data:`NEXTPNR_FINISHED` last) with :func:`wait_for_tool`, so that
-    a process still busy ``S`` seconds (120) after finishing is stopped and counts as done; the
-    exit status is the tool's (0 when stopped after finishing). The ULX3S build's nextpnr
-    wrapper uses it."""
-    import argparse
-    parser = argparse.ArgumentParser(prog="python -m bertaccel.hw.synth")
-    parser.add_argument("--log", required=True, help="the log the tool writes")
-    parser.add_argument("--linger", type=float, default=120.0)
-    parser.add_argument("tool", nargs=argparse.REMAINDER, help="-- TOOL ARGS...")
-    args = parser.parse_args(argv)
-    tool = args.tool[1:] if args.tool[:1] == ["--"] else args.tool
-    if not tool:
-        parser.error("name the tool to run after --")
-    process = subprocess.Popen(tool)
-    returncode, _ = wait_for_tool(process, args.log, finished=NEXTPNR_FINISHED,
-                                  linger=args.linger)
-    if returncode is None:
-        print(f"bertaccel: {tool[0]} stopped {args.linger:g} s after logging "
-              f"{NEXTPNR_FINISHED!r}", file=sys.stderr)
-        return 0
-    return returncode
-
-
-if __name__ == "__main__":
-    sys.exit(main())

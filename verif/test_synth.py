@@ -237,20 +237,6 @@ def test_run_stops_a_tool_that_lingers_after_its_last_line(case, tmp_path):
             case == "lingers")
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("case", ["lingers", "fails"])
-def test_nextpnr_wrapper_exit_status(case, tmp_path, monkeypatch):
-    # The ULX3S build's nextpnr wrapper (python -m bertaccel.hw.synth): a tool stopped after
-    # finishing exits 0, a failing one passes its status on.
-    import sys
-    monkeypatch.chdir(tmp_path)
-    script = (f"open('tool.tim', 'w').write('Info: placing\\n{synth.NEXTPNR_FINISHED}\\n');"
-              + {"lingers": "import time; time.sleep(600)", "fails": "raise SystemExit(5)"}[case])
-    status = synth.main(["--log", "tool.tim", "--linger", "1", "--", sys.executable, "-c",
-                         script])
-    assert status == {"lingers": 0, "fails": 5}[case]
-
-
 # -- no_rw_check in a design read as RTLIL (the ULX3S flow) ------------------------------------
 
 @pytest.mark.timeout(300)
