@@ -321,46 +321,18 @@ def tool_versions():
     return versions
 
 
-def _run(cmd, cwd, name, timeout=None, finished=None, linger=120.0):
+def _run(cmd, cwd, name, timeout=None):
     """Run a tool in ``cwd``; its console output goes to ``<name>.stdout`` there (its own log,
     ``-l``, to ``<name>.log``). Returns the wall time. Raises ``subprocess.TimeoutExpired``
-    (the tool killed) after ``timeout`` seconds.
-
-    ``finished``: the line a tool's log ends with once its work is done. The WASM nextpnr has
-    stayed busy for more than ten minutes after logging it, its report written, on the 8x8
-    core; such a process is stopped ``linger`` seconds after the line appears and the run
-    counts as done (the wall time stops at the line)."""
+    (the tool killed) after ``timeout`` seconds."""
     begin = time.monotonic()
-    out_path, log_path = Path(cwd) / f"{name}.stdout", Path(cwd) / f"{name}.log"
-    done_at = None
-    with open(out_path, "w") as out:
-        process = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                   text=True)
-        while True:
-            try:
-                returncode = process.wait(timeout=2.0)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            now = time.monotonic()
-            if timeout is not None and now - begin > timeout:
-                process.kill()
-                process.wait()
-                raise subprocess.TimeoutExpired(cmd, timeout)
-            if finished and done_at is None and log_path.exists():
-                if log_path.read_text(errors="replace").rstrip().endswith(finished):
-                    done_at = now
-            if done_at is not None and now - done_at > linger:
-                process.kill()
-                process.wait()
-                with open(out_path, "a") as note:
-                    note.write(f"bertaccel: stopped {linger:g} s after the log's last line, "
-                               f"{finished!r}\n")
-                return done_at - begin
-    if returncode != 0:
-        tail = "\n".join(out_path.read_text(errors="replace").splitlines()[-15:])
-        raise SynthError(f"{name} failed (exit status {returncode}); log in {log_path}:\n"
-                         f"{tail}")
+    result = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, check=False, timeout=timeout)
+    (Path(cwd) / f"{name}.stdout").write_text(result.stdout)
+    if result.returncode != 0:
+        tail = "\n".join(result.stdout.splitlines()[-15:])
+        raise SynthError(f"{name} failed (exit status {result.returncode}); log in "
+                         f"{Path(cwd) / f'{name}.log'}:\n{tail}")
     return time.monotonic() - begin
 
 
@@ -720,8 +692,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     say(f"{what}: nextpnr-ecp5 place and route, seed {seed} "
         f"({build_dir}/nextpnr.log)")
     try:
-        nextpnr_s = _run([nextpnr, *nextpnr_args], build_dir, "nextpnr", timeout=timeout_s,
-                         finished="Info: Program finished normally.")
+        nextpnr_s = _run([nextpnr, *nextpnr_args], build_dir, "nextpnr", timeout=timeout_s)
     except subprocess.TimeoutExpired:
         log_path = build_dir / "nextpnr.log"
         log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
