@@ -22,8 +22,8 @@ Address registers
 -----------------
 A wide memory is many DP16KDs side by side (the 8x8 accumulator's 256-bit rows are 29 RAMs per
 read port), and one flip-flop of an address, write-enable or chip-select register drove that
-pin of every one of them: one net across the chip, whose farthest arc was the 8x8 core's
-critical path (15.3 ns of routing, one route). :func:`replicate_ram_drivers` gives each group of
+pin of every one of them: one net across the chip, whose farthest arc was the critical path
+of the 8x8 core with two epilogue lanes (15.3 ns of routing, one route). :func:`replicate_ram_drivers` gives each group of
 ``group`` RAMs its own copy of every such flip-flop (same data input, clock, enable and reset,
 so the same value in every cycle); the first group keeps the original, which also keeps every
 sink that is not a RAM's control pin. The groups follow the RAMs' names in natural order (yosys
