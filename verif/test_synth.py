@@ -19,6 +19,7 @@ become MULT18X18D. The checks:
 The full flow (``bertaccel synth``, ``make fpga``) takes minutes a preset; it is a bench.
 """
 
+import fnmatch
 import json
 import re
 import subprocess
@@ -235,6 +236,50 @@ def test_rtlil_no_rw_check_leaves_nothing_after_the_rams(applied, tmp_path):
         assert set(cells) == {"DP16KD"}, cells
     else:
         assert cells.get("TRELLIS_FF", 0) > 0 and cells.get("$_MUX_", 0) > 0, cells
+
+
+def _rtlil_memories(text):
+    """``{(module, memory): {"attrs": [...], "wr": n, "rd": n}}`` from amaranth's RTLIL."""
+    memories, attrs, module, cell = {}, [], None, None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("attribute "):
+            attrs.append(line.split()[1])
+            continue
+        if line.startswith("module "):
+            module = line.split()[1]
+        elif line.startswith("memory "):
+            memories[module, line.split()[-1]] = {"attrs": attrs, "wr": 0, "rd": 0}
+        elif line.startswith("cell "):
+            cell = line.split()[1]
+        elif line.startswith("parameter \\MEMID") and cell in ("$memwr_v2", "$memrd_v2"):
+            memid = line.split()[-1].strip('"').replace("\\\\", "\\")
+            memories[module, memid]["wr" if cell == "$memwr_v2" else "rd"] += 1
+        attrs = []
+    return memories
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["2x2", "8x8"])
+def test_rtlil_no_rw_check_selects_exactly_the_no_rw_check_memories(name):
+    # RTLIL_NO_RW_CHECK picks memories by name. In the ULX3S design (the UART bridge around the
+    # core, as its flow reads it), the memories it picks must be those that carry no_rw_check,
+    # each with one write port (the collision it makes don't-care is with that port); a memory
+    # added later under such a name, or one that loses the attribute, fails here.
+    from amaranth.back import rtlil
+    from bertaccel.hw.memory import RTLIL_NO_RW_CHECK
+    from bertaccel.hw.ulx3s import UartBridge
+    pattern = re.search(r"r:MEMID=(\S+)", RTLIL_NO_RW_CHECK).group(1)
+    text = rtlil.convert(UartBridge(PRESETS[name], divisor=4), name="top", emit_src=False)
+    memories = _rtlil_memories(text)
+    picked = {key for key in memories if fnmatch.fnmatchcase(key[1], pattern)}
+    marked = {key for key, memory in memories.items() if "\\no_rw_check" in memory["attrs"]}
+    assert picked == marked, (picked, marked)
+    assert {key[0].split(".")[-1] for key in picked} == {"spad_a", "spad_b", "acc", "pmem"}
+    for key in picked:
+        assert memories[key]["wr"] == 1 and memories[key]["rd"] >= 1, (key, memories[key])
+    if name == "8x8":     # scratchpads deeper than 2048 rows: column slices mem_0, mem_1, ...
+        assert len(picked) > 4
 
 
 # -- block RAM output registers (hw/ramreg.py) ------------------------------------------------
