@@ -158,7 +158,8 @@ class SynthTop(wiring.Component):
     registered outputs are folded by XOR onto ``pins_out`` (bit *j* is the XOR of every output
     bit *i* with *i* mod 8 == *j*, registered again). So no input is constant, every output is
     observed, and every path nextpnr reports starts and ends at a flip-flop of the design or of
-    this wrapper.
+    this wrapper. Around the core and the datapath the outputs are registered twice (one
+    register may move into a block RAM, see below).
 
     For the PE array and the datapath each stage of the input register also takes the XOR of
     its neighbour, so that no two inputs are delayed copies of one another. With a plain shift
@@ -219,7 +220,7 @@ class SynthTop(wiring.Component):
         wiring.connect(m, execute.acc_rd, acc.rmw_rd)
         wiring.connect(m, execute.acc_wr, acc.wr)
         return ([execute.i_instr.payload, execute.i_instr.valid,
-                 execute.from_load.count, execute.from_store.count,
+                 execute.from_load.avail, execute.from_store.avail,
                  execute.to_load.count, execute.to_store.count,
                  spad_a.wr.addr, spad_a.wr.data, spad_a.wr.en,
                  spad_b.wr.addr, spad_b.wr.data, spad_b.wr.en, acc.st_rd.addr, acc.st_rd.en],
@@ -243,8 +244,15 @@ class SynthTop(wiring.Component):
         m.d.comb += inputs.eq(chain[:len(inputs)])
 
         result = Signal(len(outputs), reset_less=True)
+        if self.design == "mesh":
+            m.d.sync += result.eq(outputs)
+        else:
+            # A block RAM's read data can be an output (the datapath's accumulator store port):
+            # the ECP5 flow moves the first register into the RAM (hw/ramreg.py), so a second
+            # one keeps the fold below from starting at the RAM.
+            in_ram = Signal(len(outputs), reset_less=True)
+            m.d.sync += [in_ram.eq(outputs), result.eq(in_ram)]
         m.d.sync += [
-            result.eq(outputs),
             self.pins_out.eq(Cat(Cat(result[i] for i in range(j, len(result), self.PINS)).xor()
                                  for j in range(self.PINS))),
         ]
