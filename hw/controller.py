@@ -17,10 +17,14 @@ class TokenProducer(wiring.Signature):
 
 
 class TokenConsumer(wiring.Signature):
-    """A unit's side of a channel it pops from: a token is there while ``count`` is nonzero."""
+    """A unit's side of a channel it pops from: a token is there while ``avail`` is set.
+
+    ``avail`` is a register (``count != 0`` kept beside the count), so a unit's accept logic
+    starts from it rather than from a compare of the count (a timing choice).
+    """
 
     def __init__(self):
-        super().__init__({"pop": Out(1), "count": In(TOKEN_WIDTH)})
+        super().__init__({"pop": Out(1), "avail": In(1)})
 
 
 class TokenChannel(wiring.Component):
@@ -41,16 +45,19 @@ class TokenChannel(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         count = Signal(TOKEN_WIDTH)
-        m.d.comb += [self.producer.count.eq(count), self.consumer.count.eq(count)]
+        avail = Signal()
+        m.d.comb += [self.producer.count.eq(count), self.consumer.avail.eq(avail)]
         # Timing: push and pop come late in the cycle (each from its unit's accept logic), so
-        # they only select between count + 1 and count - 1, which are computed beside them.
+        # they only select between count + 1 and count - 1, and `avail` between set and
+        # `count != 1`, which are computed beside them.
         up = Signal(TOKEN_WIDTH)
         down = Signal(TOKEN_WIDTH)
-        m.d.comb += [up.eq(count + 1), down.eq(count - 1)]
+        last = Signal()
+        m.d.comb += [up.eq(count + 1), down.eq(count - 1), last.eq(count == 1)]
         with m.If(self.producer.push & ~self.consumer.pop):
-            m.d.sync += count.eq(up)
+            m.d.sync += [count.eq(up), avail.eq(1)]
         with m.Elif(self.consumer.pop & ~self.producer.push):
-            m.d.sync += count.eq(down)
+            m.d.sync += [count.eq(down), avail.eq(~last)]
         return m
 
 

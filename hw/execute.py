@@ -49,6 +49,10 @@ class ExecuteUnit(wiring.Component):
     o_busy : Out(1)
     """
 
+    #: Cycles from a row's issue (weight or operand) to its data at the mesh: the registered
+    #: read address, then the read port's one cycle.
+    OPERAND_DELAY = 2
+
     def __init__(self, cfg):
         self._cfg = cfg
         a_shape = data.ArrayLayout(signed(cfg.in_width), cfg.rows)
@@ -88,14 +92,16 @@ class ExecuteUnit(wiring.Component):
         p_b_addr = Signal(FIELD_WIDTH)     # the next weight row to read
         p_a_addr = Signal(FIELD_WIDTH)
         p_acc_addr = Signal(FIELD_WIDTH)
-        p_m_len = Signal(FIELD_WIDTH)
+        p_remaining = Signal(FIELD_WIDTH)  # rows to stream: m_len, or 1 for m_len == 0
+        p_zero = Signal()                  # m_len == 0
+        p_final = Signal()                 # m_len <= 1
         p_accumulate = Signal()
         p_push_load = Signal()
         p_push_store = Signal()
-        p_done = Signal()
         # Done from the cycle that reads the last weight row: the first operand row read after
-        # it already meets the new weights.
-        m.d.comb += p_done.eq(p_full & (p_count >= cfg.rows - 1))
+        # it already meets the new weights. A register (a timing choice: it starts the hand-over
+        # decision, which loads every stream-stage register), set by the read before that one.
+        p_done = Signal()
 
         # -- stream stage ------------------------------------------------------------------
         s_active = Signal()
@@ -120,14 +126,24 @@ class ExecuteUnit(wiring.Component):
         w_row = Signal(range(cfg.rows))
         reading = Signal()
         m.d.comb += reading.eq(p_full & (p_count != cfg.rows))
-        # Timing: the read addresses of both scratchpads come straight from registers, even
-        # when no read is enabled; they fan out to every block RAM of the scratchpad.
-        m.d.comb += [self.spad_b.addr.eq(p_b_addr), self.spad_a.addr.eq(s_a_addr)]
+        # Timing: each scratchpad's read address and enable are registered once more, with
+        # nothing between that register and the RAMs' pins: the ECP5 flow copies it beside
+        # each group of RAMs (hw/ramreg.py), and the route to the copies, which spread across
+        # the chip, has a cycle of its own instead of following the hand-over decision. A row
+        # is read a cycle after it is issued here, and its data is at the mesh a cycle later
+        # (OPERAND_DELAY).
+        b_addr, b_en = Signal.like(p_b_addr), Signal()
+        a_addr, a_en = Signal.like(s_a_addr), Signal()
+        m.d.sync += [b_addr.eq(p_b_addr), a_addr.eq(s_a_addr)]
+        m.d.comb += [self.spad_b.addr.eq(b_addr), self.spad_b.en.eq(b_en),
+                     self.spad_a.addr.eq(a_addr), self.spad_a.en.eq(a_en)]
         with m.If(reading):
-            m.d.comb += self.spad_b.en.eq(1)
-            m.d.sync += [p_count.eq(p_count + 1), p_b_addr.eq(p_b_addr + 1)]
-        # The row tag follows the read through the read port's one cycle of latency.
-        m.d.sync += [w_en.eq(reading), w_bank.eq(p_bank), w_row.eq(p_count)]
+            m.d.sync += [p_count.eq(p_count + 1), p_b_addr.eq(p_b_addr + 1),
+                         p_done.eq(p_count >= cfg.rows - 2)]
+        # The row tag follows the read through its two cycles.
+        w_tag = Signal(2 + len(w_row))
+        m.d.sync += [b_en.eq(reading), w_tag.eq(Cat(reading, p_bank, p_count)),
+                     Cat(w_en, w_bank, w_row).eq(w_tag)]
         m.d.comb += [
             mesh.i_w.eq(self.spad_b.data),
             mesh.i_w_en.eq(w_en),
@@ -138,15 +154,21 @@ class ExecuteUnit(wiring.Component):
         # -- hand the preloaded instruction to the stream stage ------------------------------
         load_pushing = Signal()
         m.d.comb += load_pushing.eq(s_last & s_push_load)
-        # Timing: the room checks avoid adders. `count + load_pushing < TOKEN_MAX` is written
-        # as two compares with constants; the execute->store check uses a registered sum, one
-        # cycle old. That is safe: the sum only grows by this unit's handoffs, and a handoff
-        # never follows another in the next cycle (a preload reads `rows` >= 2 weight rows);
-        # it is at most one cycle late to see room that a pop made.
-        room_load = ~p_push_load | Mux(load_pushing, self.to_load.count < TOKEN_MAX - 1,
-                                       self.to_load.count != TOKEN_MAX)
+        # Timing: each room check is a register, computed from a sum one cycle old: the tokens
+        # in the channel plus the pushes this unit has handed over and not made yet (for
+        # execute->load, the streaming MATMUL's at its last row; for execute->store, those
+        # still travelling down the delay line). That is safe: the sum only grows by this
+        # unit's handoffs, and a handoff never follows another in the next cycle (a preload
+        # reads `rows` >= 2 weight rows); it is at most one cycle late to see room that a pop
+        # made.
+        load_owed = Signal()
+        load_room = Signal()
         store_room = Signal()
-        m.d.sync += store_room.eq((self.to_store.count + store_inflight) < TOKEN_MAX)
+        m.d.sync += [
+            load_room.eq((self.to_load.count + load_owed) < TOKEN_MAX),
+            store_room.eq((self.to_store.count + store_inflight) < TOKEN_MAX),
+        ]
+        room_load = ~p_push_load | load_room
         room_store = ~p_push_store | store_room
         handoff = Signal()
         m.d.comb += handoff.eq(p_done & (~s_active | s_last) & room_load & room_store)
@@ -156,10 +178,9 @@ class ExecuteUnit(wiring.Component):
             "valid": 1, "addr": cfg.acc_addr_width, "accumulate": 1, "push": 1,
         })
         meta_in = Signal(Meta)
-        bank_d = Signal()
+        bank_d = Signal(self.OPERAND_DELAY)
         with m.If(s_active):
             m.d.comb += [
-                self.spad_a.en.eq(~s_zero),
                 meta_in.valid.eq(~s_zero),
                 meta_in.addr.eq(s_acc_addr),
                 meta_in.accumulate.eq(s_accumulate),
@@ -174,19 +195,19 @@ class ExecuteUnit(wiring.Component):
             ]
             with m.If(s_last):
                 m.d.sync += s_active.eq(0)
-        m.d.sync += bank_d.eq(s_bank)
-        m.d.comb += [mesh.i_a.eq(self.spad_a.data), mesh.i_bank.eq(bank_d)]
+        m.d.sync += [a_en.eq(s_active & ~s_zero), bank_d.eq(Cat(s_bank, bank_d))]
+        m.d.comb += [mesh.i_a.eq(self.spad_a.data), mesh.i_bank.eq(bank_d[-1])]
 
         with m.If(handoff):
             m.d.sync += [
                 p_full.eq(0),
                 s_active.eq(1),
-                s_zero.eq(p_m_len == 0),
+                s_zero.eq(p_zero),
                 s_bank.eq(p_bank),
                 s_a_addr.eq(p_a_addr),
                 s_acc_addr.eq(p_acc_addr),
-                s_remaining.eq(Mux(p_m_len == 0, 1, p_m_len)),
-                s_final.eq(p_m_len <= 1),
+                s_remaining.eq(p_remaining),
+                s_final.eq(p_final),
                 s_accumulate.eq(p_accumulate),
                 s_push_load.eq(p_push_load),
                 s_push_store.eq(p_push_store),
@@ -196,56 +217,67 @@ class ExecuteUnit(wiring.Component):
         # Its sync statements come after the hand-over's and the read's, so they win. The bank
         # it preloads was last used by the MATMUL two back, which has read its last operand row
         # by now (the hand-over waits for it): the mesh keeps that row on the old weights.
-        can_pop = ((~instr.deps.pop_prev | (self.from_load.count != 0)) &
-                   (~instr.deps.pop_next | (self.from_store.count != 0)))
+        # Timing: the stage's registers load whenever it is free, whether or not it accepts
+        # (they mean nothing until `p_full` is set), so the wide registers' enable does not
+        # wait for the valid and token checks.
+        can_pop = ((~instr.deps.pop_prev | self.from_load.avail) &
+                   (~instr.deps.pop_next | self.from_store.avail))
+        free = Signal()
         accept = Signal()
-        m.d.comb += accept.eq((~p_full | handoff) & self.i_instr.valid & can_pop)
+        m.d.comb += [free.eq(~p_full | handoff),
+                     accept.eq(free & self.i_instr.valid & can_pop)]
         with m.If(accept):
             m.d.comb += [
                 self.i_instr.ready.eq(1),
                 self.from_load.pop.eq(instr.deps.pop_prev),
                 self.from_store.pop.eq(instr.deps.pop_next),
             ]
+            m.d.sync += [p_full.eq(1), next_bank.eq(~next_bank)]
+        with m.If(free):
             m.d.sync += [
-                p_full.eq(1),
+                p_done.eq(0),
                 p_count.eq(0),
                 p_bank.eq(next_bank),
-                next_bank.eq(~next_bank),
                 p_b_addr.eq(body.b_addr),
                 p_a_addr.eq(body.a_addr),
                 p_acc_addr.eq(body.acc_addr),
-                p_m_len.eq(body.m_len),
+                p_remaining.eq(Mux(body.m_len == 0, 1, body.m_len)),
+                p_zero.eq(body.m_len == 0),
+                p_final.eq(body.m_len <= 1),
                 p_accumulate.eq(body.accumulate),
                 p_push_load.eq(instr.deps.push_prev),
                 p_push_store.eq(instr.deps.push_next),
             ]
 
         # -- accumulate: read the old row early, add, write a cycle later ---------------------
-        # meta[k] describes the row whose operand was read k cycles ago. Its operand enters the
-        # mesh at k == 1 and its sums leave at k == latency + 1, where they are added to the old
-        # row into `acc_sum`, which is written at k == latency + 2.
+        # meta[k] describes the row whose operand was issued k cycles ago. Its operand enters the
+        # mesh at k == OPERAND_DELAY and its sums leave at k == latency + 1, where they are added
+        # to the old row into `acc_sum`, which is written at k == latency + 2.
         # Timing choices (nextpnr's ECP5 model puts a block RAM's clock-to-output at 5.8 ns,
         # and the accumulator's RAMs spread across the chip):
-        # * The old row is read at k == latency - 1 and lands in the register `acc_old`, with
-        #   nothing between the RAM and it, not even a reset: the ECP5 flow moves it into the
-        #   block RAMs as their output register (hw/ramreg.py). The read port is always enabled
-        #   (no hold logic) and not transparent (hw/memory.py says why).
+        # * The old row is read at k == latency - 2 and lands in the register `acc_out` at
+        #   k == latency, with nothing between the RAM and it, not even a reset: the ECP5 flow
+        #   moves it into the block RAMs as their output register (hw/ramreg.py). The read port
+        #   is always enabled (no hold logic) and not transparent (hw/memory.py says why).
+        # * `acc_out` is copied into the fabric register `acc_old`, which the placer can put
+        #   beside the adders: the route from the RAMs has a cycle of its own.
         # * The sum is registered before it is written, so the write data crosses the chip on a
         #   path of its own. The execute->store push keeps its time (with the sums, at
         #   k == latency + 1): the store unit reads a row two cycles after a push at the
         #   earliest (the token counts from the next cycle, and a STORE reads from the cycle
         #   after its accept), by when the write has landed.
-        # That read misses the writes of the three rows ahead of this one (on the FPGA the
+        # That read misses the writes of the four rows ahead of this one (on the FPGA the
         # accumulator's `no_rw_check` leaves a same-cycle collision undefined); they are
         # forwarded instead, the nearest first.
-        latency = cfg.mesh_latency
+        latency = cfg.mesh_latency + self.OPERAND_DELAY - 1
         meta = [meta_in]
         for stage in range(latency + 2):
             delayed = Signal(Meta, name=f"meta_d{stage + 1}")
             m.d.sync += delayed.eq(meta[-1])
             meta.append(delayed)
-        rd_meta = meta[latency - 1]
+        rd_meta = meta[latency - 2]
         add_meta, wr_meta = meta[latency + 1], meta[latency + 2]
+        acc_out = Signal.like(self.acc_rd.data, reset_less=True)
         acc_old = Signal.like(self.acc_rd.data, reset_less=True)
         acc_sum = Signal.like(self.acc_wr.data)
         m.d.comb += [
@@ -266,16 +298,24 @@ class ExecuteUnit(wiring.Component):
                                & (meta[k + ahead - 1].addr == meta[k - 1].addr))
             return hit
 
-        far_hit = Signal()          # the row three ahead wrote this row (k == latency - 1)
+        # `acc_sum` holds the sum of the row `ahead` rows ahead of this one at
+        # k == latency + 2 - ahead; each forwarded candidate is taken from it then and carried
+        # along beside the row, the nearer replacing the farther.
+        back_row = Signal.like(acc_sum)   # `acc_sum` a cycle ago: the row four ahead's sum
+        far_hit = Signal()                # the row three or four ahead wrote this row (k == latency)
         far_row = Signal.like(acc_sum)
-        fwd_hit = Signal()          # the row two or three ahead did (k == latency)
+        fwd_hit = Signal()                # the row two, three or four ahead did (k == latency + 1)
         fwd_row = Signal.like(acc_sum)
-        near_hit = Signal()         # the row one ahead did: its sum is in `acc_sum`
+        near_hit = Signal()               # the row one ahead did: its sum is in `acc_sum`
+        hit4 = writes(4, latency - 1)
+        hit3 = writes(3, latency - 1)
         mid_hit = writes(2, latency)
         m.d.sync += [
-            acc_old.eq(self.acc_rd.data),
-            far_hit.eq(writes(3, latency - 1)),
-            far_row.eq(acc_sum),
+            acc_out.eq(self.acc_rd.data),
+            acc_old.eq(acc_out),
+            back_row.eq(acc_sum),
+            far_hit.eq(hit3 | hit4),
+            far_row.eq(Mux(hit3, acc_sum, back_row)),
             fwd_hit.eq(mid_hit | far_hit),
             fwd_row.eq(Mux(mid_hit, acc_sum, far_row)),
             near_hit.eq(writes(1, latency)),
@@ -285,6 +325,12 @@ class ExecuteUnit(wiring.Component):
             m.d.sync += acc_sum[c].eq(mesh.o_c[c] + Mux(add_meta.accumulate, old, 0))
 
         m.d.sync += store_inflight.eq(store_inflight + (handoff & p_push_store) - add_meta.push)
+        # A handoff and the push it owes are never in the same cycle: the push is at the last
+        # row, from the cycle after the handoff at the earliest.
+        with m.If(handoff & p_push_load):
+            m.d.sync += load_owed.eq(1)
+        with m.Elif(load_pushing):
+            m.d.sync += load_owed.eq(0)
 
         # The write stage does not count as busy: its write lands at the end of the cycle, before
         # anything that waits for the unit to go idle can look (and the unit goes idle when its

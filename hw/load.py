@@ -84,7 +84,7 @@ class LoadUnit(wiring.Component):
 
         with m.FSM(name="load_fsm"):
             with m.State("Idle"):
-                can_pop = ~instr.deps.pop_next | (self.from_exec.count != 0)
+                can_pop = ~instr.deps.pop_next | self.from_exec.avail
                 can_push = ~instr.deps.push_next | (self.to_exec.count != TOKEN_MAX)
                 with m.If(self.i_instr.valid & can_pop & can_push):
                     m.d.comb += [

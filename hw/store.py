@@ -256,7 +256,7 @@ class StoreUnit(wiring.Component):
                                 target = getattr(params, field)
                                 m.d.sync += target.eq(value[:len(target)])
             with m.Default():
-                can_pop = ~instr.deps.pop_prev | (self.from_exec.count != 0)
+                can_pop = ~instr.deps.pop_prev | self.from_exec.avail
                 # Timing: `count + pushing < TOKEN_MAX` as two compares with constants.
                 can_push = ~instr.deps.push_prev | Mux(pushing,
                                                        self.to_exec.count < TOKEN_MAX - 1,

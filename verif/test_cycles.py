@@ -127,6 +127,13 @@ def hand_programs(cfg):
         "barrier": [store(0, push_prev=True), matmul(0, pop_next=True, push_prev=True),
                     load(0, pop_next=True)],
         "tokens_full": [load(0, push_next=True)] * 255 + [matmul(0, pop_prev=True)] * 255,
+        # The execute unit's pushes wait for room (its room checks are registers): a long LOAD
+        # or STORE ahead keeps the unit that pops busy past the execute unit's 255th push.
+        "exec_to_load_full": [load(300 * r)] + [matmul(0, push_prev=True)] * 255
+        + [load(0, pop_next=True), matmul(1, push_prev=True)] * 3 + [load(0, pop_next=True)] * 255,
+        "exec_to_store_full": [store(cfg.acc_depth)] * (300 * r // cfg.acc_depth + 1)
+        + [matmul(0, push_next=True)] * 255 + [store(0, pop_prev=True), matmul(1, push_next=True)] * 3
+        + [store(0, pop_prev=True)] * 255,
     }
     return progs
 
@@ -136,8 +143,10 @@ def hand_programs(cfg):
 @pytest.mark.parametrize("name", CONFIGS)
 def test_timing_is_read_from_the_gateware(name):
     from bertaccel.hw.epilogue import Epilogue
+    from bertaccel.hw.execute import ExecuteUnit
     from bertaccel.hw.store import StoreUnit
 
+    assert cm.ACC_WRITE_EXTRA == ExecuteUnit.OPERAND_DELAY
     cfg = PRESETS[name]
     timing = CycleModel(cfg).timing
     epilogue = Epilogue(cfg)
@@ -505,6 +514,64 @@ def test_rtl_random_matmul_chains(free_device, rtl_device, table):
         assert torch.equal(result.outputs["y"], ref.outputs["y"])
         result = stalled.run(program, **inputs)
         assert torch.equal(result.outputs["y"], ref.outputs["y"])
+
+
+def test_rtl_accumulator_forwarding(free_device, rtl_device, table):
+    """MATMULs that accumulate into overlapping rows, so that a row is read while the rows one to
+    five cycles ahead of it still have their writes in flight (the execute unit forwards those).
+
+    Compiled GEMMs only revisit a row ``rows`` or more cycles later; here each MATMUL starts at a
+    random row of a small window, so every distance occurs, and a few rows are read with nothing
+    accumulated (``accumulate`` off) in between. Bit-exact with the software device, free-running
+    (cycle-exact with the model) and with stalled streams.
+    """
+    cfg = free_device.cfg
+    r = cfg.rows
+    seed = 61 + CONFIGS.index(cfg.name)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    stalled = rtl_device(cfg, seed=2, src_idle=77, sink_stall=102)
+    window = 2 * r + 2
+    distances = set()
+    for trial in range(2):
+        instrs = [isa.Load(target=isa.Target.SPAD_B, addr=0, count=2 * r),
+                  isa.Load(target=isa.Target.SPAD_A, addr=0, count=4 * r, push_next=True)]
+        # The first MATMUL writes every row of the window, so each later one may accumulate.
+        # Half the others start a few rows before the end of the one before.
+        spans = [(0, window, False)]
+        for _ in range(30):
+            addr, m_len, _ = spans[-1]
+            if rng.random() < 0.5:
+                addr = max(addr + m_len - rng.randint(1, 5), 0)
+            else:
+                addr = rng.randrange(window)
+            m_len = min(rng.randint(r, r + 2), window - addr)
+            spans.append((addr, m_len, rng.random() < 0.9))
+        for addr, m_len, accumulate in spans:
+            instrs.append(isa.Matmul(a_addr=rng.randrange(4 * r - m_len + 1),
+                                     b_addr=rng.randrange(r + 1), acc_addr=addr, m_len=m_len,
+                                     accumulate=accumulate, pop_prev=len(instrs) == 2))
+        instrs[-1] = instrs[-1].with_deps(push_next=True)
+        instrs.append(isa.Store(acc_addr=0, rows=window, strips=1, stride=window,
+                                op=isa.EpOp.RAW, pop_prev=True))
+        program = raw_program(cfg, instrs)
+        inputs = raw_inputs(program)
+        ref = SoftwareDevice(cfg).run(program, **inputs)
+        result = _compare(table, free_device, program, inputs,
+                          f"overlapping accumulation {trial}", exact=True)
+        assert torch.equal(result.outputs["y"], ref.outputs["y"])
+        result = stalled.run(program, **inputs)
+        assert torch.equal(result.outputs["y"], ref.outputs["y"])
+        # Which read-after-write distances (in stream cycles) the trial produced.
+        report = CycleModel(cfg).run(program)
+        last_write = {}
+        for start, instr in zip(report.stream[2:], instrs[2:-1]):
+            for row in range(instr.m_len):
+                cycle = start + row
+                if instr.accumulate and instr.acc_addr + row in last_write:
+                    distances.add(cycle - last_write[instr.acc_addr + row])
+                last_write[instr.acc_addr + row] = cycle
+    assert set(range(1, 6)) <= distances, sorted(distances)
 
 
 def _gemm_case(cfg, m, k, n, op, gen):
