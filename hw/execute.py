@@ -1,10 +1,11 @@
 """The execute unit: weight preload, operand streaming and accumulation."""
 
-from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .controller import TokenConsumer, TokenProducer
+from .dsp import KEEP
 from .isa import FIELD_WIDTH, TOKEN_MAX, TOKEN_WIDTH, Instr
 from .mesh import SystolicMesh
 
@@ -154,24 +155,21 @@ class ExecuteUnit(wiring.Component):
         # -- hand the preloaded instruction to the stream stage ------------------------------
         load_pushing = Signal()
         m.d.comb += load_pushing.eq(s_last & s_push_load)
-        # Timing: each room check is a register, computed from a sum one cycle old: the tokens
-        # in the channel plus the pushes this unit has handed over and not made yet (for
+        # Timing: the room check is one register, computed from sums one cycle old: the tokens
+        # in each channel plus the pushes this unit has handed over and not made yet (for
         # execute->load, the streaming MATMUL's at its last row; for execute->store, those
-        # still travelling down the delay line). That is safe: the sum only grows by this
-        # unit's handoffs, and a handoff never follows another in the next cycle (a preload
-        # reads `rows` >= 2 weight rows); it is at most one cycle late to see room that a pop
-        # made.
+        # still travelling down the delay line), and from the preloaded MATMUL's push flags of
+        # that cycle. That is safe: the sums only grow by this unit's handoffs, and a handoff
+        # never follows another in the next cycle (a preload reads `rows` >= 2 weight rows), so
+        # it is at most one cycle late to see room that a pop made; and a hand-over is never in
+        # the cycle after the preload stage took a new MATMUL, whose push flags it would miss.
         load_owed = Signal()
-        load_room = Signal()
-        store_room = Signal()
-        m.d.sync += [
-            load_room.eq((self.to_load.count + load_owed) < TOKEN_MAX),
-            store_room.eq((self.to_store.count + store_inflight) < TOKEN_MAX),
-        ]
-        room_load = ~p_push_load | load_room
-        room_store = ~p_push_store | store_room
+        room = Signal()
+        m.d.sync += room.eq(
+            (~p_push_load | ((self.to_load.count + load_owed) < TOKEN_MAX)) &
+            (~p_push_store | ((self.to_store.count + store_inflight) < TOKEN_MAX)))
         handoff = Signal()
-        m.d.comb += handoff.eq(p_done & (~s_active | s_last) & room_load & room_store)
+        m.d.comb += handoff.eq(p_done & room & (~s_active | s_final))
 
         # -- stream: one operand row a cycle ------------------------------------------------
         Meta = data.StructLayout({
@@ -289,40 +287,59 @@ class ExecuteUnit(wiring.Component):
             self.to_store.push.eq(add_meta.push),
         ]
 
+        # Timing: every flag that selects for a whole row is a register with one copy per
+        # byte of the row (kept apart in the FPGA flows, hw/dsp.py KEEP_REGISTERS), so none
+        # drives more than eight bits of the multiplexers and adders, which spread with the
+        # accumulator's block RAMs. A copy per column (32 bits) still left 4 ns of routing.
+        slices = [(low, min(low + 8, cfg.acc_width)) for low in range(0, cfg.acc_width, 8)]
+        copies_per_row = cfg.cols * len(slices)
+
+        def per_byte(name, value):
+            copies = [Signal(name=f"{name}_{i}", attrs=KEEP) for i in range(copies_per_row)]
+            m.d.sync += [copy.eq(value if isinstance(value, Value) else value[i])
+                         for i, copy in enumerate(copies)]
+            return copies
+
         def writes(ahead, k):
             """Registered: the row `ahead` rows ahead of the row at stage k writes its row.
-            Compared a cycle early, on the stages before, so the result is a flip-flop (it
-            selects a multiplexer for every bit of a row)."""
-            hit = Signal(name=f"hit{ahead}_k{k}")
-            m.d.sync += hit.eq(meta[k + ahead - 1].valid
-                               & (meta[k + ahead - 1].addr == meta[k - 1].addr))
-            return hit
+            Compared a cycle early, on the stages before, so the result is a flip-flop."""
+            return per_byte(f"hit{ahead}_k{k}",
+                              meta[k + ahead - 1].valid
+                              & (meta[k + ahead - 1].addr == meta[k - 1].addr))
 
         # `acc_sum` holds the sum of the row `ahead` rows ahead of this one at
         # k == latency + 2 - ahead; each forwarded candidate is taken from it then and carried
         # along beside the row, the nearer replacing the farther.
         back_row = Signal.like(acc_sum)   # `acc_sum` a cycle ago: the row four ahead's sum
-        far_hit = Signal()                # the row three or four ahead wrote this row (k == latency)
         far_row = Signal.like(acc_sum)
-        fwd_hit = Signal()                # the row two, three or four ahead did (k == latency + 1)
         fwd_row = Signal.like(acc_sum)
-        near_hit = Signal()               # the row one ahead did: its sum is in `acc_sum`
         hit4 = writes(4, latency - 1)
         hit3 = writes(3, latency - 1)
         mid_hit = writes(2, latency)
+        # The row three or four ahead wrote this row (k == latency); two, three or four ahead
+        # (k == latency + 1); the row one ahead, whose sum is in `acc_sum` (k == latency + 1).
+        far_hit = per_byte("far_hit", [h3 | h4 for h3, h4 in zip(hit3, hit4)])
+        fwd_hit = per_byte("fwd_hit", [h2 | hf for h2, hf in zip(mid_hit, far_hit)])
+        near_hit = writes(1, latency + 1)
+        accumulate = per_byte("accumulate", meta[latency].accumulate)
         m.d.sync += [
             acc_out.eq(self.acc_rd.data),
             acc_old.eq(acc_out),
             back_row.eq(acc_sum),
-            far_hit.eq(hit3 | hit4),
-            far_row.eq(Mux(hit3, acc_sum, back_row)),
-            fwd_hit.eq(mid_hit | far_hit),
-            fwd_row.eq(Mux(mid_hit, acc_sum, far_row)),
-            near_hit.eq(writes(1, latency)),
         ]
         for c in range(cfg.cols):
-            old = Mux(near_hit, acc_sum[c], Mux(fwd_hit, fwd_row[c], acc_old[c]))
-            m.d.sync += acc_sum[c].eq(mesh.o_c[c] + Mux(add_meta.accumulate, old, 0))
+            addend = []
+            for j, (low, high) in enumerate(slices):
+                i = c * len(slices) + j
+                s_sum, s_back, s_far, s_fwd, s_old = (Value.cast(row[c])[low:high] for row in
+                                                      (acc_sum, back_row, far_row, fwd_row, acc_old))
+                m.d.sync += [
+                    s_far.eq(Mux(hit3[i], s_sum, s_back)),
+                    s_fwd.eq(Mux(mid_hit[i], s_sum, s_far)),
+                ]
+                old = Mux(near_hit[i], s_sum, Mux(fwd_hit[i], s_fwd, s_old))
+                addend.append(Mux(accumulate[i], old, 0))
+            m.d.sync += acc_sum[c].eq(mesh.o_c[c] + Cat(*addend).as_signed())
 
         m.d.sync += store_inflight.eq(store_inflight + (handoff & p_push_store) - add_meta.push)
         # A handoff and the push it owes are never in the same cycle: the push is at the last

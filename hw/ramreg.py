@@ -25,8 +25,11 @@ read port), and one flip-flop of an address, write-enable or chip-select registe
 pin of every one of them: one net across the chip, whose farthest arc was the critical path
 of the 8x8 core with two epilogue lanes (15.3 ns of routing, one route). :func:`replicate_ram_drivers` gives each group of
 ``group`` RAMs its own copy of every such flip-flop (same data input, clock, enable and reset,
-so the same value in every cycle); the first group keeps the original, which also keeps every
-sink that is not a RAM's control pin. The groups follow the RAMs' names in natural order (yosys
+so the same value in every cycle). The first group keeps the original unless it has a sink
+that is not a RAM's control pin (the 8x8 accumulator's read address is also compared with the
+rows ahead of it): then every group gets a copy and the original keeps only those sinks, so no
+RAM's address waits on a flip-flop that other logic pulls away (8.2 ns of routing to one RAM of
+the 8x8 datapath when the first group kept it). The groups follow the RAMs' names in natural order (yosys
 names a memory's slices ``mem.<port>.<slice>``, so a group is neighbouring data bits, whose
 consumers sit together). A flip-flop drives its copies' data inputs from its own source net, so
 the long route moves to a register-to-register arc with a handful of sinks.
@@ -173,6 +176,8 @@ def replicate_ram_drivers(netlist, top, group=8):
     cells = module["cells"]
     driver = {}
     ram_pins = defaultdict(lambda: defaultdict(list))     # net bit -> RAM -> its pins
+    other_sinks = {bit for port in module.get("ports", {}).values()
+                   if port.get("direction") != "input" for bit in port["bits"]}
     top_bit = 0
     for name, cell in cells.items():
         for pin, bits in cell["connections"].items():
@@ -182,6 +187,8 @@ def replicate_ram_drivers(netlist, top, group=8):
             if (cell["type"] == "DP16KD" and _CONTROL_PIN.fullmatch(pin)
                     and isinstance(bits[0], int)):
                 ram_pins[bits[0]][name].append(pin)
+            elif cell.get("port_directions", {}).get(pin) != "output":
+                other_sinks.update(b for b in bits if isinstance(b, int))
     netnames = module.setdefault("netnames", {})
     names = {bits[0]: name for name, net in netnames.items()
              for bits in [net["bits"]] if len(bits) == 1 and isinstance(bits[0], int)}
@@ -195,7 +202,8 @@ def replicate_ram_drivers(netlist, top, group=8):
             continue
         ordered = sorted(rams, key=_natural)
         original = cells[driver[bit]]
-        for k, start in enumerate(range(group, len(ordered), group), 1):
+        first = 0 if bit in other_sinks else group
+        for k, start in enumerate(range(first, len(ordered), group), 1):
             top_bit += 1
             cells[f"{driver[bit]}$ram_copy{k}"] = dup = copy.deepcopy(original)
             dup["connections"]["Q"] = [top_bit]

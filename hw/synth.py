@@ -434,7 +434,7 @@ def parse_nextpnr_report(report, clock="clk"):
 # -- the flow -------------------------------------------------------------------------------------
 
 #: Part of the cache key: the netlist pass between yosys and nextpnr (hw/ramreg.py).
-RAMREG_VERSION = "ramreg 2"
+RAMREG_VERSION = "ramreg 3"
 
 _YOSYS_SCRIPT = """\
 read_verilog {verilog}
