@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .controller import TokenConsumer, TokenProducer
 from .dsp import KEEP
-from .isa import FIELD_WIDTH, TOKEN_MAX, TOKEN_WIDTH, Instr
+from .isa import FIELD_WIDTH, TOKEN_MAX, Instr
 from .mesh import SystolicMesh
 
 __all__ = ["ExecuteUnit"]
@@ -118,8 +118,9 @@ class ExecuteUnit(wiring.Component):
         s_last = Signal()           # the 16-bit compare was on the handoff's critical path)
         m.d.comb += s_last.eq(s_active & s_final)
 
-        # Execute->store pushes that are still travelling down the delay line.
-        store_inflight = Signal(TOKEN_WIDTH + 1)
+        # TOKEN_MAX minus the execute->store pushes still travelling down the delay line: the
+        # room check compares the channel's count with it.
+        store_limit = Signal(range(TOKEN_MAX + 1), init=TOKEN_MAX)
 
         # -- preload: read the weight rows, row j into row j of the bank ----------------------
         w_en = Signal()
@@ -165,9 +166,12 @@ class ExecuteUnit(wiring.Component):
         # the cycle after the preload stage took a new MATMUL, whose push flags it would miss.
         load_owed = Signal()
         room = Signal()
+        # No adders: `count + owed < TOKEN_MAX` is two compares with constants, and the pushes
+        # owed to the store channel are kept as the limit its count must stay under.
+        load_count, store_count = self.to_load.count, self.to_store.count
         m.d.sync += room.eq(
-            (~p_push_load | ((self.to_load.count + load_owed) < TOKEN_MAX)) &
-            (~p_push_store | ((self.to_store.count + store_inflight) < TOKEN_MAX)))
+            (~p_push_load | Mux(load_owed, load_count < TOKEN_MAX - 1, load_count != TOKEN_MAX)) &
+            (~p_push_store | (store_count < store_limit)))
         handoff = Signal()
         m.d.comb += handoff.eq(p_done & room & (~s_active | s_final))
 
@@ -302,10 +306,12 @@ class ExecuteUnit(wiring.Component):
 
         def writes(ahead, k):
             """Registered: the row `ahead` rows ahead of the row at stage k writes its row.
-            Compared a cycle early, on the stages before, so the result is a flip-flop."""
-            return per_byte(f"hit{ahead}_k{k}",
-                              meta[k + ahead - 1].valid
-                              & (meta[k + ahead - 1].addr == meta[k - 1].addr))
+            Compared two cycles early, on the stages before, into one register, which the
+            copies take a cycle later."""
+            hit = Signal(name=f"hit{ahead}_k{k}")
+            m.d.sync += hit.eq(meta[k + ahead - 2].valid
+                               & (meta[k + ahead - 2].addr == meta[k - 2].addr))
+            return per_byte(f"hit{ahead}_k{k}", hit)
 
         # `acc_sum` holds the sum of the row `ahead` rows ahead of this one at
         # k == latency + 2 - ahead; each forwarded candidate is taken from it then and carried
@@ -341,7 +347,7 @@ class ExecuteUnit(wiring.Component):
                 addend.append(Mux(accumulate[i], old, 0))
             m.d.sync += acc_sum[c].eq(mesh.o_c[c] + Cat(*addend).as_signed())
 
-        m.d.sync += store_inflight.eq(store_inflight + (handoff & p_push_store) - add_meta.push)
+        m.d.sync += store_limit.eq(store_limit - (handoff & p_push_store) + add_meta.push)
         # A handoff and the push it owes are never in the same cycle: the push is at the last
         # row, from the cycle after the handoff at the earliest.
         with m.If(handoff & p_push_load):
