@@ -257,18 +257,22 @@ class ExecuteUnit(wiring.Component):
         # to the old row into `acc_sum`, which is written at k == latency + 2.
         # Timing choices (nextpnr's ECP5 model puts a block RAM's clock-to-output at 5.8 ns,
         # and the accumulator's RAMs spread across the chip):
-        # * The old row is read at k == latency - 2 and lands in the register `acc_out` at
-        #   k == latency, with nothing between the RAM and it, not even a reset: the ECP5 flow
-        #   moves it into the block RAMs as their output register (hw/ramreg.py). The read port
-        #   is always enabled (no hold logic) and not transparent (hw/memory.py says why).
-        # * `acc_out` is copied into the fabric register `acc_old`, which the placer can put
-        #   beside the adders: the route from the RAMs has a cycle of its own.
+        # * The old row is read at k == latency - 3 and lands in the register `acc_out` at
+        #   k == latency - 1, with nothing between the RAM and it, not even a reset: the ECP5
+        #   flow moves it into the block RAMs as their output register (hw/ramreg.py). The read
+        #   port is always enabled (no hold logic) and not transparent (hw/memory.py says why).
+        # * `acc_out` is copied into the fabric register `acc_old` (k == latency), which the
+        #   placer can put beside the adders: the route from the RAMs has a cycle of its own.
+        # * The addend is decided a cycle ahead: `other` (k == latency + 1) is the old row or a
+        #   row forwarded from two to five rows ahead, or zero without `accumulate`; the adder
+        #   takes it or, when the row one ahead wrote this row, that row's sum (`acc_sum`),
+        #   one multiplexer in the loop from the sum register back to the adder.
         # * The sum is registered before it is written, so the write data crosses the chip on a
         #   path of its own. The execute->store push keeps its time (with the sums, at
         #   k == latency + 1): the store unit reads a row two cycles after a push at the
         #   earliest (the token counts from the next cycle, and a STORE reads from the cycle
         #   after its accept), by when the write has landed.
-        # That read misses the writes of the four rows ahead of this one (on the FPGA the
+        # That read misses the writes of the five rows ahead of this one (on the FPGA the
         # accumulator's `no_rw_check` leaves a same-cycle collision undefined); they are
         # forwarded instead, the nearest first.
         latency = cfg.mesh_latency + self.OPERAND_DELAY - 1
@@ -277,7 +281,7 @@ class ExecuteUnit(wiring.Component):
             delayed = Signal(Meta, name=f"meta_d{stage + 1}")
             m.d.sync += delayed.eq(meta[-1])
             meta.append(delayed)
-        rd_meta = meta[latency - 2]
+        rd_meta = meta[latency - 3]
         add_meta, wr_meta = meta[latency + 1], meta[latency + 2]
         acc_out = Signal.like(self.acc_rd.data, reset_less=True)
         acc_old = Signal.like(self.acc_rd.data, reset_less=True)
@@ -304,30 +308,30 @@ class ExecuteUnit(wiring.Component):
                          for i, copy in enumerate(copies)]
             return copies
 
-        def writes(ahead, k):
-            """Registered: the row `ahead` rows ahead of the row at stage k writes its row.
-            Compared two cycles early, on the stages before, into one register, which the
-            copies take a cycle later."""
+        def writes(ahead, k, also=1):
+            """Registered: the row `ahead` rows ahead of the row at stage k writes its row (and
+            `also`, a value of the stage before). Compared two cycles early, on the stages
+            before, into one register, which the copies take a cycle later."""
             hit = Signal(name=f"hit{ahead}_k{k}")
             m.d.sync += hit.eq(meta[k + ahead - 2].valid
                                & (meta[k + ahead - 2].addr == meta[k - 2].addr))
-            return per_byte(f"hit{ahead}_k{k}", hit)
+            return per_byte(f"hit{ahead}_k{k}", hit & also)
 
         # `acc_sum` holds the sum of the row `ahead` rows ahead of this one at
         # k == latency + 2 - ahead; each forwarded candidate is taken from it then and carried
         # along beside the row, the nearer replacing the farther.
-        back_row = Signal.like(acc_sum)   # `acc_sum` a cycle ago: the row four ahead's sum
-        far_row = Signal.like(acc_sum)
-        fwd_row = Signal.like(acc_sum)
-        hit4 = writes(4, latency - 1)
+        back_row = Signal.like(acc_sum)   # `acc_sum` a cycle ago: the row five ahead's sum
+        far2_row = Signal.like(acc_sum)   # four or five ahead (k == latency - 1)
+        far_row = Signal.like(acc_sum)    # three, four or five ahead (k == latency)
+        other = Signal.like(acc_sum)      # the addend unless the row one ahead wrote this row
+        hit5 = writes(5, latency - 2)
+        hit4 = writes(4, latency - 2)
         hit3 = writes(3, latency - 1)
-        mid_hit = writes(2, latency)
-        # The row three or four ahead wrote this row (k == latency); two, three or four ahead
-        # (k == latency + 1); the row one ahead, whose sum is in `acc_sum` (k == latency + 1).
-        far_hit = per_byte("far_hit", [h3 | h4 for h3, h4 in zip(hit3, hit4)])
-        fwd_hit = per_byte("fwd_hit", [h2 | hf for h2, hf in zip(mid_hit, far_hit)])
-        near_hit = writes(1, latency + 1)
-        accumulate = per_byte("accumulate", meta[latency].accumulate)
+        hit2 = writes(2, latency)
+        far2_hit = per_byte("far2_hit", [h4 | h5 for h4, h5 in zip(hit4, hit5)])
+        far_hit = per_byte("far_hit", [h3 | hf for h3, hf in zip(hit3, far2_hit)])
+        accumulate = per_byte("accumulate", meta[latency - 1].accumulate)
+        near_hit = writes(1, latency + 1, also=meta[latency].accumulate)
         m.d.sync += [
             acc_out.eq(self.acc_rd.data),
             acc_old.eq(acc_out),
@@ -337,14 +341,16 @@ class ExecuteUnit(wiring.Component):
             addend = []
             for j, (low, high) in enumerate(slices):
                 i = c * len(slices) + j
-                s_sum, s_back, s_far, s_fwd, s_old = (Value.cast(row[c])[low:high] for row in
-                                                      (acc_sum, back_row, far_row, fwd_row, acc_old))
+                s_sum, s_back, s_far2, s_far, s_old, s_other = (
+                    Value.cast(row[c])[low:high]
+                    for row in (acc_sum, back_row, far2_row, far_row, acc_old, other))
                 m.d.sync += [
-                    s_far.eq(Mux(hit3[i], s_sum, s_back)),
-                    s_fwd.eq(Mux(mid_hit[i], s_sum, s_far)),
+                    s_far2.eq(Mux(hit4[i], s_sum, s_back)),
+                    s_far.eq(Mux(hit3[i], s_sum, s_far2)),
+                    s_other.eq(Mux(accumulate[i],
+                                   Mux(hit2[i], s_sum, Mux(far_hit[i], s_far, s_old)), 0)),
                 ]
-                old = Mux(near_hit[i], s_sum, Mux(fwd_hit[i], s_fwd, s_old))
-                addend.append(Mux(accumulate[i], old, 0))
+                addend.append(Mux(near_hit[i], s_sum, s_other))
             m.d.sync += acc_sum[c].eq(mesh.o_c[c] + Cat(*addend).as_signed())
 
         m.d.sync += store_limit.eq(store_limit - (handoff & p_push_store) + add_meta.push)
