@@ -1,5 +1,7 @@
 """The execute unit: weight preload, operand streaming and accumulation."""
 
+import itertools
+
 from amaranth import Cat, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -51,8 +53,8 @@ class ExecuteUnit(wiring.Component):
     """
 
     #: Cycles from a row's issue (weight or operand) to its data at the mesh: the registered
-    #: read address, then the read port's one cycle.
-    OPERAND_DELAY = 2
+    #: read address, the read port's one cycle, then a register of the data.
+    OPERAND_DELAY = 3
 
     def __init__(self, cfg):
         self._cfg = cfg
@@ -132,22 +134,28 @@ class ExecuteUnit(wiring.Component):
         # nothing between that register and the RAMs' pins: the ECP5 flow copies it beside
         # each group of RAMs (hw/ramreg.py), and the route to the copies, which spread across
         # the chip, has a cycle of its own instead of following the hand-over decision. A row
-        # is read a cycle after it is issued here, and its data is at the mesh a cycle later
-        # (OPERAND_DELAY).
+        # is read a cycle after it is issued here. Its data is registered once before the mesh,
+        # which registers it again at its edge: the ECP5 flow moves the first register into
+        # the RAMs, and the route from them to the mesh's edge has a cycle of its own too. A
+        # row is at the mesh OPERAND_DELAY cycles after its issue.
         b_addr, b_en = Signal.like(p_b_addr), Signal()
         a_addr, a_en = Signal.like(s_a_addr), Signal()
         m.d.sync += [b_addr.eq(p_b_addr), a_addr.eq(s_a_addr)]
         m.d.comb += [self.spad_b.addr.eq(b_addr), self.spad_b.en.eq(b_en),
                      self.spad_a.addr.eq(a_addr), self.spad_a.en.eq(a_en)]
+        w_data = Signal.like(self.spad_b.data, reset_less=True)
+        a_data = Signal.like(self.spad_a.data, reset_less=True)
+        m.d.sync += [w_data.eq(self.spad_b.data), a_data.eq(self.spad_a.data)]
         with m.If(reading):
             m.d.sync += [p_count.eq(p_count + 1), p_b_addr.eq(p_b_addr + 1),
-                         p_done.eq(p_count >= cfg.rows - 2)]
-        # The row tag follows the read through its two cycles.
-        w_tag = Signal(2 + len(w_row))
-        m.d.sync += [b_en.eq(reading), w_tag.eq(Cat(reading, p_bank, p_count)),
-                     Cat(w_en, w_bank, w_row).eq(w_tag)]
+                         p_done.eq(p_count >= cfg.rows - 2 if cfg.rows > 2 else 1)]
+        # The row tag follows the read through its OPERAND_DELAY cycles.
+        w_tag = [Signal(2 + len(w_row), name=f"w_tag{i}") for i in range(self.OPERAND_DELAY - 1)]
+        m.d.sync += [b_en.eq(reading), w_tag[0].eq(Cat(reading, p_bank, p_count))]
+        m.d.sync += [later.eq(earlier) for earlier, later in itertools.pairwise(w_tag)]
+        m.d.sync += Cat(w_en, w_bank, w_row).eq(w_tag[-1])
         m.d.comb += [
-            mesh.i_w.eq(self.spad_b.data),
+            mesh.i_w.eq(w_data),
             mesh.i_w_en.eq(w_en),
             mesh.i_w_bank.eq(w_bank),
             mesh.i_w_row.eq(w_row),
@@ -198,7 +206,7 @@ class ExecuteUnit(wiring.Component):
             with m.If(s_last):
                 m.d.sync += s_active.eq(0)
         m.d.sync += [a_en.eq(s_active & ~s_zero), bank_d.eq(Cat(s_bank, bank_d))]
-        m.d.comb += [mesh.i_a.eq(self.spad_a.data), mesh.i_bank.eq(bank_d[-1])]
+        m.d.comb += [mesh.i_a.eq(a_data), mesh.i_bank.eq(bank_d[-1])]
 
         with m.If(handoff):
             m.d.sync += [
@@ -286,12 +294,15 @@ class ExecuteUnit(wiring.Component):
         acc_out = Signal.like(self.acc_rd.data, reset_less=True)
         acc_old = Signal.like(self.acc_rd.data, reset_less=True)
         acc_sum = Signal.like(self.acc_wr.data)
+        # The sum's copy for the write: the same flip-flops twice, so the write data can cross
+        # the chip to the RAMs without pulling the adders' loop (`acc_sum`) along.
+        acc_wdata = Signal.like(self.acc_wr.data, attrs=KEEP)
         m.d.comb += [
             self.acc_rd.addr.eq(rd_meta.addr),
             self.acc_rd.en.eq(1),
             self.acc_wr.addr.eq(wr_meta.addr),
             self.acc_wr.en.eq(wr_meta.valid),
-            self.acc_wr.data.eq(acc_sum),
+            self.acc_wr.data.eq(acc_wdata),
             self.to_store.push.eq(add_meta.push),
         ]
 
@@ -351,7 +362,8 @@ class ExecuteUnit(wiring.Component):
                                    Mux(hit2[i], s_sum, Mux(far_hit[i], s_far, s_old)), 0)),
                 ]
                 addend.append(Mux(near_hit[i], s_sum, s_other))
-            m.d.sync += acc_sum[c].eq(mesh.o_c[c] + Cat(*addend).as_signed())
+            total = mesh.o_c[c] + Cat(*addend).as_signed()
+            m.d.sync += [acc_sum[c].eq(total), acc_wdata[c].eq(total)]
 
         m.d.sync += store_limit.eq(store_limit - (handoff & p_push_store) + add_meta.push)
         # A handoff and the push it owes are never in the same cycle: the push is at the last

@@ -46,8 +46,8 @@ Cycle 0 is the first cycle after the clock edge that samples ``start``.
   wave of hw/mesh.py), and a preload starts no earlier than the last operand row of the MATMUL
   two back, which used the same bank. So back-to-back MATMULs of ``m`` rows cost
   ``max(m, rows)`` cycles each in steady state. The execute->load push comes with the last row's
-  issue, the execute->store push and the last accumulator write ``cfg.mesh_latency + 2`` cycles
-  later (the registered read address, the scratchpad read, then the mesh).
+  issue, the execute->store push and the last accumulator write ``cfg.mesh_latency + 3`` cycles
+  later (the registered read address, the scratchpad read, its data register, then the mesh).
 * STORE and SET (hw/store.py, hw/epilogue.py): a STORE is accepted when the unit is idle or on
   the last read of the STORE before it (an empty STORE: idle), and reads one beat a cycle from
   the next cycle on; a read is at the ``StoreUnit.FIFO_DEPTH``-deep beat FIFO's output
@@ -143,10 +143,10 @@ STORE_READ_TO_FIFO = 4
 #: A MATMUL's weight preload: ``rows`` reads in the cycles after the accept, hand-over in the
 #: cycle of the last (the first operand read comes after it), and the next accept in that cycle.
 PRELOAD_EXTRA = 0
-#: The operand row is issued two cycles before it enters the mesh (the execute unit's
-#: ``OPERAND_DELAY``: a registered read address, then the read), and the sums are written the
-#: cycle they leave it: last write = last row's issue + mesh_latency + 2.
-ACC_WRITE_EXTRA = 2
+#: The operand row is issued three cycles before it enters the mesh (the execute unit's
+#: ``OPERAND_DELAY``: a registered read address, the read, a register of the data), and the
+#: sums are written the cycle they leave it: last write = last row's issue + mesh_latency + 3.
+ACC_WRITE_EXTRA = 3
 
 _LOAD, _EXEC, _STORE = 0, 1, 2
 _CHANNEL_NAMES = ("l2e", "e2l", "e2s", "s2e")
