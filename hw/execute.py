@@ -23,13 +23,16 @@ class ExecuteUnit(wiring.Component):
     :class:`SystolicMesh`). The stage takes the next instruction in the cycle it hands this one
     over, so weight reads run back to back from one MATMUL to the next.
 
-    *Stream* stage: one row ``spad_a[a_addr + m]`` a cycle enters the mesh; ``cfg.mesh_latency``
-    cycles later its ``cols`` sums leave it, are added to the old row of ``acc[acc_addr + m]``
-    when ``accumulate`` is set, and are written there a cycle later. The old row is read two
-    cycles before the sums arrive; the writes that read cannot see (the three rows before it)
-    are forwarded. The execute->load token is pushed with the last operand read; the
-    execute->store token with the last row's sums, a cycle before their write lands (the store
-    unit cannot read that row sooner). The timing choices are explained where they are made.
+    *Stream* stage: one row ``spad_a[a_addr + m]`` a cycle is issued, read and registered, and
+    enters the mesh :attr:`OPERAND_DELAY` cycles after its issue (weight rows likewise);
+    ``cfg.mesh_latency`` cycles later its ``cols`` sums leave it, are added to the old row of
+    ``acc[acc_addr + m]`` when ``accumulate`` is set, and are written there a cycle later. The
+    old row is read four cycles before the sums arrive; the writes that read cannot see (the
+    five rows before it) are forwarded. The execute->load token is pushed with the last
+    operand row's issue (the load unit writes two cycles later at the earliest, after that
+    row's read); the execute->store token with the last row's sums, a cycle before their write
+    lands (the store unit cannot read that row sooner). The timing choices are explained where
+    they are made.
 
     MATMULs alternate between weight banks 0 and 1, so the preload of one overlaps the stream of
     the one before. A MATMUL is handed over in the cycle of its last weight read at the earliest,

@@ -29,9 +29,9 @@ so the same value in every cycle). The first group keeps the original unless it 
 that is not a RAM's control pin (the 8x8 accumulator's read address is also compared with the
 rows ahead of it): then every group gets a copy and the original keeps only those sinks, so no
 RAM's address waits on a flip-flop that other logic pulls away (8.2 ns of routing to one RAM of
-the 8x8 datapath when the first group kept it). The groups follow the RAMs' names in natural order (yosys
-names a memory's slices ``mem.<port>.<slice>``, so a group is neighbouring data bits, whose
-consumers sit together). A flip-flop drives its copies' data inputs from its own source net, so
+the 8x8 datapath when the first group kept it). The groups follow the RAMs' names in natural
+order (yosys names a memory's slices ``mem.<port>.<slice>``, so a group is neighbouring data
+bits, whose consumers sit together). A flip-flop drives its copies' data inputs from its own source net, so
 the long route moves to a register-to-register arc with a handful of sinks.
 
 Both flows run both passes: ``bertaccel synth`` (:func:`bertaccel.hw.synth.synthesize`) on the
