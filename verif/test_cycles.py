@@ -479,6 +479,17 @@ def test_rtl_matmuls_of_rows_rows_have_no_bubbles(free_device, table):
           f"cycles (was {count // 2 * old_pair}); {report.summary()}")
 
 
+def _check_free_and_stalled(table, free_device, stalled, program, what):
+    """Run a raw program free-running (cycle-exact with the model) and on the ``stalled``
+    device; both outputs must equal the software device's."""
+    inputs = raw_inputs(program)
+    ref = SoftwareDevice(program.cfg).run(program, **inputs)
+    result = _compare(table, free_device, program, inputs, what, exact=True)
+    assert torch.equal(result.outputs["y"], ref.outputs["y"])
+    result = stalled.run(program, **inputs)
+    assert torch.equal(result.outputs["y"], ref.outputs["y"])
+
+
 def test_rtl_random_matmul_chains(free_device, rtl_device, table):
     """Chains of MATMULs of random lengths (0 to 3 * rows, so the preload is sometimes hidden and
     sometimes not) on random weight rows, pairs accumulating: bit-exact with the software
@@ -506,14 +517,8 @@ def test_rtl_random_matmul_chains(free_device, rtl_device, table):
             stores.append(isa.Store(acc_addr=q * 3 * r, rows=first, strips=1, stride=first,
                                     op=isa.EpOp.RAW, pop_prev=q == 0))
         instrs[-1] = instrs[-1].with_deps(push_next=True)
-        program = raw_program(cfg, instrs + stores)
-        inputs = raw_inputs(program)
-        ref = SoftwareDevice(cfg).run(program, **inputs)
-        result = _compare(table, free_device, program, inputs,
-                          f"random MATMUL chain {trial} ({pairs} pairs)", exact=True)
-        assert torch.equal(result.outputs["y"], ref.outputs["y"])
-        result = stalled.run(program, **inputs)
-        assert torch.equal(result.outputs["y"], ref.outputs["y"])
+        _check_free_and_stalled(table, free_device, stalled, raw_program(cfg, instrs + stores),
+                                f"random MATMUL chain {trial} ({pairs} pairs)")
 
 
 def test_rtl_accumulator_forwarding(free_device, rtl_device, table):
@@ -555,13 +560,8 @@ def test_rtl_accumulator_forwarding(free_device, rtl_device, table):
         instrs.append(isa.Store(acc_addr=0, rows=window, strips=1, stride=window,
                                 op=isa.EpOp.RAW, pop_prev=True))
         program = raw_program(cfg, instrs)
-        inputs = raw_inputs(program)
-        ref = SoftwareDevice(cfg).run(program, **inputs)
-        result = _compare(table, free_device, program, inputs,
-                          f"overlapping accumulation {trial}", exact=True)
-        assert torch.equal(result.outputs["y"], ref.outputs["y"])
-        result = stalled.run(program, **inputs)
-        assert torch.equal(result.outputs["y"], ref.outputs["y"])
+        _check_free_and_stalled(table, free_device, stalled, program,
+                                f"overlapping accumulation {trial}")
         # Which read-after-write distances (in stream cycles) the trial produced.
         report = CycleModel(cfg).run(program)
         last_write = {}
