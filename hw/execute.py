@@ -26,13 +26,13 @@ class ExecuteUnit(wiring.Component):
     *Stream* stage: one row ``spad_a[a_addr + m]`` a cycle is issued, read and registered, and
     enters the mesh :attr:`OPERAND_DELAY` cycles after its issue (weight rows likewise);
     ``cfg.mesh_latency`` cycles later its ``cols`` sums leave it, are added to the old row of
-    ``acc[acc_addr + m]`` when ``accumulate`` is set, and are written there a cycle later. The
-    old row is read four cycles before the sums arrive; the writes that read cannot see (the
-    five rows before it) are forwarded. The execute->load token is pushed with the last
-    operand row's issue (the load unit writes two cycles later at the earliest, after that
-    row's read); the execute->store token with the last row's sums, a cycle before their write
-    lands (the store unit cannot read that row sooner). The timing choices are explained where
-    they are made.
+    ``acc[acc_addr + m]`` when ``accumulate`` is set, and are written there
+    :attr:`WRITE_DELAY` cycles later. The old row is read :attr:`READ_AHEAD` cycles before the
+    sums arrive; the writes that read cannot see (the :attr:`FORWARDED` rows before it) are
+    forwarded. The execute->load token is pushed with the last operand row's issue (the load
+    unit writes two cycles later at the earliest, after that row's read); the execute->store
+    token a cycle before the last row's write lands (the store unit cannot read that row
+    sooner). The timing choices are explained where they are made.
 
     MATMULs alternate between weight banks 0 and 1, so the preload of one overlaps the stream of
     the one before. A MATMUL is handed over in the cycle of its last weight read at the earliest,
@@ -56,8 +56,16 @@ class ExecuteUnit(wiring.Component):
     """
 
     #: Cycles from a row's issue (weight or operand) to its data at the mesh: the registered
-    #: read address, the read port's one cycle, then a register of the data.
-    OPERAND_DELAY = 3
+    #: read address, the read port's one cycle, then two registers of the data.
+    OPERAND_DELAY = 4
+    #: Cycles from a row's sums (the adders' register) to its write into the accumulator: two
+    #: registers of the write data, the second beside the RAMs.
+    WRITE_DELAY = 2
+    #: Cycles from a row's old-row read to its add (the read port, the RAMs' output register,
+    #: two fabric registers, then the addend's register).
+    READ_AHEAD = 5
+    #: Rows ahead whose writes the old-row read cannot see, forwarded from the sums instead.
+    FORWARDED = READ_AHEAD + WRITE_DELAY
 
     def __init__(self, cfg):
         self._cfg = cfg
@@ -122,6 +130,9 @@ class ExecuteUnit(wiring.Component):
         s_final = Signal()          # s_remaining == 1, kept in a register (a timing choice:
         s_last = Signal()           # the 16-bit compare was on the handoff's critical path)
         m.d.comb += s_last.eq(s_active & s_final)
+        # ~s_active | s_final, the stream stage's half of the hand-over, in a register of its own
+        # (a timing choice: the hand-over then is one LUT of registers, and so is `free`).
+        s_open = Signal(init=1)
 
         # TOKEN_MAX minus the execute->store pushes still travelling down the delay line: the
         # room check compares the channel's count with it.
@@ -133,32 +144,39 @@ class ExecuteUnit(wiring.Component):
         w_row = Signal(range(cfg.rows))
         reading = Signal()
         m.d.comb += reading.eq(p_full & (p_count != cfg.rows))
-        # Timing: each scratchpad's read address and enable are registered once more, with
-        # nothing between that register and the RAMs' pins: the ECP5 flow copies it beside
-        # each group of RAMs (hw/ramreg.py), and the route to the copies, which spread across
-        # the chip, has a cycle of its own instead of following the hand-over decision. A row
-        # is read a cycle after it is issued here. Its data is registered once before the mesh,
-        # which registers it again at its edge: the ECP5 flow moves the first register into
-        # the RAMs, and the route from them to the mesh's edge has a cycle of its own too. A
-        # row is at the mesh OPERAND_DELAY cycles after its issue.
-        b_addr, b_en = Signal.like(p_b_addr), Signal()
-        a_addr, a_en = Signal.like(s_a_addr), Signal()
+        # Timing: each scratchpad's read address is registered once more, with nothing between
+        # that register and the RAMs' pins: the ECP5 flow copies it beside each group of RAMs
+        # (hw/ramreg.py), and the route to the copies, which spread across the chip, has a
+        # cycle of its own instead of following the hand-over decision. The read ports are
+        # always enabled, so no enable has to reach the RAMs: a row read for nothing is never
+        # used (the mesh takes weight rows by their tag, and sums by `meta`). A row
+        # is read a cycle after it is issued here. Its data is registered twice before the
+        # mesh, which registers it again at its edge: the ECP5 flow moves the first register
+        # into the RAMs, and the route from them to the mesh's edge (6.6 ns of routing alone
+        # on the 8x8 array, whose scratchpads and multipliers spread across the chip) has two
+        # cycles of its own. A row is at the mesh OPERAND_DELAY cycles after its issue.
+        b_addr, a_addr = Signal.like(p_b_addr), Signal.like(s_a_addr)
         m.d.sync += [b_addr.eq(p_b_addr), a_addr.eq(s_a_addr)]
-        m.d.comb += [self.spad_b.addr.eq(b_addr), self.spad_b.en.eq(b_en),
-                     self.spad_a.addr.eq(a_addr), self.spad_a.en.eq(a_en)]
-        w_data = Signal.like(self.spad_b.data, reset_less=True)
-        a_data = Signal.like(self.spad_a.data, reset_less=True)
-        m.d.sync += [w_data.eq(self.spad_b.data), a_data.eq(self.spad_a.data)]
+        m.d.comb += [self.spad_b.addr.eq(b_addr), self.spad_b.en.eq(1),
+                     self.spad_a.addr.eq(a_addr), self.spad_a.en.eq(1)]
+        data_stages = range(self.OPERAND_DELAY - 2)
+        w_data = [Signal.like(self.spad_b.data, name=f"w_data{i}", reset_less=True)
+                  for i in data_stages]
+        a_data = [Signal.like(self.spad_a.data, name=f"a_data{i}", reset_less=True)
+                  for i in data_stages]
+        for port, stages in ((self.spad_b, w_data), (self.spad_a, a_data)):
+            m.d.sync += stages[0].eq(port.data)
+            m.d.sync += [later.eq(earlier) for earlier, later in itertools.pairwise(stages)]
         with m.If(reading):
             m.d.sync += [p_count.eq(p_count + 1), p_b_addr.eq(p_b_addr + 1),
                          p_done.eq(p_count >= cfg.rows - 2 if cfg.rows > 2 else 1)]
         # The row tag follows the read through its OPERAND_DELAY cycles.
         w_tag = [Signal(2 + len(w_row), name=f"w_tag{i}") for i in range(self.OPERAND_DELAY - 1)]
-        m.d.sync += [b_en.eq(reading), w_tag[0].eq(Cat(reading, p_bank, p_count))]
+        m.d.sync += w_tag[0].eq(Cat(reading, p_bank, p_count))
         m.d.sync += [later.eq(earlier) for earlier, later in itertools.pairwise(w_tag)]
         m.d.sync += Cat(w_en, w_bank, w_row).eq(w_tag[-1])
         m.d.comb += [
-            mesh.i_w.eq(w_data),
+            mesh.i_w.eq(w_data[-1]),
             mesh.i_w_en.eq(w_en),
             mesh.i_w_bank.eq(w_bank),
             mesh.i_w_row.eq(w_row),
@@ -184,7 +202,7 @@ class ExecuteUnit(wiring.Component):
             (~p_push_load | Mux(load_owed, load_count < TOKEN_MAX - 1, load_count != TOKEN_MAX)) &
             (~p_push_store | (store_count < store_limit)))
         handoff = Signal()
-        m.d.comb += handoff.eq(p_done & room & (~s_active | s_final))
+        m.d.comb += handoff.eq(p_done & room & s_open)
 
         # -- stream: one operand row a cycle ------------------------------------------------
         Meta = data.StructLayout({
@@ -208,9 +226,12 @@ class ExecuteUnit(wiring.Component):
             ]
             with m.If(s_last):
                 m.d.sync += s_active.eq(0)
-        m.d.sync += [a_en.eq(s_active & ~s_zero), bank_d.eq(Cat(s_bank, bank_d))]
-        m.d.comb += [mesh.i_a.eq(a_data), mesh.i_bank.eq(bank_d[-1])]
+        m.d.sync += bank_d.eq(Cat(s_bank, bank_d))
+        m.d.comb += [mesh.i_a.eq(a_data[-1]), mesh.i_bank.eq(bank_d[-1])]
 
+        # The next ~s_active | s_final: from the hand-over, `p_final`; else 1 unless the stage
+        # streams on (active, not on its last row), when it is the next `s_final`.
+        m.d.sync += s_open.eq(Mux(handoff, p_final, ~s_active | s_final | (s_remaining == 2)))
         with m.If(handoff):
             m.d.sync += [
                 p_full.eq(0),
@@ -262,51 +283,59 @@ class ExecuteUnit(wiring.Component):
                 p_push_store.eq(instr.deps.push_next),
             ]
 
-        # -- accumulate: read the old row early, add, write a cycle later ---------------------
+        # -- accumulate: read the old row early, add, write later ---------------------------
         # meta[k] describes the row whose operand was issued k cycles ago. Its operand enters the
         # mesh at k == OPERAND_DELAY and its sums leave at k == latency + 1, where they are added
-        # to the old row into `acc_sum`, which is written at k == latency + 2.
+        # to the old row into `acc_sum`, which is copied WRITE_DELAY times and written at
+        # k == latency + 1 + WRITE_DELAY.
         # Timing choices (nextpnr's ECP5 model puts a block RAM's clock-to-output at 5.8 ns,
         # and the accumulator's RAMs spread across the chip):
-        # * The old row is read at k == latency - 3 and lands in the register `acc_out` at
-        #   k == latency - 1, with nothing between the RAM and it, not even a reset: the ECP5
-        #   flow moves it into the block RAMs as their output register (hw/ramreg.py). The read
-        #   port is always enabled (no hold logic) and not transparent (hw/memory.py says why).
-        # * `acc_out` is copied into the fabric register `acc_old` (k == latency), which the
-        #   placer can put beside the adders: the route from the RAMs has a cycle of its own.
+        # * The old row is read at k == latency + 1 - READ_AHEAD and lands in the register
+        #   `acc_out` two cycles later, with nothing between the RAM and it, not even a reset:
+        #   the ECP5 flow moves it into the block RAMs as their output register (hw/ramreg.py).
+        #   The read port is always enabled (no hold logic) and not transparent (hw/memory.py
+        #   says why).
+        # * `acc_out` is copied into fabric registers (`acc_old`, k == latency), which the
+        #   placer can spread between the RAMs and the adders: the route from the RAMs (5.9 ns
+        #   of routing alone with one such register on the 8x8 array) has two cycles.
         # * The addend is decided a cycle ahead: `other` (k == latency + 1) is the old row or a
-        #   row forwarded from two to five rows ahead, or zero without `accumulate`; the adder
+        #   row forwarded from two to FORWARDED rows ahead, or zero without `accumulate`; the adder
         #   takes it or, when the row one ahead wrote this row, that row's sum (`acc_sum`),
         #   one multiplexer in the loop from the sum register back to the adder.
-        # * The sum is registered before it is written, so the write data crosses the chip on a
-        #   path of its own. The execute->store push keeps its time (with the sums, at
-        #   k == latency + 1): the store unit reads a row two cycles after a push at the
-        #   earliest (the token counts from the next cycle, and a STORE reads from the cycle
-        #   after its accept), by when the write has landed.
-        # That read misses the writes of the five rows ahead of this one (on the FPGA the
+        # * The sum is copied twice before it is written (WRITE_DELAY): the first copy leaves
+        #   the adders' carry chains (nextpnr packs it with them), the second can sit beside
+        #   the RAMs, so the write data crosses the chip on two paths of its own. The
+        #   execute->store push is a cycle before the write (k == latency + WRITE_DELAY): the
+        #   store unit reads a row two cycles after a push at the earliest (the token counts
+        #   from the next cycle, and a STORE reads from the cycle after its accept), by when
+        #   the write has landed.
+        # That read misses the writes of the FORWARDED rows ahead of this one (on the FPGA the
         # accumulator's `no_rw_check` leaves a same-cycle collision undefined); they are
         # forwarded instead, the nearest first.
         latency = cfg.mesh_latency + self.OPERAND_DELAY - 1
         meta = [meta_in]
-        for stage in range(latency + 2):
+        for stage in range(latency + self.WRITE_DELAY + 1):
             delayed = Signal(Meta, name=f"meta_d{stage + 1}")
             m.d.sync += delayed.eq(meta[-1])
             meta.append(delayed)
-        rd_meta = meta[latency - 3]
-        add_meta, wr_meta = meta[latency + 1], meta[latency + 2]
+        rd_meta = meta[latency + 1 - self.READ_AHEAD]
+        push_meta, wr_meta = meta[latency + self.WRITE_DELAY], meta[latency + self.WRITE_DELAY + 1]
         acc_out = Signal.like(self.acc_rd.data, reset_less=True)
-        acc_old = Signal.like(self.acc_rd.data, reset_less=True)
+        acc_fabric = [Signal.like(self.acc_rd.data, name=f"acc_old{i}", reset_less=True)
+                      for i in range(self.READ_AHEAD - 3)]
+        acc_old = acc_fabric[-1]
         acc_sum = Signal.like(self.acc_wr.data)
-        # The sum's copy for the write: the same flip-flops twice, so the write data can cross
+        # The sum's copies for the write: the same flip-flops again, so the write data can cross
         # the chip to the RAMs without pulling the adders' loop (`acc_sum`) along.
-        acc_wdata = Signal.like(self.acc_wr.data, attrs=KEEP)
+        acc_wdata = [Signal.like(self.acc_wr.data, name=f"acc_wdata{i}", attrs=KEEP)
+                     for i in range(self.WRITE_DELAY)]
         m.d.comb += [
             self.acc_rd.addr.eq(rd_meta.addr),
             self.acc_rd.en.eq(1),
             self.acc_wr.addr.eq(wr_meta.addr),
             self.acc_wr.en.eq(wr_meta.valid),
-            self.acc_wr.data.eq(acc_wdata),
-            self.to_store.push.eq(add_meta.push),
+            self.acc_wr.data.eq(acc_wdata[-1]),
+            self.to_store.push.eq(push_meta.push),
         ]
 
         # Timing: every flag that selects for a whole row is a register with one copy per
@@ -316,59 +345,84 @@ class ExecuteUnit(wiring.Component):
         slices = [(low, min(low + 8, cfg.acc_width)) for low in range(0, cfg.acc_width, 8)]
         copies_per_row = cfg.cols * len(slices)
 
-        def per_byte(name, value):
+        def per_byte(name, values):
+            """Registered copies of `values`, one per byte."""
             copies = [Signal(name=f"{name}_{i}", attrs=KEEP) for i in range(copies_per_row)]
-            m.d.sync += [copy.eq(value if isinstance(value, Value) else value[i])
-                         for i, copy in enumerate(copies)]
+            m.d.sync += [copy.eq(value) for copy, value in zip(copies, values, strict=True)]
             return copies
 
-        def writes(ahead, k, also=1):
-            """Registered: the row `ahead` rows ahead of the row at stage k writes its row (and
-            `also`, a value of the stage before). Compared two cycles early, on the stages
-            before, into one register, which the copies take a cycle later."""
-            hit = Signal(name=f"hit{ahead}_k{k}")
-            m.d.sync += hit.eq(meta[k + ahead - 2].valid
-                               & (meta[k + ahead - 2].addr == meta[k - 2].addr))
-            return per_byte(f"hit{ahead}_k{k}", hit & also)
+        def fan_out(name, value):
+            """A one-bit value of stage k - 2 as its copies per byte at stage k, through a copy
+            per column: no flip-flop drives more than `cols` copies, and the route from one
+            place to the bytes, which spread with the adders, has two cycles (one flip-flop to
+            all the byte copies left up to 7.7 ns of routing)."""
+            columns = [Signal(name=f"{name}_c{c}", attrs=KEEP) for c in range(cfg.cols)]
+            m.d.sync += [column.eq(value) for column in columns]
+            return per_byte(name, [columns[i // len(slices)] for i in range(copies_per_row)])
+
+        def writes(ahead, k, accumulates=False):
+            """Registered, per byte: the row `ahead` rows ahead of the row at stage k writes its
+            row (and, with `accumulates`, this row accumulates).
+
+            Both rows move down `meta` a stage a cycle, so the compare is made once, at stage 1
+            into a flag for stage 2, and the flag follows the row down a shift register to
+            stage k - 2, where `fan_out` takes it. The compares stay beside the issue logic;
+            made at stage k - 2 they sat between `meta`'s address registers and the copies
+            spread along the adders, with 4.5 ns of routing into them.
+            """
+            flag = Signal(name=f"hit{ahead}_s2")
+            m.d.sync += flag.eq(meta[1 + ahead].valid & (meta[1 + ahead].addr == meta[1].addr))
+            for stage in range(3, k - 1):
+                later = Signal(name=f"hit{ahead}_s{stage}")
+                m.d.sync += later.eq(flag)
+                flag = later
+            if accumulates:
+                flag = flag & meta[k - 2].accumulate
+            return fan_out(f"hit{ahead}_k{k}", flag)
 
         # `acc_sum` holds the sum of the row `ahead` rows ahead of this one at
         # k == latency + 2 - ahead; each forwarded candidate is taken from it then and carried
-        # along beside the row, the nearer replacing the farther.
-        back_row = Signal.like(acc_sum)   # `acc_sum` a cycle ago: the row five ahead's sum
-        far2_row = Signal.like(acc_sum)   # four or five ahead (k == latency - 1)
-        far_row = Signal.like(acc_sum)    # three, four or five ahead (k == latency)
+        # along beside the row (`fwd`, with its flag `fwd_hit`), the nearer replacing the
+        # farther. `back_row` is `acc_sum` a cycle ago: the farthest row's sum at the first
+        # choice.
+        back_row = Signal.like(acc_sum)
+        fwd, fwd_hit = back_row, writes(self.FORWARDED, latency + 3 - self.FORWARDED)
+        choices = []                      # (the row `ahead` ahead's flags, before, after)
+        for ahead in range(self.FORWARDED - 1, 2, -1):
+            hit = writes(ahead, latency + 2 - ahead)
+            nearer = Signal.like(acc_sum, name=f"fwd{ahead}_row")
+            choices.append((hit, fwd, nearer))
+            fwd = nearer
+            fwd_hit = per_byte(f"fwd{ahead}_hit", [h | f for h, f in zip(hit, fwd_hit)])
         other = Signal.like(acc_sum)      # the addend unless the row one ahead wrote this row
-        hit5 = writes(5, latency - 2)
-        hit4 = writes(4, latency - 2)
-        hit3 = writes(3, latency - 1)
         hit2 = writes(2, latency)
-        far2_hit = per_byte("far2_hit", [h4 | h5 for h4, h5 in zip(hit4, hit5)])
-        far_hit = per_byte("far_hit", [h3 | hf for h3, hf in zip(hit3, far2_hit)])
-        accumulate = per_byte("accumulate", meta[latency - 1].accumulate)
-        near_hit = writes(1, latency + 1, also=meta[latency].accumulate)
+        accumulate = fan_out("accumulate", meta[latency - 2].accumulate)
+        near_hit = writes(1, latency + 1, accumulates=True)
         m.d.sync += [
             acc_out.eq(self.acc_rd.data),
-            acc_old.eq(acc_out),
+            acc_fabric[0].eq(acc_out),
             back_row.eq(acc_sum),
         ]
+        m.d.sync += [later.eq(earlier) for earlier, later in itertools.pairwise(acc_fabric)]
         for c in range(cfg.cols):
             addend = []
             for j, (low, high) in enumerate(slices):
                 i = c * len(slices) + j
-                s_sum, s_back, s_far2, s_far, s_old, s_other = (
-                    Value.cast(row[c])[low:high]
-                    for row in (acc_sum, back_row, far2_row, far_row, acc_old, other))
-                m.d.sync += [
-                    s_far2.eq(Mux(hit4[i], s_sum, s_back)),
-                    s_far.eq(Mux(hit3[i], s_sum, s_far2)),
-                    s_other.eq(Mux(accumulate[i],
-                                   Mux(hit2[i], s_sum, Mux(far_hit[i], s_far, s_old)), 0)),
-                ]
+
+                def byte(row):
+                    return Value.cast(row[c])[low:high]
+                s_sum, s_other = byte(acc_sum), byte(other)
+                for hit, farther, nearer in choices:
+                    m.d.sync += byte(nearer).eq(Mux(hit[i], s_sum, byte(farther)))
+                m.d.sync += s_other.eq(Mux(accumulate[i], Mux(hit2[i], s_sum,
+                                                              Mux(fwd_hit[i], byte(fwd),
+                                                                  byte(acc_old))), 0))
                 addend.append(Mux(near_hit[i], s_sum, s_other))
             total = mesh.o_c[c] + Cat(*addend).as_signed()
-            m.d.sync += [acc_sum[c].eq(total), acc_wdata[c].eq(total)]
+            m.d.sync += [acc_sum[c].eq(total), acc_wdata[0][c].eq(total)]
+        m.d.sync += [later.eq(earlier) for earlier, later in itertools.pairwise(acc_wdata)]
 
-        m.d.sync += store_limit.eq(store_limit - (handoff & p_push_store) + add_meta.push)
+        m.d.sync += store_limit.eq(store_limit - (handoff & p_push_store) + push_meta.push)
         # A handoff and the push it owes are never in the same cycle: the push is at the last
         # row, from the cycle after the handoff at the earliest.
         with m.If(handoff & p_push_load):
@@ -377,8 +431,7 @@ class ExecuteUnit(wiring.Component):
             m.d.sync += load_owed.eq(0)
 
         # The write stage does not count as busy: its write lands at the end of the cycle, before
-        # anything that waits for the unit to go idle can look (and the unit goes idle when its
-        # sums are added, as before the write was registered).
+        # anything that waits for the unit to go idle can look.
         in_flight = Cat(stage.valid | stage.push for stage in meta[1:-1]).any()
         m.d.comb += self.o_busy.eq(p_full | s_active | in_flight)
         return m

@@ -41,9 +41,9 @@ class StoreUnit(wiring.Component):
     o_busy : Out(1)
     """
 
-    #: Beats read and not yet taken by the epilogue, at most: a read reaches the epilogue four
-    #: cycles after it is issued, so five keep the reads flowing one a cycle.
-    FIFO_DEPTH = 5
+    #: Beats read and not yet taken by the epilogue, at most: a read reaches the epilogue five
+    #: cycles after it is issued, so six keep the reads flowing one a cycle.
+    FIFO_DEPTH = 6
 
     def __init__(self, cfg):
         self._cfg = cfg
@@ -121,15 +121,19 @@ class StoreUnit(wiring.Component):
         lanes_left = Signal(signed(FIELD_WIDTH + 10))
 
         reading = Signal()          # a beat's reads were issued last cycle
-        writing = Signal()          # ... two cycles ago: `beat` goes into the FIFO
+        copying = Signal()          # ... two cycles ago: `beat` is copied into `beat_copy`
+        writing = Signal()          # ... three cycles ago: `beat_copy` goes into the FIFO
         tags = Signal(data.StructLayout({"op": EpOp, "second": 1, "last": 1,
                                          "lane_valid": cfg.cols}))
         # Timing: the memories' read data is registered before the FIFO (whose storage is LUT
         # RAM): nextpnr puts an ECP5 block RAM's clock-to-output at 5.8 ns, which leaves time
         # for routing to a flip-flop and nothing more at 150 MHz; the register is reset-less
         # (`writing` says when it matters), so an ECP5 flow moves it into the block RAMs as
-        # their output register (hw/ramreg.py).
+        # their output register (hw/ramreg.py). It is copied once more in the fabric before
+        # the FIFO: from the RAMs' output registers, which spread across the chip, to one
+        # place was up to 5.9 ns of routing on the 8x8 array.
         beat = Signal(Beat, reset_less=True)
+        beat_copy = Signal(Beat, reset_less=True)
         m.d.sync += [
             beat.acc.eq(self.acc.data),
             beat.pm.eq(self.pmem.data),
@@ -138,15 +142,17 @@ class StoreUnit(wiring.Component):
             beat.second.eq(tags.second),
             beat.last.eq(tags.last),
             beat.lane_valid.eq(tags.lane_valid),
-            writing.eq(reading),
+            beat_copy.eq(beat),
+            copying.eq(reading),
+            writing.eq(copying),
         ]
         m.d.comb += [
-            beats.w_data.eq(beat),
+            beats.w_data.eq(beat_copy),
             beats.w_en.eq(writing),
         ]
 
         # A read is issued only while fewer than FIFO_DEPTH beats are read and not yet taken
-        # (beats.level + reading + writing). Timing: that count is kept in a register of its own,
+        # (beats.level + reading + copying + writing). Timing: that count is kept in a register of its own,
         # so the decision is one compare of a register with a constant.
         issue = Signal()
         outstanding = Signal(range(self.FIFO_DEPTH + 1))

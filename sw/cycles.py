@@ -137,16 +137,18 @@ QUEUE_LATENCY = 2
 TOKEN_DELAY = 1
 #: ``done`` rises the cycle after the last busy cycle, and ``cycles`` counts that edge too.
 DONE_CYCLES = 2
-#: A store-unit read issued in cycle t is at the beat FIFO's output from cycle t + 4 (memory
-#: read, the register after the memories, then SyncFIFOBuffered's two cycles).
-STORE_READ_TO_FIFO = 4
+#: A store-unit read issued in cycle t is at the beat FIFO's output from cycle t + 5 (memory
+#: read, the register after the memories and its copy, then SyncFIFOBuffered's two cycles).
+STORE_READ_TO_FIFO = 5
 #: A MATMUL's weight preload: ``rows`` reads in the cycles after the accept, hand-over in the
 #: cycle of the last (the first operand read comes after it), and the next accept in that cycle.
 PRELOAD_EXTRA = 0
-#: The operand row is issued three cycles before it enters the mesh (the execute unit's
-#: ``OPERAND_DELAY``: a registered read address, the read, a register of the data), and the
-#: sums are written the cycle they leave it: last write = last row's issue + mesh_latency + 3.
-ACC_WRITE_EXTRA = 3
+#: The operand row is issued four cycles before it enters the mesh (the execute unit's
+#: ``OPERAND_DELAY``: a registered read address, the read, two registers of the data), and the
+#: sums leave it into the adders' register and are written ``WRITE_DELAY`` (2) cycles later;
+#: the unit is busy, and pushes its execute->store token, up to the cycle before the write:
+#: last busy cycle = last row's issue + mesh_latency + 5.
+ACC_WRITE_EXTRA = 5
 
 _LOAD, _EXEC, _STORE = 0, 1, 2
 _CHANNEL_NAMES = ("l2e", "e2l", "e2s", "s2e")

@@ -146,7 +146,7 @@ def test_timing_is_read_from_the_gateware(name):
     from bertaccel.hw.execute import ExecuteUnit
     from bertaccel.hw.store import StoreUnit
 
-    assert cm.ACC_WRITE_EXTRA == ExecuteUnit.OPERAND_DELAY
+    assert cm.ACC_WRITE_EXTRA == ExecuteUnit.OPERAND_DELAY + ExecuteUnit.WRITE_DELAY - 1
     cfg = PRESETS[name]
     timing = CycleModel(cfg).timing
     epilogue = Epilogue(cfg)
@@ -523,13 +523,16 @@ def test_rtl_random_matmul_chains(free_device, rtl_device, table):
 
 def test_rtl_accumulator_forwarding(free_device, rtl_device, table):
     """MATMULs that accumulate into overlapping rows, so that a row is read while the rows one to
-    five cycles ahead of it still have their writes in flight (the execute unit forwards those).
+    ``ExecuteUnit.FORWARDED`` cycles ahead of it still have their writes in flight (the execute
+    unit forwards those).
 
     Compiled GEMMs only revisit a row ``rows`` or more cycles later; here each MATMUL starts at a
     random row of a small window, so every distance occurs, and a few rows are read with nothing
     accumulated (``accumulate`` off) in between. Bit-exact with the software device, free-running
     (cycle-exact with the model) and with stalled streams.
     """
+    from bertaccel.hw.execute import ExecuteUnit
+
     cfg = free_device.cfg
     r = cfg.rows
     seed = 61 + CONFIGS.index(cfg.name)
@@ -547,7 +550,7 @@ def test_rtl_accumulator_forwarding(free_device, rtl_device, table):
         for _ in range(30):
             addr, m_len, _ = spans[-1]
             if rng.random() < 0.5:
-                addr = max(addr + m_len - rng.randint(1, 5), 0)
+                addr = max(addr + m_len - rng.randint(1, ExecuteUnit.FORWARDED), 0)
             else:
                 addr = rng.randrange(window)
             m_len = min(rng.randint(r, r + 2), window - addr)
@@ -571,7 +574,7 @@ def test_rtl_accumulator_forwarding(free_device, rtl_device, table):
                 if instr.accumulate and instr.acc_addr + row in last_write:
                     distances.add(cycle - last_write[instr.acc_addr + row])
                 last_write[instr.acc_addr + row] = cycle
-    assert set(range(1, 6)) <= distances, sorted(distances)
+    assert set(range(1, ExecuteUnit.FORWARDED + 1)) <= distances, sorted(distances)
 
 
 def _gemm_case(cfg, m, k, n, op, gen):
