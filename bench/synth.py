@@ -3,15 +3,18 @@
 ::
 
     python bench/synth.py [--target ecp5-85k] [--seed 1] [--presets 2x2 4x4 ...]
-                          [--mesh-seeds 1 2 3] [--mesh-presets 2x2 ...] [--classic-abc 8x8]
-                          [--force]
+                          [--mesh-seeds 1 2 3] [--mesh-presets 2x2 ...]
+                          [--datapath-seeds 1 2 3] [--datapath-presets 8x8 ...]
+                          [--classic-abc 8x8] [--force]
 
 Each preset goes through :func:`bertaccel.hw.synth.synthesize` (what ``bertaccel synth`` runs);
 results are cached in ``build/synth/<tag>-<target>/``, so a rerun prints at once. A preset that
 does not fit the part is listed with the reason instead of being run, and one that outlives
 ``--timeout`` (minutes) with its yosys counts. Then the PE array of every preset (or of
 ``--mesh-presets``) that fits is placed and routed alone (``--design mesh``), once per seed of
-``--mesh-seeds``, because nextpnr's Fmax moves by several percent from seed to seed. Writes
+``--mesh-seeds``, because nextpnr's Fmax moves by several percent from seed to seed; and so is
+the datapath (``--design datapath``: the execute unit with its scratchpads and accumulator) of
+each of ``--datapath-presets`` (8x8), once per seed of ``--datapath-seeds``. Writes
 ``bench/results/synth.json`` and the tables as a Markdown snippet, ``bench/results/synth.md``
 (``make fpga`` runs this; docs/fpga.md explains the figures).
 """
@@ -39,6 +42,10 @@ def main(argv=None):
                         help="seeds for the PE-array-alone runs (none: skip them)")
     parser.add_argument("--mesh-presets", nargs="+", choices=list(PRESETS),
                         help="presets whose PE array is placed alone (default: --presets)")
+    parser.add_argument("--datapath-seeds", nargs="*", type=int, default=[1, 2, 3],
+                        help="seeds for the datapath runs (none: skip them)")
+    parser.add_argument("--datapath-presets", nargs="+", choices=list(PRESETS), default=["8x8"],
+                        help="presets whose datapath is placed (8x8)")
     parser.add_argument("--timeout", type=float, default=45.0,
                         help="minutes a place-and-route run may take before it is stopped and "
                              "reported as not routed (45)")
@@ -79,26 +86,32 @@ def main(argv=None):
         report.pop("utilization")            # per-BEL detail: in build/synth/*/result.json
         reports.append(report)
 
-    meshes = []
-    for name in args.mesh_presets or args.presets:
-        for seed in args.mesh_seeds:
-            try:
-                report = synthesize(PRESETS[name], tgt.name, design="mesh", seed=seed,
-                                    freq_mhz=args.freq, force=args.force, log=say,
-                                    timeout_s=60 * args.timeout)
-            except DoesNotFit as error:
-                say(str(error))
-                break
-            except NotRouted as error:
-                say(str(error))
-                continue
-            report.pop("utilization")
-            meshes.append(report)
+    def seed_runs(design, presets, seeds):
+        runs = []
+        for name in presets:
+            for seed in seeds:
+                try:
+                    report = synthesize(PRESETS[name], tgt.name, design=design, seed=seed,
+                                        freq_mhz=args.freq, force=args.force, log=say,
+                                        timeout_s=60 * args.timeout)
+                except DoesNotFit as error:
+                    say(str(error))
+                    break
+                except NotRouted as error:
+                    say(str(error))
+                    continue
+                report.pop("utilization")
+                runs.append(report)
+        return runs
+
+    meshes = seed_runs("mesh", args.mesh_presets or args.presets, args.mesh_seeds)
+    datapaths = seed_runs("datapath", args.datapath_presets, args.datapath_seeds)
 
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({"target": tgt.name, "part": tgt.part, "seed": args.seed,
                                        "freq_mhz": args.freq, "reports": reports,
-                                       "meshes": meshes}, indent=2) + "\n")
+                                       "meshes": meshes, "datapaths": datapaths},
+                                      indent=2) + "\n")
     heading = (f"{tgt.name} ({tgt.part}, speed grade {tgt.part.split('-')[-1][0]}), "
                f"nextpnr seed {args.seed}, clock constraint {args.freq:g} MHz")
     table = format_table(reports)
@@ -109,6 +122,10 @@ def main(argv=None):
     if meshes:
         text += (f"\nThe PE array alone (`--design mesh`), same part and constraint, one run per "
                  f"seed:\n\n{format_seed_table(meshes)}\n")
+    if datapaths:
+        text += (f"\nThe datapath (`--design datapath`: the execute unit, its PE array, both "
+                 f"scratchpads and the accumulator), same part and constraint, one run per "
+                 f"seed:\n\n{format_seed_table(datapaths)}\n")
     args.output.with_suffix(".md").write_text(text)
     print(text)
     print(f"\nwrote {args.output} ({time.monotonic() - begin:.0f} s)")

@@ -212,6 +212,22 @@ def test_lut_mapper_choice():
     assert "| 8x8 | " in synth.format_table([dict(row, lut_mapper="abc9")])
 
 
+def test_seed_table_lists_each_seed_and_the_lowest():
+    # PE arrays (no block RAM) get no DP16KD column; datapaths do. A missing seed is a dash.
+    mesh = {"config": "8x8", "lut4": 2934, "ff": 7029, "mult18x18d": 64, "dp16kd": 0}
+    table = synth.format_seed_table([dict(mesh, seed=1, fmax_mhz=165.04),
+                                     dict(mesh, seed=3, fmax_mhz=172.66),
+                                     dict(mesh, config="2x2", seed=2, fmax_mhz=269.0)])
+    assert "DP16KD" not in table
+    assert "| 8x8 | 2,934 | 7,029 | 64 | 165.0 | - | 172.7 | **165.0** |" in table
+    assert "| 2x2 | 2,934 | 7,029 | 64 | - | 269.0 | - | **269.0** |" in table
+    datapath = dict(mesh, dp16kd=90)
+    table = synth.format_seed_table([dict(datapath, seed=1, fmax_mhz=141.5),
+                                     dict(datapath, seed=2, fmax_mhz=154.2)])
+    assert "| config | LUT4 | FF | MULT18X18D | DP16KD | Fmax seed 1 (MHz) |" in table
+    assert "| 8x8 | 2,934 | 7,029 | 64 | 90 | 141.5 | 154.2 | **141.5** |" in table
+
+
 # -- no_rw_check in a design read as RTLIL (the ULX3S flow) ------------------------------------
 
 @pytest.mark.timeout(300)
