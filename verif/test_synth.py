@@ -212,6 +212,22 @@ def test_lut_mapper_choice():
     assert "| 8x8 | " in synth.format_table([dict(row, lut_mapper="abc9")])
 
 
+def test_abc9_assertion_is_recognised():
+    # The two ways yosys 0.70 has failed in abc9's reintegration here fall back to the classic
+    # mapper; any other error does not.
+    results = "ABC RESULTS:   $lut cells:     8913\n" * 60
+    wire = (results.replace("ABC RESULTS", "3.46.20.7. Executing ABC_OPS_REINTEGRATE pass\n"
+                            "ABC RESULTS", 1)
+            + "ERROR: Assert `wire' failed in /yosys-src/passes/techmap/abc_ops_reintegrate.cc:596.\n")
+    size = ("Executing ABC_OPS_REINTEGRATE pass (reintegrate ABC mapped design into module).\n"
+            + results + "ERROR: Assert `GetSize(conn.first) == GetSize(conn.second)' failed in "
+            "kernel/rtlil.cc:2551.\n")
+    assert synth.abc9_failed_an_assertion(wire)
+    assert synth.abc9_failed_an_assertion(size)
+    assert not synth.abc9_failed_an_assertion(results + "ERROR: Module `top' not found!\n")
+    assert not synth.abc9_failed_an_assertion("Executing ABC_OPS_REINTEGRATE pass\n" + results)
+
+
 def test_seed_table_lists_each_seed_and_the_lowest():
     # PE arrays (no block RAM) get no DP16KD column; datapaths do. A missing seed is a dash.
     mesh = {"config": "8x8", "lut4": 2934, "ff": 7029, "mult18x18d": 64, "dp16kd": 0}
