@@ -5,7 +5,7 @@
     python bench/synth.py [--target ecp5-85k] [--seed 1] [--presets 2x2 4x4 ...]
                           [--mesh-seeds 1 2 3] [--mesh-presets 2x2 ...]
                           [--datapath-seeds 1 2 3] [--datapath-presets 8x8 ...]
-                          [--classic-abc 8x8] [--force]
+                          [--classic-abc 4x8 8x8] [--force]
 
 Each preset goes through :func:`bertaccel.hw.synth.synthesize` (what ``bertaccel synth`` runs);
 results are cached in ``build/synth/<tag>-<target>/``, so a rerun prints at once. A preset that
@@ -49,10 +49,10 @@ def main(argv=None):
     parser.add_argument("--timeout", type=float, default=45.0,
                         help="minutes a place-and-route run may take before it is stopped and "
                              "reported as not routed (45)")
-    parser.add_argument("--classic-abc", nargs="*", choices=list(PRESETS), default=["8x8"],
-                        metavar="PRESET",
+    parser.add_argument("--classic-abc", nargs="*", choices=list(PRESETS),
+                        default=["4x8", "8x8"], metavar="PRESET",
                         help="presets whose core is mapped with yosys's classic abc instead of "
-                             "abc9 (8x8: its abc9 netlist did not finish routing; "
+                             "abc9 (4x8, 8x8: their abc9 netlists did not finish routing; "
                              "docs/fpga.md)")
     parser.add_argument("--force", action="store_true")
     parser.add_argument("--output", type=Path, default=RESULTS,
