@@ -409,7 +409,7 @@ class ExecuteUnit(wiring.Component):
             for j, (low, high) in enumerate(slices):
                 i = c * len(slices) + j
 
-                def byte(row):
+                def byte(row, c=c, low=low, high=high):
                     return Value.cast(row[c])[low:high]
                 s_sum, s_other = byte(acc_sum), byte(other)
                 for hit, farther, nearer in choices:
