@@ -152,8 +152,8 @@ class StoreUnit(wiring.Component):
         ]
 
         # A read is issued only while fewer than FIFO_DEPTH beats are read and not yet taken
-        # (beats.level + reading + copying + writing). Timing: that count is kept in a register of its own,
-        # so the decision is one compare of a register with a constant.
+        # (beats.level + reading + copying + writing). Timing: that count is kept in a register
+        # of its own, so the decision is one compare of a register with a constant.
         issue = Signal()
         outstanding = Signal(range(self.FIFO_DEPTH + 1))
         taken = Signal()

@@ -156,10 +156,10 @@ class SynthTop(wiring.Component):
     Every cycle ``pins_in`` shifts into a register as wide as all the design's inputs together,
     which drives them (payloads and handshakes alike). Every output is registered, and the
     registered outputs are folded by XOR onto ``pins_out`` (bit *j* is the XOR of every output
-    bit *i* with *i* mod 8 == *j*, through a tree of registered XORs of four bits). So no input is constant, every output is
-    observed, and every path nextpnr reports starts and ends at a flip-flop of the design or of
-    this wrapper. Around the core and the datapath the outputs are registered three times (one
-    register may move into a block RAM, see below).
+    bit *i* with *i* mod 8 == *j*, through a tree of registered XORs of four bits). So no input
+    is constant, every output is observed, and every path nextpnr reports starts and ends at a
+    flip-flop of the design or of this wrapper. Around the core and the datapath the outputs
+    are registered three times (one register may move into a block RAM, see below).
 
     For the PE array and the datapath each stage of the input register also takes the XOR of
     its neighbour, so that no two inputs are delayed copies of one another. With a plain shift
@@ -459,8 +459,6 @@ tee -q -o stat.json stat -json
 # GetSize(conn.second)" in ABC_OPS_REINTEGRATE); a small change to the execute unit's control
 # logic triggered it here. Then the flow runs synth_ecp5's own steps around the classic abc
 # mapper instead, and the report says so ("lut_mapper").
-
-
 def abc9_failed_an_assertion(log):
     """Whether a yosys log ends in an assertion failed while reintegrating abc9's result. The
     failures seen: ``Assert `GetSize(conn.first) == GetSize(conn.second)' failed`` and, on the

@@ -218,7 +218,8 @@ def test_abc9_assertion_is_recognised():
     results = "ABC RESULTS:   $lut cells:     8913\n" * 60
     wire = (results.replace("ABC RESULTS", "3.46.20.7. Executing ABC_OPS_REINTEGRATE pass\n"
                             "ABC RESULTS", 1)
-            + "ERROR: Assert `wire' failed in /yosys-src/passes/techmap/abc_ops_reintegrate.cc:596.\n")
+            + "ERROR: Assert `wire' failed in "
+            "/yosys-src/passes/techmap/abc_ops_reintegrate.cc:596.\n")
     size = ("Executing ABC_OPS_REINTEGRATE pass (reintegrate ABC mapped design into module).\n"
             + results + "ERROR: Assert `GetSize(conn.first) == GetSize(conn.second)' failed in "
             "kernel/rtlil.cc:2551.\n")
