@@ -22,17 +22,18 @@ Address registers
 -----------------
 A wide memory is many DP16KDs side by side (the 8x8 accumulator's 256-bit rows are 29 RAMs per
 read port), and one flip-flop of an address, write-enable or chip-select register drove that
-pin of every one of them: one net across the chip, whose farthest arc was the critical path
-of the 8x8 core with two epilogue lanes (15.3 ns of routing, one route). :func:`replicate_ram_drivers` gives each group of
-``group`` RAMs its own copy of every such flip-flop (same data input, clock, enable and reset,
-so the same value in every cycle). The first group keeps the original unless it has a sink
-that is not a RAM's control pin (the 8x8 accumulator's read address is also compared with the
-rows ahead of it): then every group gets a copy and the original keeps only those sinks, so no
-RAM's address waits on a flip-flop that other logic pulls away (8.2 ns of routing to one RAM of
-the 8x8 datapath when the first group kept it). The groups follow the RAMs' names in natural
-order (yosys names a memory's slices ``mem.<port>.<slice>``, so a group is neighbouring data
-bits, whose consumers sit together). A flip-flop drives its copies' data inputs from its own source net, so
-the long route moves to a register-to-register arc with a handful of sinks.
+pin of every one of them: one net across the chip, whose farthest arc was the critical path of
+the 8x8 core with two epilogue lanes (15.3 ns of routing, one route).
+:func:`replicate_ram_drivers` gives each group of ``group`` RAMs its own copy of every such
+flip-flop (same data input, clock, enable and reset, so the same value in every cycle). The
+first group keeps the original unless it has a sink that is not a RAM's control pin (the 8x8
+accumulator's read address is also compared with the rows ahead of it): then every group gets a
+copy and the original keeps only those sinks, so no RAM's address waits on a flip-flop that
+other logic pulls away (8.2 ns of routing to one RAM of the 8x8 datapath when the first group
+kept it). The groups follow the RAMs' names in natural order (yosys names a memory's slices
+``mem.<port>.<slice>``, so a group is neighbouring data bits, whose consumers sit together). A
+flip-flop drives its copies' data inputs from its own source net, so the long route moves to a
+register-to-register arc with a handful of sinks.
 
 Both flows run both passes: ``bertaccel synth`` (:func:`bertaccel.hw.synth.synthesize`) on the
 netlist between yosys and nextpnr, and the ULX3S board build (``bench/ulx3s.py``) through
