@@ -107,11 +107,11 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.intops import EXP2_TABLE, MAX_ROW, PHI_TABLE, RECIP_TABLE, RSQRT_TABLE
+from .dsp import product_register
 from .epilogue_ops import (
     TILE,
     clamp,
     coarse,
-    delay,
     fine,
     msb,
     pick,
@@ -120,8 +120,8 @@ from .epilogue_ops import (
     tiles,
     tree,
 )
-from .dsp import product_register
 from .isa import EpOp, PmemWord
+from .pipeline import delay
 
 __all__ = ["Epilogue", "ParamsLayout", "Schedule", "beat_layout"]
 

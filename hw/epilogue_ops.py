@@ -20,7 +20,6 @@ __all__ = [
     "TILE",
     "clamp",
     "coarse",
-    "delay",
     "fine",
     "msb",
     "pick",
@@ -166,15 +165,3 @@ def tree(m, leaves, combine, shape_of, *, name):
             nodes.append(node)
         level = nodes
     return level[0], depth
-
-
-def delay(m, value, cycles, *, name):
-    """``value`` as it was ``cycles`` cycles ago (a chain of registers; 0 cycles: ``value``).
-
-    In a pipeline that never stalls this is how a per-beat value travels with its beat.
-    """
-    for i in range(cycles):
-        reg = Signal.like(value, name=f"{name}_d{i + 1}", reset_less=True)
-        m.d.sync += reg.eq(value)
-        value = reg
-    return value

@@ -1,7 +1,5 @@
 """The execute unit: weight preload, operand streaming and accumulation."""
 
-import itertools
-
 from amaranth import Cat, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -10,6 +8,7 @@ from .controller import TokenConsumer, TokenProducer
 from .dsp import KEEP
 from .isa import FIELD_WIDTH, TOKEN_MAX, Instr
 from .mesh import SystolicMesh
+from .pipeline import delay, delay_line
 
 __all__ = ["ExecuteUnit"]
 
@@ -159,24 +158,17 @@ class ExecuteUnit(wiring.Component):
         m.d.sync += [b_addr.eq(p_b_addr), a_addr.eq(s_a_addr)]
         m.d.comb += [self.spad_b.addr.eq(b_addr), self.spad_b.en.eq(1),
                      self.spad_a.addr.eq(a_addr), self.spad_a.en.eq(1)]
-        data_stages = range(self.OPERAND_DELAY - 2)
-        w_data = [Signal.like(self.spad_b.data, name=f"w_data{i}", reset_less=True)
-                  for i in data_stages]
-        a_data = [Signal.like(self.spad_a.data, name=f"a_data{i}", reset_less=True)
-                  for i in data_stages]
-        for port, stages in ((self.spad_b, w_data), (self.spad_a, a_data)):
-            m.d.sync += stages[0].eq(port.data)
-            m.d.sync += [later.eq(earlier) for earlier, later in itertools.pairwise(stages)]
+        w_data = delay(m, self.spad_b.data, self.OPERAND_DELAY - 2, name="w_data")
+        a_data = delay(m, self.spad_a.data, self.OPERAND_DELAY - 2, name="a_data")
         with m.If(reading):
             m.d.sync += [p_count.eq(p_count + 1), p_b_addr.eq(p_b_addr + 1),
                          p_done.eq(p_count >= cfg.rows - 2 if cfg.rows > 2 else 1)]
         # The row tag follows the read through its OPERAND_DELAY cycles.
-        w_tag = [Signal(2 + len(w_row), name=f"w_tag{i}") for i in range(self.OPERAND_DELAY - 1)]
-        m.d.sync += w_tag[0].eq(Cat(reading, p_bank, p_count))
-        m.d.sync += [later.eq(earlier) for earlier, later in itertools.pairwise(w_tag)]
-        m.d.sync += Cat(w_en, w_bank, w_row).eq(w_tag[-1])
+        m.d.comb += Cat(w_en, w_bank, w_row).eq(
+            delay(m, Cat(reading, p_bank, p_count[:len(w_row)]), self.OPERAND_DELAY,
+                  name="w_tag", reset_less=False))
         m.d.comb += [
-            mesh.i_w.eq(w_data[-1]),
+            mesh.i_w.eq(w_data),
             mesh.i_w_en.eq(w_en),
             mesh.i_w_bank.eq(w_bank),
             mesh.i_w_row.eq(w_row),
@@ -209,7 +201,6 @@ class ExecuteUnit(wiring.Component):
             "valid": 1, "addr": cfg.acc_addr_width, "accumulate": 1, "push": 1,
         })
         meta_in = Signal(Meta)
-        bank_d = Signal(self.OPERAND_DELAY)
         with m.If(s_active):
             m.d.comb += [
                 meta_in.valid.eq(~s_zero),
@@ -226,8 +217,9 @@ class ExecuteUnit(wiring.Component):
             ]
             with m.If(s_last):
                 m.d.sync += s_active.eq(0)
-        m.d.sync += bank_d.eq(Cat(s_bank, bank_d))
-        m.d.comb += [mesh.i_a.eq(a_data[-1]), mesh.i_bank.eq(bank_d[-1])]
+        m.d.comb += [mesh.i_a.eq(a_data),
+                     mesh.i_bank.eq(delay(m, s_bank, self.OPERAND_DELAY, name="bank",
+                                          reset_less=False))]
 
         # The next ~s_active | s_final: from the hand-over, `p_final`; else 1 unless the stage
         # streams on (active, not on its last row), when it is the next `s_final`.
@@ -290,13 +282,13 @@ class ExecuteUnit(wiring.Component):
         # k == latency + 1 + WRITE_DELAY.
         # Timing choices (nextpnr's ECP5 model puts a block RAM's clock-to-output at 5.8 ns,
         # and the accumulator's RAMs spread across the chip):
-        # * The old row is read at k == latency + 1 - READ_AHEAD and lands in the register
-        #   `acc_out` two cycles later, with nothing between the RAM and it, not even a reset:
-        #   the ECP5 flow moves it into the block RAMs as their output register (hw/ramreg.py).
-        #   The read port is always enabled (no hold logic) and not transparent (hw/memory.py
-        #   says why).
-        # * `acc_out` is copied into fabric registers (`acc_old`, k == latency), which the
-        #   placer can spread between the RAMs and the adders: the route from the RAMs (5.9 ns
+        # * The old row is read at k == latency + 1 - READ_AHEAD and lands two cycles later in
+        #   the first register of the delay line `acc_old`, with nothing between the RAM and
+        #   it, not even a reset: the ECP5 flow moves it into the block RAMs as their output
+        #   register (hw/ramreg.py). The read port is always enabled (no hold logic) and not
+        #   transparent (hw/memory.py says why).
+        # * The line's two further registers (k == latency) are in the fabric, where the placer
+        #   can spread them between the RAMs and the adders: the route from the RAMs (5.9 ns
         #   of routing alone with one such register on the 8x8 array) has two cycles.
         # * The addend is decided a cycle ahead: `other` (k == latency + 1) is the old row or a
         #   row forwarded from two to FORWARDED rows ahead, or zero without `accumulate`; the adder
@@ -313,28 +305,23 @@ class ExecuteUnit(wiring.Component):
         # accumulator's `no_rw_check` leaves a same-cycle collision undefined); they are
         # forwarded instead, the nearest first.
         latency = cfg.mesh_latency + self.OPERAND_DELAY - 1
-        meta = [meta_in]
-        for stage in range(latency + self.WRITE_DELAY + 1):
-            delayed = Signal(Meta, name=f"meta_d{stage + 1}")
-            m.d.sync += delayed.eq(meta[-1])
-            meta.append(delayed)
+        meta = delay_line(m, meta_in, latency + self.WRITE_DELAY + 1, name="meta",
+                          reset_less=False)
         rd_meta = meta[latency + 1 - self.READ_AHEAD]
         push_meta, wr_meta = meta[latency + self.WRITE_DELAY], meta[latency + self.WRITE_DELAY + 1]
-        acc_out = Signal.like(self.acc_rd.data, reset_less=True)
-        acc_fabric = [Signal.like(self.acc_rd.data, name=f"acc_old{i}", reset_less=True)
-                      for i in range(self.READ_AHEAD - 3)]
-        acc_old = acc_fabric[-1]
+        acc_old = delay(m, self.acc_rd.data, self.READ_AHEAD - 2, name="acc_old")
+        sums = Signal.like(self.acc_wr.data)
         acc_sum = Signal.like(self.acc_wr.data)
+        m.d.sync += acc_sum.eq(sums)
         # The sum's copies for the write: the same flip-flops again, so the write data can cross
         # the chip to the RAMs without pulling the adders' loop (`acc_sum`) along.
-        acc_wdata = [Signal.like(self.acc_wr.data, name=f"acc_wdata{i}", attrs=KEEP)
-                     for i in range(self.WRITE_DELAY)]
+        acc_wdata = delay(m, sums, self.WRITE_DELAY, name="acc_wdata", attrs=KEEP)
         m.d.comb += [
             self.acc_rd.addr.eq(rd_meta.addr),
             self.acc_rd.en.eq(1),
             self.acc_wr.addr.eq(wr_meta.addr),
             self.acc_wr.en.eq(wr_meta.valid),
-            self.acc_wr.data.eq(acc_wdata[-1]),
+            self.acc_wr.data.eq(acc_wdata),
             self.to_store.push.eq(push_meta.push),
         ]
 
@@ -370,12 +357,8 @@ class ExecuteUnit(wiring.Component):
             made at stage k - 2 they sat between `meta`'s address registers and the copies
             spread along the adders, with 4.5 ns of routing into them.
             """
-            flag = Signal(name=f"hit{ahead}_s2")
-            m.d.sync += flag.eq(meta[1 + ahead].valid & (meta[1 + ahead].addr == meta[1].addr))
-            for stage in range(3, k - 1):
-                later = Signal(name=f"hit{ahead}_s{stage}")
-                m.d.sync += later.eq(flag)
-                flag = later
+            flag = delay(m, meta[1 + ahead].valid & (meta[1 + ahead].addr == meta[1].addr),
+                         k - 3, name=f"hit{ahead}", reset_less=False)
             if accumulates:
                 flag = flag & meta[k - 2].accumulate
             return fan_out(f"hit{ahead}_k{k}", flag)
@@ -398,12 +381,7 @@ class ExecuteUnit(wiring.Component):
         hit2 = writes(2, latency)
         accumulate = fan_out("accumulate", meta[latency - 2].accumulate)
         near_hit = writes(1, latency + 1, accumulates=True)
-        m.d.sync += [
-            acc_out.eq(self.acc_rd.data),
-            acc_fabric[0].eq(acc_out),
-            back_row.eq(acc_sum),
-        ]
-        m.d.sync += [later.eq(earlier) for earlier, later in itertools.pairwise(acc_fabric)]
+        m.d.sync += back_row.eq(acc_sum)
         for c in range(cfg.cols):
             addend = []
             for j, (low, high) in enumerate(slices):
@@ -418,9 +396,7 @@ class ExecuteUnit(wiring.Component):
                                                               Mux(fwd_hit[i], byte(fwd),
                                                                   byte(acc_old))), 0))
                 addend.append(Mux(near_hit[i], s_sum, s_other))
-            total = mesh.o_c[c] + Cat(*addend).as_signed()
-            m.d.sync += [acc_sum[c].eq(total), acc_wdata[0][c].eq(total)]
-        m.d.sync += [later.eq(earlier) for earlier, later in itertools.pairwise(acc_wdata)]
+            m.d.comb += sums[c].eq(mesh.o_c[c] + Cat(*addend).as_signed())
 
         m.d.sync += store_limit.eq(store_limit - (handoff & p_push_store) + push_meta.push)
         # A handoff and the push it owes are never in the same cycle: the push is at the last

@@ -1,11 +1,12 @@
 """The systolic mesh: a grid of PEs with input skew and output deskew."""
 
-from amaranth import Module, Signal, signed
+from amaranth import Module, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .dsp import KEEP
 from .pe import ProcessingElement
+from .pipeline import delay
 
 __all__ = ["SystolicMesh"]
 
@@ -71,15 +72,6 @@ class SystolicMesh(wiring.Component):
             "o_c":      Out(data.ArrayLayout(signed(cfg.acc_width), cfg.cols)),
         })
 
-    @staticmethod
-    def _delay(m, signal, cycles, name, attrs=None, reset_less=False):
-        for stage in range(cycles):
-            delayed = Signal.like(signal, name=f"{name}_d{stage + 1}", attrs=attrs or {},
-                                  reset_less=reset_less)
-            m.d.sync += delayed.eq(signal)
-            signal = delayed
-        return signal
-
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
@@ -100,7 +92,7 @@ class SystolicMesh(wiring.Component):
             # from the pipeline register of the PE above.
             # (Operand and weight skew registers are reset-less: the first takes a scratchpad
             # read, and an ECP5 flow moves it into the block RAM, hw/ramreg.py.)
-            top = self._delay(m, self.i_w[c], c + 1, f"skew_w{c}", reset_less=True)
+            top = delay(m, self.i_w[c], c + 1, name=f"skew_w{c}")
             for r in range(cfg.rows):
                 m.d.comb += pes[r][c].i_w.eq(top if r <= 1 else pes[r - 1][c].o_w)
 
@@ -108,12 +100,15 @@ class SystolicMesh(wiring.Component):
             # Skew: row r meets the wavefront skew[r] cycles after the inputs; so do the
             # weights, so the write strobe of row r is skewed the same way and meets its weight
             # row in every column. The bank is delayed one cycle less (the PEs look ahead).
-            a = self._delay(m, self.i_a[r], skew[r], f"skew_a{r}", reset_less=True)
+            a = delay(m, self.i_a[r], skew[r], name=f"skew_a{r}")
             # (Every row's bank and write-bank skew is a copy of the same signal: the
             # registers are kept apart, as in the PEs.)
-            bank = self._delay(m, self.i_bank, skew[r] - 1, f"skew_bank{r}", KEEP)
-            w_en = self._delay(m, self.i_w_en & (self.i_w_row == r), skew[r], f"skew_w_en{r}")
-            w_bank = self._delay(m, self.i_w_bank, skew[r], f"skew_w_bank{r}", KEEP)
+            bank = delay(m, self.i_bank, skew[r] - 1, name=f"skew_bank{r}", reset_less=False,
+                         attrs=KEEP)
+            w_en = delay(m, self.i_w_en & (self.i_w_row == r), skew[r], name=f"skew_w_en{r}",
+                         reset_less=False)
+            w_bank = delay(m, self.i_w_bank, skew[r], name=f"skew_w_bank{r}", reset_less=False,
+                           attrs=KEEP)
             for c in range(cfg.cols):
                 pe = pes[r][c]
                 m.d.comb += [
@@ -128,6 +123,7 @@ class SystolicMesh(wiring.Component):
 
         for c in range(cfg.cols):
             # Deskew: column c leaves c cycles after column 0.
-            out = self._delay(m, pes[cfg.rows - 1][c].o_psum, cfg.cols - 1 - c, f"deskew_c{c}")
+            out = delay(m, pes[cfg.rows - 1][c].o_psum, cfg.cols - 1 - c, name=f"deskew_c{c}",
+                        reset_less=False)
             m.d.comb += self.o_c[c].eq(out)
         return m
