@@ -46,7 +46,8 @@ fpga: setup
 	$(BIN)/python bench/synth.py --target ecp5-85k
 
 # A ULX3S-85F bitstream of the core behind its UART bridge (minutes; not part of `make test`).
-# 2x2 builds in about 3 minutes, 4x4 in 11; the 8x8 board build is still to do (docs/fpga.md).
+# 2x2 builds in about 5 minutes; the 8x8 core, with `python bench/ulx3s.py --config 8x8
+# --board 85F --lut-mapper abc`, in about 30 (docs/fpga.md).
 BITSTREAM_CONFIG ?= 2x2
 bitstream: setup
 	$(BIN)/python bench/ulx3s.py --config $(BITSTREAM_CONFIG) --board 85F

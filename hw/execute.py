@@ -55,14 +55,14 @@ class ExecuteUnit(wiring.Component):
     """
 
     #: Cycles from a row's issue (weight or operand) to its data at the mesh: the registered
-    #: read address, the read port's one cycle, then two registers of the data.
-    OPERAND_DELAY = 4
+    #: read address, the read port's one cycle, then three registers of the data.
+    OPERAND_DELAY = 5
     #: Cycles from a row's sums (the adders' register) to its write into the accumulator: two
     #: registers of the write data, the second beside the RAMs.
     WRITE_DELAY = 2
     #: Cycles from a row's old-row read to its add (the read port, the RAMs' output register,
-    #: two fabric registers, then the addend's register).
-    READ_AHEAD = 5
+    #: three fabric registers, then the addend's register).
+    READ_AHEAD = 6
     #: Rows ahead whose writes the old-row read cannot see, forwarded from the sums instead.
     FORWARDED = READ_AHEAD + WRITE_DELAY
 
@@ -149,11 +149,12 @@ class ExecuteUnit(wiring.Component):
         # cycle of its own instead of following the hand-over decision. The read ports are
         # always enabled, so no enable has to reach the RAMs: a row read for nothing is never
         # used (the mesh takes weight rows by their tag, and sums by `meta`). A row
-        # is read a cycle after it is issued here. Its data is registered twice before the
-        # mesh, which registers it again at its edge: the ECP5 flow moves the first register
-        # into the RAMs, and the route from them to the mesh's edge (6.6 ns of routing alone
-        # on the 8x8 array, whose scratchpads and multipliers spread across the chip) has two
-        # cycles of its own. A row is at the mesh OPERAND_DELAY cycles after its issue.
+        # is read a cycle after it is issued here. Its data is registered three times before
+        # the mesh, which registers it again at its edge: the ECP5 flow moves the first
+        # register into the RAMs, and the route from them to the mesh's edge has three cycles
+        # of its own (on the 8x8 array, whose scratchpads and multipliers spread across the
+        # chip, it was 6.6 ns of routing alone with one fabric register, and 6.1 ns from the
+        # RAM to the first of two). A row is at the mesh OPERAND_DELAY cycles after its issue.
         b_addr, a_addr = Signal.like(p_b_addr), Signal.like(s_a_addr)
         m.d.sync += [b_addr.eq(p_b_addr), a_addr.eq(s_a_addr)]
         m.d.comb += [self.spad_b.addr.eq(b_addr), self.spad_b.en.eq(1),
@@ -278,8 +279,8 @@ class ExecuteUnit(wiring.Component):
         # -- accumulate: read the old row early, add, write later ---------------------------
         # meta[k] describes the row whose operand was issued k cycles ago. Its operand enters the
         # mesh at k == OPERAND_DELAY and its sums leave at k == latency + 1, where they are added
-        # to the old row into `acc_sum`, which is copied WRITE_DELAY times and written at
-        # k == latency + 1 + WRITE_DELAY.
+        # to the old row into `acc_loop` and `acc_sum`, the first of the WRITE_DELAY registers
+        # of the write data, and written at k == latency + 1 + WRITE_DELAY.
         # Timing choices (nextpnr's ECP5 model puts a block RAM's clock-to-output at 5.8 ns,
         # and the accumulator's RAMs spread across the chip):
         # * The old row is read at k == latency + 1 - READ_AHEAD and lands two cycles later in
@@ -287,13 +288,18 @@ class ExecuteUnit(wiring.Component):
         #   it, not even a reset: the ECP5 flow moves it into the block RAMs as their output
         #   register (hw/ramreg.py). The read port is always enabled (no hold logic) and not
         #   transparent (hw/memory.py says why).
-        # * The line's two further registers (k == latency) are in the fabric, where the placer
-        #   can spread them between the RAMs and the adders: the route from the RAMs (5.9 ns
-        #   of routing alone with one such register on the 8x8 array) has two cycles.
+        # * The line's three further registers (the last at k == latency) are in the fabric,
+        #   where the placer can spread them between the RAMs and the adders: the route from
+        #   the RAMs has three cycles (on the 8x8 array it was 5.9 ns of routing alone with one
+        #   such register, and 6.1 ns from the RAM to the first of two).
         # * The addend is decided a cycle ahead: `other` (k == latency + 1) is the old row or a
         #   row forwarded from two to FORWARDED rows ahead, or zero without `accumulate`; the adder
-        #   takes it or, when the row one ahead wrote this row, that row's sum (`acc_sum`),
-        #   one multiplexer in the loop from the sum register back to the adder.
+        #   takes it or, when the row one ahead wrote this row, that row's sum, one multiplexer
+        #   in the loop from the sum register back to the adder. That register (`acc_loop`)
+        #   drives nothing else: the forwarding takes the sum from the write data's first copy
+        #   (`acc_sum`), whose six loads had put 1.9 ns of routing into the loop. (A third
+        #   register on the sums left the loop's unpacked from the carry chains: 4.8 ns of
+        #   routing in the loop.)
         # * The sum is copied twice before it is written (WRITE_DELAY): the first copy leaves
         #   the adders' carry chains (nextpnr packs it with them), the second can sit beside
         #   the RAMs, so the write data crosses the chip on two paths of its own. The
@@ -311,11 +317,14 @@ class ExecuteUnit(wiring.Component):
         push_meta, wr_meta = meta[latency + self.WRITE_DELAY], meta[latency + self.WRITE_DELAY + 1]
         acc_old = delay(m, self.acc_rd.data, self.READ_AHEAD - 2, name="acc_old")
         sums = Signal.like(self.acc_wr.data)
-        acc_sum = Signal.like(self.acc_wr.data)
-        m.d.sync += acc_sum.eq(sums)
+        # (The row registers have no reset: `meta` says which rows are real. A reset costs a
+        # LUT before the sum registers, in the adders' loop.)
+        acc_loop = Signal.like(self.acc_wr.data, attrs=KEEP, reset_less=True)
+        m.d.sync += acc_loop.eq(sums)
         # The sum's copies for the write: the same flip-flops again, so the write data can cross
-        # the chip to the RAMs without pulling the adders' loop (`acc_sum`) along.
-        acc_wdata = delay(m, sums, self.WRITE_DELAY, name="acc_wdata", attrs=KEEP)
+        # the chip to the RAMs without pulling the adders' loop (`acc_loop`) along.
+        wdata_line = delay_line(m, sums, self.WRITE_DELAY, name="acc_wdata", attrs=KEEP)
+        acc_sum, acc_wdata = wdata_line[1], wdata_line[-1]
         m.d.comb += [
             self.acc_rd.addr.eq(rd_meta.addr),
             self.acc_rd.en.eq(1),
@@ -368,16 +377,16 @@ class ExecuteUnit(wiring.Component):
         # along beside the row (`fwd`, with its flag `fwd_hit`), the nearer replacing the
         # farther. `back_row` is `acc_sum` a cycle ago: the farthest row's sum at the first
         # choice.
-        back_row = Signal.like(acc_sum)
+        back_row = Signal.like(self.acc_wr.data, reset_less=True)
         fwd, fwd_hit = back_row, writes(self.FORWARDED, latency + 3 - self.FORWARDED)
         choices = []                      # (the row `ahead` ahead's flags, before, after)
         for ahead in range(self.FORWARDED - 1, 2, -1):
             hit = writes(ahead, latency + 2 - ahead)
-            nearer = Signal.like(acc_sum, name=f"fwd{ahead}_row")
+            nearer = Signal.like(back_row, name=f"fwd{ahead}_row")
             choices.append((hit, fwd, nearer))
             fwd = nearer
             fwd_hit = per_byte(f"fwd{ahead}_hit", [h | f for h, f in zip(hit, fwd_hit)])
-        other = Signal.like(acc_sum)      # the addend unless the row one ahead wrote this row
+        other = Signal.like(back_row)     # the addend unless the row one ahead wrote this row
         hit2 = writes(2, latency)
         accumulate = fan_out("accumulate", meta[latency - 2].accumulate)
         near_hit = writes(1, latency + 1, accumulates=True)
@@ -395,7 +404,7 @@ class ExecuteUnit(wiring.Component):
                 m.d.sync += s_other.eq(Mux(accumulate[i], Mux(hit2[i], s_sum,
                                                               Mux(fwd_hit[i], byte(fwd),
                                                                   byte(acc_old))), 0))
-                addend.append(Mux(near_hit[i], s_sum, s_other))
+                addend.append(Mux(near_hit[i], byte(acc_loop), s_other))
             m.d.comb += sums[c].eq(mesh.o_c[c] + Cat(*addend).as_signed())
 
         m.d.sync += store_limit.eq(store_limit - (handoff & p_push_store) + push_meta.push)

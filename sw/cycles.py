@@ -46,8 +46,9 @@ Cycle 0 is the first cycle after the clock edge that samples ``start``.
   wave of hw/mesh.py), and a preload starts no earlier than the last operand row of the MATMUL
   two back, which used the same bank. So back-to-back MATMULs of ``m`` rows cost
   ``max(m, rows)`` cycles each in steady state. The execute->load push comes with the last row's
-  issue, the execute->store push and the last accumulator write ``cfg.mesh_latency + 3`` cycles
-  later (the registered read address, the scratchpad read, its data register, then the mesh).
+  issue, the execute->store push ``cfg.mesh_latency + ACC_WRITE_EXTRA`` cycles later and the
+  last accumulator write a cycle after that (the operand's registered read address, the
+  scratchpad read and its data registers, the mesh, then the sum's write-data registers).
 * STORE and SET (hw/store.py, hw/epilogue.py): a STORE is accepted when the unit is idle or on
   the last read of the STORE before it (an empty STORE: idle), and reads one beat a cycle from
   the next cycle on; a read is at the ``StoreUnit.FIFO_DEPTH``-deep beat FIFO's output
@@ -143,12 +144,12 @@ STORE_READ_TO_FIFO = 5
 #: A MATMUL's weight preload: ``rows`` reads in the cycles after the accept, hand-over in the
 #: cycle of the last (the first operand read comes after it), and the next accept in that cycle.
 PRELOAD_EXTRA = 0
-#: The operand row is issued four cycles before it enters the mesh (the execute unit's
-#: ``OPERAND_DELAY``: a registered read address, the read, two registers of the data), and the
+#: The operand row is issued five cycles before it enters the mesh (the execute unit's
+#: ``OPERAND_DELAY``: a registered read address, the read, three registers of the data), and the
 #: sums leave it into the adders' register and are written ``WRITE_DELAY`` (2) cycles later;
 #: the unit is busy, and pushes its execute->store token, up to the cycle before the write:
-#: last busy cycle = last row's issue + mesh_latency + 5.
-ACC_WRITE_EXTRA = 5
+#: last busy cycle = last row's issue + mesh_latency + 6.
+ACC_WRITE_EXTRA = 6
 
 _LOAD, _EXEC, _STORE = 0, 1, 2
 _CHANNEL_NAMES = ("l2e", "e2l", "e2s", "s2e")

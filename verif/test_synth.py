@@ -19,10 +19,12 @@ become MULT18X18D. The checks:
 The full flow (``bertaccel synth``, ``make fpga``) takes minutes a preset; it is a bench.
 """
 
+import copy
 import fnmatch
 import json
 import re
 import subprocess
+import sys
 from collections import defaultdict
 
 import pytest
@@ -210,6 +212,11 @@ def test_lut_mapper_choice():
            "critical_path": {"from": "a", "to": "b", "delay_ns": 13.7}}
     assert "| 8x8 (LUTs by abc) | " in synth.format_table([row])
     assert "| 8x8 | " in synth.format_table([dict(row, lut_mapper="abc9")])
+    narrow = "abc9 -nowidelut (abc9 failed an assertion in yosys)"
+    assert "| 8x8 (LUTs by abc9 -nowidelut) | " in synth.format_table(
+        [dict(row, lut_mapper=narrow)])
+    fallback = "abc (abc9 failed an assertion in yosys, with and without wide LUTs)"
+    assert "| 8x8 (LUTs by abc) | " in synth.format_table([dict(row, lut_mapper=fallback)])
 
 
 def test_abc9_assertion_is_recognised():
@@ -227,6 +234,64 @@ def test_abc9_assertion_is_recognised():
     assert synth.abc9_failed_an_assertion(size)
     assert not synth.abc9_failed_an_assertion(results + "ERROR: Module `top' not found!\n")
     assert not synth.abc9_failed_an_assertion("Executing ABC_OPS_REINTEGRATE pass\n" + results)
+
+
+_FAKE_TOOL = """\
+import json, pathlib, sys
+args = sys.argv[1:]
+if "-V" in args or "--version" in args:
+    sys.exit(0)
+if "-s" not in args:                                 # nextpnr: an empty report
+    pathlib.Path("report.json").write_text("{}")
+    sys.exit(0)
+script = args[args.index("-s") + 1]
+with open("calls.txt", "a") as calls:
+    calls.write(script + "\\n")
+failures = json.loads(pathlib.Path("../failures.json").read_text())
+if script in failures:
+    pathlib.Path("yosys.log").write_text("Executing ABC_OPS_REINTEGRATE pass\\n" + failures[script])
+    sys.exit(1)
+pathlib.Path("yosys.log").write_text(script)
+pathlib.Path("stat.json").write_text(json.dumps({"design": {"num_cells_by_type": {"LUT4": 1}}}))
+pathlib.Path("netlist.json").write_text(json.dumps({"modules": {%r: {"cells": {}}}}))
+"""
+
+ASSERTION = "ERROR: Assert `GetSize(conn.first) == GetSize(conn.second)' failed in rtlil.cc\n"
+
+
+@pytest.mark.parametrize("failures, scripts, mapper", [
+    ({}, ["synth.ys"], "abc9"),
+    ({"synth.ys": ASSERTION}, ["synth.ys", "synth-nowidelut.ys"],
+     "abc9 -nowidelut (abc9 failed an assertion in yosys)"),
+    ({"synth.ys": ASSERTION, "synth-nowidelut.ys": ASSERTION},
+     ["synth.ys", "synth-nowidelut.ys", "synth-abc.ys"],
+     "abc (abc9 failed an assertion in yosys, with and without wide LUTs)"),
+    ({"synth.ys": "ERROR: Module `top' not found!\n"}, ["synth.ys"], None),
+    ({"synth.ys": ASSERTION, "synth-nowidelut.ys": "ERROR: out of memory\n"},
+     ["synth.ys", "synth-nowidelut.ys"], None),
+])
+def test_abc9_assertion_falls_back_in_order(tmp_path, monkeypatch, failures, scripts, mapper):
+    # yosys stands in for itself: abc9, then abc9 without wide LUTs, then the classic mapper,
+    # each only after the one before failed the reintegration assertion; any other error
+    # stops the run. Each failed log is kept under its own name.
+    tool = tmp_path / "fake_tool.py"
+    tool.write_text(f"#!{sys.executable}\n" + _FAKE_TOOL % synth.TOP_NAME)
+    tool.chmod(0o755)
+    (tmp_path / "failures.json").write_text(json.dumps(failures))
+    monkeypatch.setenv("YOSYS", str(tool))
+    monkeypatch.setenv("NEXTPNR_ECP5", str(tool))
+    build = tmp_path / synth.build_name(CFG, synth.target("ecp5-85k"), "mesh")
+    if mapper is None:
+        with pytest.raises(synth.SynthError, match="yosys failed"):
+            synth.synthesize(CFG, design="mesh", build_root=tmp_path)
+    else:
+        report = synth.synthesize(CFG, design="mesh", build_root=tmp_path)
+        assert report["lut_mapper"] == mapper
+        assert (build / "yosys.log").read_text() == scripts[-1]
+    assert (build / "calls.txt").read_text().split() == scripts
+    kept = {"synth.ys": "yosys-abc9.log", "synth-nowidelut.ys": "yosys-abc9-nowidelut.log"}
+    for script in scripts[:-1]:
+        assert (build / kept[script]).read_text().endswith(failures[script])
 
 
 def test_seed_table_lists_each_seed_and_the_lowest():
@@ -421,6 +486,37 @@ def test_replicate_gives_each_group_of_rams_its_own_driver():
     assert "addr$ram_copy1" in netlist["modules"]["top"]["netnames"]
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_replicate_copies_the_flip_flop_before_the_copies(shared):
+    # The address flip-flop's data comes from a flip-flop of its own (`prev`): with 10 RAMs in
+    # groups of 2 the address has 5 copies (a LUT also reads the original), and `prev` one copy
+    # per 2 of them beyond the first 2, unless something else reads it (`shared`).
+    netlist = _address_netlist(rams=10)
+    cells = netlist["modules"]["top"]["cells"]
+    cells["prev"] = dict(copy.deepcopy(cells["addr"]),
+                         connections=dict(cells["addr"]["connections"], DI=[9], Q=[10]))
+    if shared:
+        cells["lut"]["connections"]["B"] = [10]
+        cells["lut"]["port_directions"]["B"] = "input"
+    counts = replicate_ram_drivers(netlist, "top", group=2, fanout=2)
+    # `we` (no flip-flop before it) has 4 copies; the original serves the first group.
+    assert counts == ({"flip_flops": 2, "copies": 9} if shared
+                      else {"flip_flops": 3, "copies": 11})
+    di = {name: cells[name]["connections"]["DI"] for name in cells if name.startswith("addr")}
+    if shared:
+        assert "prev$ram_copy1" not in cells
+        assert all(bits == [10] for bits in di.values())
+        return
+    q = {name: cells[name]["connections"]["Q"] for name in ("prev$ram_copy1", "prev$ram_copy2")}
+    assert di == {"addr": [10], "addr$ram_copy1": [10], "addr$ram_copy2": [10],
+                  "addr$ram_copy3": q["prev$ram_copy1"], "addr$ram_copy4": q["prev$ram_copy1"],
+                  "addr$ram_copy5": q["prev$ram_copy2"]}
+    for name in q:
+        assert dict(cells[name]["connections"], Q=None) == dict(cells["prev"]["connections"],
+                                                                 Q=None)
+    assert cells["prev"]["connections"]["Q"] == [10]
+
+
 def test_replicate_leaves_a_small_memory_alone():
     netlist = _address_netlist(rams=4)
     before = json.dumps(netlist, sort_keys=True)
@@ -428,6 +524,8 @@ def test_replicate_leaves_a_small_memory_alone():
     assert json.dumps(netlist, sort_keys=True) == before
     with pytest.raises(ValueError, match="group"):
         replicate_ram_drivers(netlist, "top", group=0)
+    with pytest.raises(ValueError, match="fanout"):
+        replicate_ram_drivers(netlist, "top", fanout=0)
 
 
 @pytest.mark.timeout(600)
@@ -462,7 +560,7 @@ def test_core_memories_take_their_output_registers(tmp_path):
     # that one RAM, and each copy is its original but for its output.
     originals = {name: json.dumps(dict(cell["connections"], Q=None), sort_keys=True)
                  for name, cell in cells.items() if cell["type"] == "TRELLIS_FF"}
-    copies = replicate_ram_drivers(netlist, synth.TOP_NAME, group=1)
+    copies = replicate_ram_drivers(netlist, synth.TOP_NAME, group=1, fanout=len(cells))
     assert copies["copies"] > 0
     driver = {cell["connections"]["Q"][0]: name for name, cell in cells.items()
               if cell["type"] == "TRELLIS_FF"}
