@@ -37,12 +37,11 @@ register-to-register arc with a handful of sinks.
 
 Groups are of 2 RAMs: with 8, and again with 4, the placer left a copy 6.1-6.8 ns of routing
 from one of its RAMs on some seeds of the 8x8 datapath, because the RAMs it served were far
-apart. With
-1, the source of the 29 copies of an accumulator address was 8.3 ns from the farthest. So where
-a copied flip-flop's data comes from a plain flip-flop that nothing else reads (the execute
-unit's row addresses travel down a delay line, ``meta`` in ``hw/execute.py``), that flip-flop
-is copied too, one copy per ``fanout`` (4) copies: a tree of two levels, each arc with a cycle
-of its own and a handful of sinks.
+apart. With 1, the source of the 29 copies of an accumulator address was 8.3 ns from the
+farthest. So where a copied flip-flop's data comes from a plain flip-flop that nothing else
+reads (the execute unit's row addresses travel down a delay line, ``meta`` in
+``hw/execute.py``), that flip-flop is copied too, one copy per ``fanout`` (4) copies: a tree
+of two levels, each arc with a cycle of its own and a handful of sinks.
 
 Both flows run both passes: ``bertaccel synth`` (:func:`bertaccel.hw.synth.synthesize`) on the
 netlist between yosys and nextpnr, and the ULX3S board build (``bench/ulx3s.py``) through
@@ -250,7 +249,7 @@ def replicate_ram_drivers(netlist, top, group=2, fanout=4):
         flip_flops += 1
         # The level before: when the flip-flop's data input comes from a plain flip-flop of
         # its own (nothing else reads it), that one is copied too, one per `fanout` copies.
-        before = original["connections"]["DI"][0]
+        before = original["connections"].get("DI", [None])[0]
         if (isinstance(before, int) and before in driver and uses[before] == 1
                 and len(level) > fanout):
             for k, start in enumerate(range(fanout, len(level), fanout), 1):

@@ -462,9 +462,10 @@ tee -q -o stat.json stat -json
 # can fail an assertion while reintegrating abc9's result ("GetSize(conn.first) ==
 # GetSize(conn.second)" in ABC_OPS_REINTEGRATE); a small change to the execute unit's control
 # logic triggered it here. Then the flow runs abc9 again without wide LUTs (LUT4s only, no
-# PFUMX: a different netlist for abc9, which has got past the assertion where it was tried),
-# and if that fails too, synth_ecp5's own steps around the classic abc mapper, which is not
-# timing-driven; the report says which ran ("lut_mapper").
+# PFUMX: a different netlist for abc9, which got past the assertion on an 8x8 datapath that
+# failed it, though not on session 10's 4x4 core), and if that fails too, synth_ecp5's own
+# steps around the classic abc mapper, which is not timing-driven; the report says which ran
+# ("lut_mapper").
 def abc9_failed_an_assertion(log):
     """Whether a yosys log ends in an assertion failed while reintegrating abc9's result. The
     failures seen: ``Assert `GetSize(conn.first) == GetSize(conn.second)' failed`` and, on the
