@@ -300,10 +300,10 @@ class ExecuteUnit(wiring.Component):
         #   (`acc_sum`), whose six loads had put 1.9 ns of routing into the loop. (A third
         #   register on the sums left the loop's unpacked from the carry chains: 4.8 ns of
         #   routing in the loop.)
-        # * The sum is copied twice before it is written (WRITE_DELAY): the first copy leaves
-        #   the adders' carry chains (nextpnr packs it with them), the second can sit beside
-        #   the RAMs, so the write data crosses the chip on two paths of its own. The
-        #   execute->store push is a cycle before the write (k == latency + WRITE_DELAY): the
+        # * The sum is copied twice before it is written (WRITE_DELAY): the first copy stays
+        #   by the adders (the forwarding reads it), the second can sit beside the RAMs, so
+        #   the write data crosses the chip on two paths of its own. The execute->store push
+        #   is a cycle before the write (k == latency + WRITE_DELAY): the
         #   store unit reads a row two cycles after a push at the earliest (the token counts
         #   from the next cycle, and a STORE reads from the cycle after its accept), by when
         #   the write has landed.
