@@ -191,27 +191,23 @@ def replicate_ram_drivers(netlist, top, group=2, fanout=4):
     ram_pins = defaultdict(lambda: defaultdict(list))     # net bit -> RAM -> its pins
     other_sinks = {bit for port in module.get("ports", {}).values()
                    if port.get("direction") != "input" for bit in port["bits"]}
-    uses = defaultdict(int)                               # net bit -> sinks
+    uses = defaultdict(int, {bit: 1 for bit in other_sinks})  # net bit -> sinks, ports too
     top_bit = 0
     for name, cell in cells.items():
         for pin, bits in cell["connections"].items():
-            top_bit = max([top_bit, *(b for b in bits if isinstance(b, int))])
+            nets = [b for b in bits if isinstance(b, int)]
+            top_bit = max([top_bit, *nets])
             if cell["type"] == "TRELLIS_FF" and pin == "Q" and isinstance(bits[0], int):
                 driver[bits[0]] = name
-            if cell.get("port_directions", {}).get(pin) != "output":
-                for b in bits:
-                    if isinstance(b, int):
-                        uses[b] += 1
+            if cell.get("port_directions", {}).get(pin) == "output":
+                continue
+            for b in nets:
+                uses[b] += 1
             if (cell["type"] == "DP16KD" and _CONTROL_PIN.fullmatch(pin)
                     and isinstance(bits[0], int)):
                 ram_pins[bits[0]][name].append(pin)
-            elif cell.get("port_directions", {}).get(pin) != "output":
-                other_sinks.update(b for b in bits if isinstance(b, int))
-    for port in module.get("ports", {}).values():
-        if port.get("direction") != "input":
-            for b in port["bits"]:
-                if isinstance(b, int):
-                    uses[b] += 1
+            else:
+                other_sinks.update(nets)
     netnames = module.setdefault("netnames", {})
     names = {bits[0]: name for name, net in netnames.items()
              for bits in [net["bits"]] if len(bits) == 1 and isinstance(bits[0], int)}
