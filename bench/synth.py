@@ -5,7 +5,7 @@
     python bench/synth.py [--target ecp5-85k] [--seed 1] [--presets 2x2 4x4 ...]
                           [--mesh-seeds 1 2 3] [--mesh-presets 2x2 ...]
                           [--datapath-seeds 1 2 3] [--datapath-presets 8x8 ...]
-                          [--classic-abc 4x8 8x8] [--force]
+                          [--classic-abc 4x8 8x8] [--jobs 1] [--force]
 
 Each preset goes through :func:`bertaccel.hw.synth.synthesize` (what ``bertaccel synth`` runs);
 results are cached in ``build/synth/<tag>-<target>/``, so a rerun prints at once. A preset that
@@ -23,6 +23,7 @@ import argparse
 import json
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bertaccel.hw.config import PRESETS
@@ -54,19 +55,23 @@ def main(argv=None):
                         help="presets whose core is mapped with yosys's classic abc instead of "
                              "abc9 (4x8, 8x8: their abc9 netlists did not finish routing; "
                              "docs/fpga.md)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="place-and-route runs side by side (1); each takes a core and up "
+                             "to a few GB")
     parser.add_argument("--force", action="store_true")
     parser.add_argument("--output", type=Path, default=RESULTS,
                         help="the JSON; the Markdown table goes beside it (.md)")
     args = parser.parse_args(argv)
     tgt = target(args.target)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, not {args.jobs}")
 
     begin = time.monotonic()
-    reports = []
 
     def say(text):
         print(f"bench: {text}", file=sys.stderr)
 
-    for name in args.presets:
+    def core(name):
         cfg = PRESETS[name]
         try:
             report = synthesize(cfg, tgt.name, seed=args.seed, freq_mhz=args.freq,
@@ -74,38 +79,41 @@ def main(argv=None):
                                 lut_mapper="abc" if name in args.classic_abc else "abc9")
         except DoesNotFit as error:
             say(str(error))
-            reports.append({"config": name, "tag": cfg.tag, "target": tgt.name, "fits": False,
-                            "error": str(error)})
-            continue
+            return {"config": name, "tag": cfg.tag, "target": tgt.name, "fits": False,
+                    "error": str(error)}
         except NotRouted as error:
             say(str(error))
-            reports.append(not_routed_report(cfg, tgt, error,
-                                             f"stopped after {args.timeout:g} min"))
-            continue
+            return not_routed_report(cfg, tgt, error, f"stopped after {args.timeout:g} min")
         report = dict(report, fits=True)
         report.pop("utilization")            # per-BEL detail: in build/synth/*/result.json
-        reports.append(report)
+        return report
 
-    def seed_runs(design, presets, seeds):
-        runs = []
-        for name in presets:
-            for seed in seeds:
-                try:
-                    report = synthesize(PRESETS[name], tgt.name, design=design, seed=seed,
-                                        freq_mhz=args.freq, force=args.force, log=say,
-                                        timeout_s=60 * args.timeout)
-                except DoesNotFit as error:
-                    say(str(error))
-                    break
-                except NotRouted as error:
-                    say(str(error))
-                    continue
-                report.pop("utilization")
-                runs.append(report)
-        return runs
+    def seed_run(design, name, seed):
+        """One seed's report, or None (does not fit, not routed: said in the log)."""
+        try:
+            report = synthesize(PRESETS[name], tgt.name, design=design, seed=seed,
+                                freq_mhz=args.freq, force=args.force, log=say,
+                                timeout_s=60 * args.timeout)
+        except (DoesNotFit, NotRouted) as error:
+            say(str(error))
+            return None
+        report.pop("utilization")
+        return report
 
-    meshes = seed_runs("mesh", args.mesh_presets or args.presets, args.mesh_seeds)
-    datapaths = seed_runs("datapath", args.datapath_presets, args.datapath_seeds)
+    # Every run is a pair of tool processes of its own (its own build folder), so --jobs of
+    # them run side by side; results keep the order of the runs.
+    runs = [("core", (name,)) for name in args.presets]
+    runs += [("mesh", ("mesh", name, seed)) for name in args.mesh_presets or args.presets
+             for seed in args.mesh_seeds]
+    runs += [("datapath", ("datapath", name, seed)) for name in args.datapath_presets
+             for seed in args.datapath_seeds]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [(kind, pool.submit(core if kind == "core" else seed_run, *call))
+                   for kind, call in runs]
+        results = [(kind, future.result()) for kind, future in futures]
+    reports = [report for kind, report in results if kind == "core"]
+    meshes = [report for kind, report in results if kind == "mesh" and report]
+    datapaths = [report for kind, report in results if kind == "datapath" and report]
 
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({"target": tgt.name, "part": tgt.part, "seed": args.seed,
