@@ -35,7 +35,9 @@ class ExecuteUnit(wiring.Component):
 
     MATMULs alternate between weight banks 0 and 1, so the preload of one overlaps the stream of
     the one before. A MATMUL is handed over in the cycle of its last weight read at the earliest,
-    when the stream stage is idle or on its last row, and streams from the next cycle. The mesh
+    when the stream stage is idle or on its last row, and streams from the next cycle; a cycle
+    later when its first row accumulates onto the row that last row writes (the sum is not
+    forwarded that close). The mesh
     keeps a weight row and an operand row in the order they were read, wherever they meet, so
     no bank has to drain: the first weight read of MATMUL *i* comes after the last operand read
     of MATMUL *i* - 2 (*i* is accepted no earlier than the hand-over of *i* - 1, which waits for
@@ -111,6 +113,7 @@ class ExecuteUnit(wiring.Component):
         p_accumulate = Signal()
         p_push_load = Signal()
         p_push_store = Signal()
+        p_acc_prev = Signal(cfg.acc_addr_width)    # its first accumulator row minus one
         # Done from the cycle that reads the last weight row: the first operand row read after
         # it already meets the new weights. A register (a timing choice: it starts the hand-over
         # decision, which loads every stream-stage register), set by the read before that one.
@@ -223,8 +226,17 @@ class ExecuteUnit(wiring.Component):
                                           reset_less=False))]
 
         # The next ~s_active | s_final: from the hand-over, `p_final`; else 1 unless the stage
-        # streams on (active, not on its last row), when it is the next `s_final`.
-        m.d.sync += s_open.eq(Mux(handoff, p_final, ~s_active | s_final | (s_remaining == 2)))
+        # streams on (active, not on its last row), when it is the next `s_final`. But a row is
+        # never streamed in the cycle right after a row that writes its accumulator row
+        # (back-to-back accumulating MATMULs of one row into one row): the sum it needs would
+        # have to go straight from the adders back into them, a loop that held the 8x8 datapath
+        # under 150 MHz. The stage stays closed on that last row instead (`clash`), so the
+        # hand-over waits a cycle (the cycle model's `acc_hazard`). The preload stage's
+        # registers do not change in the cycle before a hand-over, which needs `p_done`.
+        clash = (~s_zero & (s_acc_addr[:cfg.acc_addr_width] == p_acc_prev) &
+                 p_accumulate & ~p_zero)
+        m.d.sync += s_open.eq(Mux(handoff, p_final,
+                                  ~s_active | s_final | ((s_remaining == 2) & ~clash)))
         with m.If(handoff):
             m.d.sync += [
                 p_full.eq(0),
@@ -268,6 +280,7 @@ class ExecuteUnit(wiring.Component):
                 p_b_addr.eq(body.b_addr),
                 p_a_addr.eq(body.a_addr),
                 p_acc_addr.eq(body.acc_addr),
+                p_acc_prev.eq(body.acc_addr[:cfg.acc_addr_width] - 1),
                 p_remaining.eq(Mux(body.m_len == 0, 1, body.m_len)),
                 p_zero.eq(body.m_len == 0),
                 p_final.eq(body.m_len <= 1),
@@ -279,8 +292,8 @@ class ExecuteUnit(wiring.Component):
         # -- accumulate: read the old row early, add, write later ---------------------------
         # meta[k] describes the row whose operand was issued k cycles ago. Its operand enters the
         # mesh at k == OPERAND_DELAY and its sums leave at k == latency + 1, where they are added
-        # to the old row into `acc_loop` and `acc_sum`, the first of the WRITE_DELAY registers
-        # of the write data, and written at k == latency + 1 + WRITE_DELAY.
+        # to the old row into `acc_sum`, the first of the WRITE_DELAY registers of the write
+        # data, and written at k == latency + 1 + WRITE_DELAY.
         # Timing choices (nextpnr's ECP5 model puts a block RAM's clock-to-output at 5.8 ns,
         # and the accumulator's RAMs spread across the chip):
         # * The old row is read at k == latency + 1 - READ_AHEAD and lands two cycles later in
@@ -293,13 +306,12 @@ class ExecuteUnit(wiring.Component):
         #   the RAMs has three cycles (on the 8x8 array it was 5.9 ns of routing alone with one
         #   such register, and 6.1 ns from the RAM to the first of two).
         # * The addend is decided a cycle ahead: `other` (k == latency + 1) is the old row or a
-        #   row forwarded from two to FORWARDED rows ahead, or zero without `accumulate`; the adder
-        #   takes it or, when the row one ahead wrote this row, that row's sum, one multiplexer
-        #   in the loop from the sum register back to the adder. That register (`acc_loop`)
-        #   drives nothing else: the forwarding takes the sum from the write data's first copy
-        #   (`acc_sum`), whose six loads had put 1.9 ns of routing into the loop. (A third
-        #   register on the sums left the loop's unpacked from the carry chains: 4.8 ns of
-        #   routing in the loop.)
+        #   row forwarded from two to FORWARDED rows ahead, or zero without `accumulate`, and
+        #   the adder adds it to the mesh's sums with nothing between two registers and it. No
+        #   row accumulates onto the row one ahead of it (the hand-over's `clash` stalls
+        #   instead): forwarding that one put a multiplexer into a loop from the sum register
+        #   back to the adder, and with the congestion among the adders that loop held the
+        #   8x8 datapath under 150 MHz.
         # * The sum is copied twice before it is written (WRITE_DELAY): the first copy stays
         #   by the adders (the forwarding reads it), the second can sit beside the RAMs, so
         #   the write data crosses the chip on two paths of its own. The execute->store push
@@ -309,7 +321,7 @@ class ExecuteUnit(wiring.Component):
         #   the write has landed.
         # That read misses the writes of the FORWARDED rows ahead of this one (on the FPGA the
         # accumulator's `no_rw_check` leaves a same-cycle collision undefined); they are
-        # forwarded instead, the nearest first.
+        # forwarded instead, the nearest first (the row one ahead never writes this row).
         latency = cfg.mesh_latency + self.OPERAND_DELAY - 1
         meta = delay_line(m, meta_in, latency + self.WRITE_DELAY + 1, name="meta",
                           reset_less=False)
@@ -318,11 +330,7 @@ class ExecuteUnit(wiring.Component):
         acc_old = delay(m, self.acc_rd.data, self.READ_AHEAD - 2, name="acc_old")
         sums = Signal.like(self.acc_wr.data)
         # (The row registers have no reset: `meta` says which rows are real. A reset costs a
-        # LUT before the sum registers, in the adders' loop.)
-        acc_loop = Signal.like(self.acc_wr.data, attrs=KEEP, reset_less=True)
-        m.d.sync += acc_loop.eq(sums)
-        # The sum's copies for the write: the same flip-flops again, so the write data can cross
-        # the chip to the RAMs without pulling the adders' loop (`acc_loop`) along.
+        # LUT before the sum registers.)
         wdata_line = delay_line(m, sums, self.WRITE_DELAY, name="acc_wdata", attrs=KEEP)
         acc_sum, acc_wdata = wdata_line[1], wdata_line[-1]
         m.d.comb += [
@@ -356,20 +364,24 @@ class ExecuteUnit(wiring.Component):
             m.d.sync += [column.eq(value) for column in columns]
             return per_byte(name, [columns[i // len(slices)] for i in range(copies_per_row)])
 
-        def writes(ahead, k, accumulates=False):
-            """Registered, per byte: the row `ahead` rows ahead of the row at stage k writes its
-            row (and, with `accumulates`, this row accumulates).
+        # The rows' addresses again, for the compares alone (kept apart from `meta`, whose
+        # registers the placer stretches from the issue logic to the RAMs: a route of 5.6 ns
+        # from one of them to a compare).
+        tags = delay_line(m, Cat(meta_in.valid, meta_in.addr), self.FORWARDED + 1, name="tag",
+                          reset_less=False, attrs=KEEP)
 
-            Both rows move down `meta` a stage a cycle, so the compare is made once, at stage 1
+        def writes(ahead, k):
+            """Registered, per byte: the row `ahead` rows ahead of the row at stage k writes its
+            row.
+
+            Both rows move down the line a stage a cycle, so the compare is made once, at stage 1
             into a flag for stage 2, and the flag follows the row down a shift register to
             stage k - 2, where `fan_out` takes it. The compares stay beside the issue logic;
             made at stage k - 2 they sat between `meta`'s address registers and the copies
             spread along the adders, with 4.5 ns of routing into them.
             """
-            flag = delay(m, meta[1 + ahead].valid & (meta[1 + ahead].addr == meta[1].addr),
+            flag = delay(m, tags[1 + ahead][0] & (tags[1 + ahead][1:] == tags[1][1:]),
                          k - 3, name=f"hit{ahead}", reset_less=False)
-            if accumulates:
-                flag = flag & meta[k - 2].accumulate
             return fan_out(f"hit{ahead}_k{k}", flag)
 
         # `acc_sum` holds the sum of the row `ahead` rows ahead of this one at
@@ -386,10 +398,9 @@ class ExecuteUnit(wiring.Component):
             choices.append((hit, fwd, nearer))
             fwd = nearer
             fwd_hit = per_byte(f"fwd{ahead}_hit", [h | f for h, f in zip(hit, fwd_hit)])
-        other = Signal.like(back_row)     # the addend unless the row one ahead wrote this row
+        other = Signal.like(back_row)     # the addend
         hit2 = writes(2, latency)
         accumulate = fan_out("accumulate", meta[latency - 2].accumulate)
-        near_hit = writes(1, latency + 1, accumulates=True)
         m.d.sync += back_row.eq(acc_sum)
         for c in range(cfg.cols):
             addend = []
@@ -404,7 +415,7 @@ class ExecuteUnit(wiring.Component):
                 m.d.sync += s_other.eq(Mux(accumulate[i], Mux(hit2[i], s_sum,
                                                               Mux(fwd_hit[i], byte(fwd),
                                                                   byte(acc_old))), 0))
-                addend.append(Mux(near_hit[i], byte(acc_loop), s_other))
+                addend.append(s_other)
             m.d.comb += sums[c].eq(mesh.o_c[c] + Cat(*addend).as_signed())
 
         m.d.sync += store_limit.eq(store_limit - (handoff & p_push_store) + push_meta.push)

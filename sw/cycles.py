@@ -40,7 +40,8 @@ Cycle 0 is the first cycle after the clock edge that samples ``start``.
 * MATMUL (hw/execute.py): two stages. *Preload* accepts when it is empty (or hands over in
   that cycle) and the tokens are there. It reads ``rows`` weight rows in the ``rows`` cycles
   after the accept and may hand over to the *stream* stage in the cycle of the last read, when
-  the stream stage is on its last row (or idle). The stream stage reads one operand row a
+  the stream stage is on its last row (or idle; the stage must be idle when the MATMUL's first
+  row accumulates onto the row that last row writes). The stream stage reads one operand row a
   cycle (a MATMUL of m_len 0 takes one idle slot). Weight banks never wait to drain: the mesh
   writes each weight row right behind the last operand row that used the old one (the weight
   wave of hw/mesh.py), and a preload starts no earlier than the last operand row of the MATMUL
@@ -86,6 +87,10 @@ timeline. Every cycle is in exactly one class of :attr:`CycleReport.breakdown`:
 ``dispatch``
     the next MATMUL has not reached the head of its queue: dispatch is in order and stalls
     behind a full queue (and the first instruction needs a few cycles to arrive);
+``acc_hazard``
+    the cycle a MATMUL waits when its first row accumulates onto the row the MATMUL before it
+    streamed last, in the cycle before (back-to-back MATMULs of one row into one row: the
+    execute unit does not forward a sum that close);
 ``mesh_drain``
     after the last operand row, until the execute unit's last accumulator write;
 ``store_drain``
@@ -114,7 +119,7 @@ __all__ = ["CycleModel", "CycleReport", "BREAKDOWN", "OP_CLASSES", "EPILOGUE_CLA
 
 #: The classes of :attr:`CycleReport.breakdown`, in report order.
 BREAKDOWN = ("compute", "zero_slots", "preload", "load_wait", "store_wait", "dispatch",
-             "mesh_drain", "store_drain")
+             "acc_hazard", "mesh_drain", "store_drain")
 
 #: The op classes of :mod:`bertaccel.sw.profile` (restated: that module pulls in the profiler).
 OP_CLASSES = ("gemm", "attn_matmul", "softmax", "layernorm", "gelu", "dropout", "other")
@@ -364,6 +369,7 @@ class CycleModel:
         rows = cfg.rows
         depth = cfg.queue_depth
         lat_acc = timing["mesh_latency"] + ACC_WRITE_EXTRA
+        acc_mask = (1 << self.cfg.acc_addr_width) - 1
         preload = rows + PRELOAD_EXTRA
         ep_latency = timing["ep_latency"]
         gaps = timing["gap"]
@@ -406,6 +412,7 @@ class CycleModel:
             load_free = g
             p_free = g                     # the preload stage may accept from here
             s_end = g - 1                  # last stream cycle so far
+            s_last_row = -1                # the accumulator row it wrote (-1: none)
             st_free = g                    # a nonempty STORE may be accepted from here
             st_idle = g                    # an empty STORE from here
             st_quiet = g                   # a SET from here (unit and epilogue empty)
@@ -489,7 +496,11 @@ class CycleModel:
                         h = room_at
                     m_len = ins.m_len
                     length = m_len if m_len > 0 else 1
-                    e = h + length
+                    # The hand-over waits a cycle rather than stream a row right behind the row
+                    # it accumulates onto (hw/execute.py `clash`).
+                    hazard = (h == s_end and m_len > 0 and ins.accumulate
+                              and ins.acc_addr & acc_mask == s_last_row)
+                    e = h + length + hazard
                     # -- where the gap before this stream went ---------------------------------
                     gap = h - s_end
                     if gap > 0:
@@ -514,6 +525,10 @@ class CycleModel:
                         if cursor < h:         # not reached: cannot happen; keep the sum exact
                             totals["preload"] += h - cursor
                             charged[i] += h - cursor
+                    if hazard:
+                        totals["acc_hazard"] += 1
+                        charged[i] += 1
+                        h += 1
                     if m_len > 0:
                         totals["compute"] += length
                         counts["matmul_rows"] += length
@@ -524,6 +539,7 @@ class CycleModel:
                     stream[i] = h + 1
                     p_free = h
                     s_end = e
+                    s_last_row = (ins.acc_addr + m_len - 1) & acc_mask if m_len > 0 else -1
                     if ins.push_prev:
                         push_vis[_E2L].append(e + TOKEN_DELAY)
                         push_by[_E2L].append(i)

@@ -85,7 +85,7 @@ GEMM_CLASS = {"qkv": "qkv_gemm", "qk": "attention_gemm", "pv": "attention_gemm",
               "wo": "output_gemm", "w1": "ffn_gemm", "w2": "ffn_gemm"}
 
 #: The parts of ``stalls`` (classes of :attr:`bertaccel.sw.cycles.CycleReport.breakdown`).
-STALL_CLASSES = ("preload", "dispatch", "zero_slots", "mesh_drain")
+STALL_CLASSES = ("preload", "dispatch", "zero_slots", "acc_hazard", "mesh_drain")
 
 # -- models -------------------------------------------------------------------------------------
 
