@@ -42,8 +42,10 @@ verilog: setup
 
 # Synthesis, place and route of every preset that fits an ECP5-85k (yosys and nextpnr from PyPI;
 # results cached in build/synth, table in bench/results/synth.json). See docs/fpga.md.
+# FPGA_JOBS runs side by side (each takes a core).
+FPGA_JOBS ?= 2
 fpga: setup
-	$(BIN)/python bench/synth.py --target ecp5-85k
+	$(BIN)/python bench/synth.py --target ecp5-85k --jobs $(FPGA_JOBS)
 
 # A ULX3S-85F bitstream of the core behind its UART bridge (minutes; not part of `make test`).
 # 2x2 builds in about 5 minutes; the 8x8 core, with `python bench/ulx3s.py --config 8x8
