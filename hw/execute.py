@@ -27,23 +27,22 @@ class ExecuteUnit(wiring.Component):
     ``cfg.mesh_latency`` cycles later its ``cols`` sums leave it, are added to the old row of
     ``acc[acc_addr + m]`` when ``accumulate`` is set, and are written there
     :attr:`WRITE_DELAY` cycles later. The old row is read :attr:`READ_AHEAD` cycles before the
-    sums arrive; the writes that read cannot see (the :attr:`FORWARDED` rows before it) are
-    forwarded. The execute->load token is pushed with the last operand row's issue (the load
+    sums arrive; the writes that read cannot see (the :attr:`FORWARDED` rows before it, of
+    which the one right before never writes its row) are forwarded. The execute->load token is pushed with the last operand row's issue (the load
     unit writes two cycles later at the earliest, after that row's read); the execute->store
     token a cycle before the last row's write lands (the store unit cannot read that row
     sooner). The timing choices are explained where they are made.
 
     MATMULs alternate between weight banks 0 and 1, so the preload of one overlaps the stream of
     the one before. A MATMUL is handed over in the cycle of its last weight read at the earliest,
-    when the stream stage is idle or on its last row, and streams from the next cycle; a cycle
-    later when its first row accumulates onto the row that last row writes (the sum is not
-    forwarded that close). The mesh
-    keeps a weight row and an operand row in the order they were read, wherever they meet, so
-    no bank has to drain: the first weight read of MATMUL *i* comes after the last operand read
-    of MATMUL *i* - 2 (*i* is accepted no earlier than the hand-over of *i* - 1, which waits for
-    the last row of *i* - 2), and its last weight read before its own first operand read. In
-    steady state each MATMUL of ``m`` rows costs ``max(m, rows)`` cycles: the only limit is
-    scratchpad B's one weight row a cycle.
+    when the stream stage is idle or on its last row, and streams from the next cycle (a cycle
+    later when its first row accumulates onto the row that last row writes: no sum is forwarded
+    that close). The mesh keeps a weight row and an operand row in the order they were read,
+    wherever they meet, so no bank has to drain: the first weight read of MATMUL *i* comes
+    after the last operand read of MATMUL *i* - 2 (*i* is accepted no earlier than the
+    hand-over of *i* - 1, which waits for the last row of *i* - 2), and its last weight read
+    before its own first operand read. In steady state each MATMUL of ``m`` rows costs
+    ``max(m, rows)`` cycles: the only limit is scratchpad B's one weight row a cycle.
 
     Members
     -------
@@ -230,9 +229,10 @@ class ExecuteUnit(wiring.Component):
         # never streamed in the cycle right after a row that writes its accumulator row
         # (back-to-back accumulating MATMULs of one row into one row): the sum it needs would
         # have to go straight from the adders back into them, a loop that held the 8x8 datapath
-        # under 150 MHz. The stage stays closed on that last row instead (`clash`), so the
-        # hand-over waits a cycle (the cycle model's `acc_hazard`). The preload stage's
-        # registers do not change in the cycle before a hand-over, which needs `p_done`.
+        # under 150 MHz. The stage stays closed on that last row instead (`clash`: the row it
+        # streams now is the one before its last), so the hand-over waits a cycle (the cycle
+        # model's `acc_hazard`). The preload stage's registers do not change in the cycle
+        # before a hand-over, which needs `p_done`.
         clash = (~s_zero & (s_acc_addr[:cfg.acc_addr_width] == p_acc_prev) &
                  p_accumulate & ~p_zero)
         m.d.sync += s_open.eq(Mux(handoff, p_final,

@@ -369,7 +369,7 @@ class CycleModel:
         rows = cfg.rows
         depth = cfg.queue_depth
         lat_acc = timing["mesh_latency"] + ACC_WRITE_EXTRA
-        acc_mask = (1 << self.cfg.acc_addr_width) - 1
+        acc_mask = (1 << cfg.acc_addr_width) - 1
         preload = rows + PRELOAD_EXTRA
         ep_latency = timing["ep_latency"]
         gaps = timing["gap"]
