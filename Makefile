@@ -42,7 +42,7 @@ verilog: setup
 
 # Synthesis, place and route of every preset that fits an ECP5-85k (yosys and nextpnr from PyPI;
 # results cached in build/synth, table in bench/results/synth.json). See docs/fpga.md.
-# FPGA_JOBS runs side by side (each takes a core).
+# FPGA_JOBS runs side by side (each takes a core; with 2, about an hour in session 11).
 FPGA_JOBS ?= 2
 fpga: setup
 	$(BIN)/python bench/synth.py --target ecp5-85k --jobs $(FPGA_JOBS)
