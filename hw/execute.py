@@ -233,6 +233,8 @@ class ExecuteUnit(wiring.Component):
         # streams now is the one before its last), so the hand-over waits a cycle (the cycle
         # model's `acc_hazard`). The preload stage's registers do not change in the cycle
         # before a hand-over, which needs `p_done`.
+        # (`~s_zero` is implied where `clash` counts, a MATMUL of m_len 0 never having two rows
+        # left; the netlists placed in session 11 have it.)
         clash = (~s_zero & (s_acc_addr[:cfg.acc_addr_width] == p_acc_prev) &
                  p_accumulate & ~p_zero)
         m.d.sync += s_open.eq(Mux(handoff, p_final,
