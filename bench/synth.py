@@ -101,19 +101,16 @@ def main(argv=None):
         return report
 
     # Every run is a pair of tool processes of its own (its own build folder), so --jobs of
-    # them run side by side; results keep the order of the runs.
-    runs = [("core", (name,)) for name in args.presets]
-    runs += [("mesh", ("mesh", name, seed)) for name in args.mesh_presets or args.presets
-             for seed in args.mesh_seeds]
-    runs += [("datapath", ("datapath", name, seed)) for name in args.datapath_presets
-             for seed in args.datapath_seeds]
+    # them run side by side, started in this order; results keep the order of the runs.
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [(kind, pool.submit(core if kind == "core" else seed_run, *call))
-                   for kind, call in runs]
-        results = [(kind, future.result()) for kind, future in futures]
-    reports = [report for kind, report in results if kind == "core"]
-    meshes = [report for kind, report in results if kind == "mesh" and report]
-    datapaths = [report for kind, report in results if kind == "datapath" and report]
+        cores = [pool.submit(core, name) for name in args.presets]
+        meshes = [pool.submit(seed_run, "mesh", name, seed)
+                  for name in args.mesh_presets or args.presets for seed in args.mesh_seeds]
+        datapaths = [pool.submit(seed_run, "datapath", name, seed)
+                     for name in args.datapath_presets for seed in args.datapath_seeds]
+    reports = [future.result() for future in cores]
+    meshes = [report for future in meshes if (report := future.result())]
+    datapaths = [report for future in datapaths if (report := future.result())]
 
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({"target": tgt.name, "part": tgt.part, "seed": args.seed,

@@ -500,7 +500,6 @@ class CycleModel:
                     # it accumulates onto (hw/execute.py `clash`).
                     hazard = (h == s_end and m_len > 0 and ins.accumulate
                               and ins.acc_addr & acc_mask == s_last_row)
-                    e = h + length + hazard
                     # -- where the gap before this stream went ---------------------------------
                     gap = h - s_end
                     if gap > 0:
@@ -525,10 +524,11 @@ class CycleModel:
                         if cursor < h:         # not reached: cannot happen; keep the sum exact
                             totals["preload"] += h - cursor
                             charged[i] += h - cursor
-                    if hazard:
+                    if hazard:                 # (then there was no gap above)
                         totals["acc_hazard"] += 1
                         charged[i] += 1
                         h += 1
+                    e = h + length
                     if m_len > 0:
                         totals["compute"] += length
                         counts["matmul_rows"] += length
