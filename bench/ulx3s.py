@@ -26,7 +26,12 @@ from pathlib import Path
 from bertaccel.hw.config import load_config
 from bertaccel.hw.dsp import KEEP_REGISTERS
 from bertaccel.hw.memory import RTLIL_NO_RW_CHECK
-from bertaccel.hw.synth import CLASSIC_ABC_STEPS, parse_nextpnr_report, tool_versions
+from bertaccel.hw.synth import (
+    CLASSIC_ABC_STEPS,
+    RAM_COPY_GROUP,
+    parse_nextpnr_report,
+    tool_versions,
+)
 from bertaccel.hw.ulx3s import ULX3STop
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -82,7 +87,8 @@ def main(argv=None):
     wrapper = build_dir / "nextpnr-ramreg.sh"
     wrapper.write_text(
         "#!/bin/sh\n"
-        f"{shlex.quote(sys.executable)} -m bertaccel.hw.ramreg {name}.json > ramreg.json || exit 1\n"
+        f"{shlex.quote(sys.executable)} -m bertaccel.hw.ramreg {name}.json "
+        f"--group {RAM_COPY_GROUP['core']} > ramreg.json || exit 1\n"
         f"exec {shlex.quote(os.environ['NEXTPNR_ECP5'])} \"$@\"\n")
     wrapper.chmod(0o755)
     os.environ["NEXTPNR_ECP5"] = str(wrapper.resolve())

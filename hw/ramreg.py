@@ -35,10 +35,13 @@ kept it). The groups follow the RAMs' names in natural order (yosys names a memo
 flip-flop drives its copies' data inputs from its own source net, so the long route moves to a
 register-to-register arc with a handful of sinks.
 
-Groups are of 2 RAMs: with 8, and again with 4, the placer left a copy 6.1-6.8 ns of routing
-from one of its RAMs on some seeds of the 8x8 datapath, because the RAMs it served were far
-apart. With 1, the source of the 29 copies of an accumulator address was 8.3 ns from the
-farthest. So where a copied flip-flop's data comes from a plain flip-flop that nothing else
+The group size is the caller's (``group``). For the datapath it is 2 RAMs: with 8, and again
+with 4, the placer left a copy 6.1-6.8 ns of routing from one of its RAMs on some seeds of the
+8x8 datapath, because the RAMs it served were far apart. With 1, the source of the 29 copies of
+an accumulator address was 8.3 ns from the farthest. For the whole core it is 8
+(:data:`bertaccel.hw.synth.RAM_COPY_GROUP`): with 2, the 8x8 core's 1,456 copies left its router
+with some 15,000 overused wires from the fifth iteration to the seventh, and it did not finish
+in 45 minutes; with 8 (335 copies) the overuse kept falling. So where a copied flip-flop's data comes from a plain flip-flop that nothing else
 reads (the execute unit's row addresses travel down a delay line, ``meta`` in
 ``hw/execute.py``), that flip-flop is copied too, one copy per ``fanout`` (4) copies: a tree
 of two levels, each arc with a cycle of its own and a handful of sinks.
@@ -48,6 +51,7 @@ netlist between yosys and nextpnr, and the ULX3S board build (``bench/ulx3s.py``
 ``python -m bertaccel.hw.ramreg NETLIST``, which rewrites the file in place.
 """
 
+import argparse
 import copy
 import json
 import re
@@ -256,41 +260,53 @@ def replicate_ram_drivers(netlist, top, group=2, fanout=4):
     return {"flip_flops": flip_flops, "copies": copies}
 
 
-def rewrite_for_nextpnr(netlist, top):
+def rewrite_for_nextpnr(netlist, top, group=2):
     """Both passes, in the order both flows run them: the output registers move into the RAMs,
-    then the address registers are copied per group of RAMs. Returns the two passes' counts
+    then the address registers are copied per ``group`` RAMs. Returns the two passes' counts
     (:func:`absorb_output_registers`, :func:`replicate_ram_drivers`)."""
-    return absorb_output_registers(netlist, top), replicate_ram_drivers(netlist, top)
+    return (absorb_output_registers(netlist, top),
+            replicate_ram_drivers(netlist, top, group=group))
 
 
 def main(argv=None):
-    """``python -m bertaccel.hw.ramreg NETLIST [TOP]``: rewrite a yosys JSON netlist in place
-    (the top module is the one yosys marked ``top`` unless named); the counts go to stdout as
-    JSON and to stderr as a sentence."""
-    args = sys.argv[1:] if argv is None else argv
-    if not 1 <= len(args) <= 2:
-        print("usage: python -m bertaccel.hw.ramreg NETLIST.json [TOP]", file=sys.stderr)
+    """``python -m bertaccel.hw.ramreg NETLIST [TOP] [--group N]``: rewrite a yosys JSON
+    netlist in place (the top module is the one yosys marked ``top`` unless named; address
+    copies per ``N`` RAMs, 2 unless given); the counts go to stdout as JSON and to stderr as a
+    sentence."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bertaccel.hw.ramreg",
+        description="move block RAM output registers into the DP16KDs and copy their address "
+                    "registers per group of RAMs, in a yosys JSON netlist (rewritten in place)")
+    parser.add_argument("netlist", help="yosys write_json output after synth_ecp5")
+    parser.add_argument("top", nargs="?", help="the module to rewrite (default: yosys's top)")
+    parser.add_argument("--group", type=int, default=2,
+                        help="the most RAMs one copy of an address register serves (default 2)")
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exit_:
+        return exit_.code
+    if args.group < 1:
+        print(f"ramreg: --group must be at least 1, not {args.group}", file=sys.stderr)
         return 2
-    with open(args[0]) as file:
+    with open(args.netlist) as file:
         netlist = json.load(file)
-    if len(args) == 2:
-        top = args[1]
-    else:
+    top = args.top
+    if top is None:
         tops = [name for name, module in netlist["modules"].items()
                 if _int(module.get("attributes", {}).get("top", 0))]
         if len(tops) != 1:
-            print(f"ramreg: name the top module of {args[0]} (candidates: {tops})",
+            print(f"ramreg: name the top module of {args.netlist} (candidates: {tops})",
                   file=sys.stderr)
             return 2
         top = tops[0]
-    counts, copies = rewrite_for_nextpnr(netlist, top)
-    with open(args[0], "w") as file:
+    counts, copies = rewrite_for_nextpnr(netlist, top, group=args.group)
+    with open(args.netlist, "w") as file:
         json.dump(netlist, file)
-    print(json.dumps(dict(counts, address_copies=copies)))
+    print(json.dumps(dict(counts, address_copies=copies, group=args.group)))
     print(f"ramreg: {counts['ports']} block RAM read ports took their output register "
           f"({counts['flip_flops']} flip-flops moved); {counts['ports_left']} left as they were; "
           f"{copies['copies']} copies of {copies['flip_flops']} flip-flops driving RAM control "
-          f"pins", file=sys.stderr)
+          f"pins, one per {args.group} RAMs", file=sys.stderr)
     return 0
 
 

@@ -58,7 +58,7 @@ from .verilog import convert
 
 __all__ = [
     "SynthError", "DoesNotFit", "NotRouted", "Target", "TARGETS", "target", "DESIGNS",
-    "SynthTop", "CLASSIC_ABC_STEPS",
+    "RAM_COPY_GROUP", "SynthTop", "CLASSIC_ABC_STEPS",
     "estimate", "check_fit", "tool_versions", "synthesize", "build_name", "nextpnr_command",
     "not_routed_report", "map_blocks", "parse_yosys_stat",
     "parse_memory_mapping", "parse_nextpnr_report", "format_table", "format_seed_table",
@@ -451,6 +451,11 @@ def parse_nextpnr_report(report, clock="clk"):
 #: Part of the cache key: the netlist pass between yosys and nextpnr (hw/ramreg.py).
 RAMREG_VERSION = "ramreg 6"
 
+#: How many block RAMs share one copy of an address register (hw/ramreg.py), per design:
+#: 2 where the RAMs' paths are what limits the clock (the datapath), 8 for the whole core, whose
+#: router drowned in the 8x8 core's 1,456 copies per 2 RAMs (docs/fpga.md, sessions 11-12).
+RAM_COPY_GROUP = {"core": 8, "mesh": 2, "datapath": 2}
+
 _YOSYS_SCRIPT = """\
 read_verilog {verilog}
 {keep}
@@ -635,7 +640,8 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         RAMs and copied some) and ``totals`` (of the part); ``fmax_mhz`` and ``fmax_target_mhz``;
         ``meets_target``; ``critical_path`` (see :func:`parse_nextpnr_report`); ``yosys``
         (every cell count, as yosys left them); ``ram_output_registers`` and
-        ``ram_driver_copies`` (the two netlist passes' counts, :mod:`bertaccel.hw.ramreg`);
+        ``ram_driver_copies`` (the two netlist passes' counts, :mod:`bertaccel.hw.ramreg`;
+        the copies' ``group`` is :data:`RAM_COPY_GROUP`'s for the design);
         ``utilization (nextpnr's, per BEL type); ``tools`` (versions);
         ``seed``; ``wall_s`` (``yosys_s``, ``nextpnr_s``); ``cached``; ``build_dir``.
 
@@ -670,8 +676,10 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     lpf = _lpf(tgt, freq_mhz)
     nextpnr_args = nextpnr_command(tgt, seed)
     tools = tool_versions()
+    group = RAM_COPY_GROUP[design]
     key = hashlib.sha256(json.dumps(
         [verilog, script, narrow, fallback, lpf, nextpnr_args, tools, RAMREG_VERSION]
+        + [f"group {group}"]
         + ([] if lut_mapper == "abc9" else [lut_mapper]),
         sort_keys=True).encode()).hexdigest()
 
@@ -725,14 +733,15 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     # The block RAMs take the registers that follow them (hw/ramreg.py): fewer fabric FFs.
     netlist = json.loads((build_dir / "netlist.json").read_text())
     # And each group of RAMs its own copy of the registers that drive their addresses.
-    ramreg, copies = rewrite_for_nextpnr(netlist, TOP_NAME)
+    ramreg, copies = rewrite_for_nextpnr(netlist, TOP_NAME, group=group)
     (build_dir / "netlist.json").write_text(json.dumps(netlist))
     # What nextpnr gets: yosys's counts (kept as the report's "yosys") less the moved FFs,
     # plus the copies.
     used_pnr = dict(used, ff=used["ff"] - ramreg["flip_flops"] + copies["copies"])
     say(f"{what}: {ramreg['ports']} block RAM read ports took their output register "
         f"({ramreg['flip_flops']} flip-flops); {ramreg['ports_left']} did not; "
-        f"{copies['copies']} copies of {copies['flip_flops']} RAM address/enable flip-flops")
+        f"{copies['copies']} copies of {copies['flip_flops']} RAM address/enable flip-flops, "
+        f"one per {group} RAMs")
     check_fit(cfg, tgt, used_pnr, when="(after synthesis)")
 
     say(f"{what}: nextpnr-ecp5 place and route, seed {seed} "
@@ -767,7 +776,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         "meets_target": pnr["fmax_mhz"] is not None and pnr["fmax_mhz"] >= freq_mhz,
         "critical_path": pnr["critical_path"],
         "yosys": used, "utilization": pnr["utilization"], "ram_output_registers": ramreg,
-        "ram_driver_copies": copies,
+        "ram_driver_copies": dict(copies, group=group),
         "tools": versions, "lut_mapper": mapper, "seed": seed,
         "wall_s": round(time.monotonic() - begin, 1),
         "yosys_s": round(yosys_s, 1), "nextpnr_s": round(nextpnr_s, 1),

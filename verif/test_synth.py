@@ -36,6 +36,7 @@ from bertaccel.hw import synth
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.dsp import ECP5, KEEP_REGISTERS, product_register
 from bertaccel.hw.ramreg import absorb_output_registers, replicate_ram_drivers
+from bertaccel.hw.ramreg import main as ramreg_main
 from bertaccel.hw.verilog import convert
 
 __all__ = []
@@ -526,6 +527,22 @@ def test_replicate_leaves_a_small_memory_alone():
         replicate_ram_drivers(netlist, "top", group=0)
     with pytest.raises(ValueError, match="fanout"):
         replicate_ram_drivers(netlist, "top", fanout=0)
+
+
+def test_ramreg_command_copies_per_group(tmp_path, capsys):
+    # The board build's path: `python -m bertaccel.hw.ramreg NETLIST TOP --group N` rewrites
+    # the file in place with N RAMs per copy, and a bad group is refused before the file is read.
+    path = tmp_path / "netlist.json"
+    for group, copies in ((8, 2 + 1), (2, 5 + 4)):
+        path.write_text(json.dumps(_address_netlist(rams=10)))
+        assert ramreg_main([str(path), "top", "--group", str(group)]) == 0
+        counts = json.loads(capsys.readouterr().out)
+        assert counts["group"] == group
+        assert counts["address_copies"] == {"flip_flops": 2, "copies": copies}
+        cells = json.loads(path.read_text())["modules"]["top"]["cells"]
+        assert sum("$ram_copy" in name for name in cells) == copies
+    assert ramreg_main([str(tmp_path / "missing.json"), "--group", "0"]) == 2
+    assert "--group must be at least 1" in capsys.readouterr().err
 
 
 @pytest.mark.timeout(600)
