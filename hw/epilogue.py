@@ -350,29 +350,39 @@ class Epilogue(wiring.Component):
         # -- input: credits, the statistics gap, slots ----------------------------------------
         out_fifo = m.submodules.out_fifo = fifo.SyncFIFOBuffered(
             width=self.o_data.payload.shape().size, depth=sch.fifo_depth)
-        inflight = Signal(range(sch.fifo_depth + 1))   # output beats accepted, not yet sent
+        # Output beats accepted, not yet sent, as a thermometer code: `owed[i]` is "more than
+        # i". A timing choice: the credit check and `o_busy` read one bit each, and each bit's
+        # next value is a LUT of its neighbours, with no counter's adder and compares between
+        # the accept and the registers (that path limited the 2x2 and 4x8 cores).
+        owed = Signal(sch.fifo_depth)
         popped = self.o_data.valid & self.o_data.ready
 
         p1_slot = Signal()       # slot of the next first pass
         p2_slot = Signal()       # slot of the next second pass
         gap_max = max(sch.gap.values())
         wait = [Signal(range(gap_max + 1), name=f"wait{s}") for s in range(2)]
-        for counter in wait:
+        # wait[s] == 0, in a register of its own (a timing choice, as `owed`)
+        waited = [Signal(init=1, name=f"waited{s}") for s in range(2)]
+        for counter, zero in zip(wait, waited):
             with m.If(counter != 0):
-                m.d.sync += counter.eq(counter - 1)
+                m.d.sync += [counter.eq(counter - 1), zero.eq(counter == 1)]
 
         two_pass = (beat.op == EpOp.SOFTMAX) | (beat.op == EpOp.LAYERNORM)
-        stats_ok = ~(two_pass & beat.second) | (Mux(p2_slot, wait[1], wait[0]) == 0)
-        credit_ok = ~beat.second | (inflight < sch.fifo_depth)
+        stats_ok = ~(two_pass & beat.second) | Mux(p2_slot, waited[1], waited[0])
+        credit_ok = ~beat.second | ~owed[-1]
         # With ratio > 1 a beat is held while its sub-beats enter, one a cycle: `phase` is the
         # sub-beat entering next (0: none held, the input is open).
         phase = Signal(range(ratio)) if ratio > 1 else Const(0, 1)
         m.d.comb += self.i_beat.ready.eq(stats_ok & credit_ok & (phase == 0))
         accept = self.i_beat.valid & self.i_beat.ready
 
-        inflight_next = Signal.like(inflight)
-        m.d.comb += inflight_next.eq(inflight + (accept & beat.second) - popped)
-        m.d.sync += inflight.eq(inflight_next)
+        owes = Signal()          # an accepted beat will produce an output beat
+        m.d.comb += owes.eq(accept & beat.second)
+        up, down = Cat(Const(1), owed[:-1]), Cat(owed[1:], Const(0))   # one more, one fewer
+        with m.If(owes & ~popped):
+            m.d.sync += owed.eq(up)
+        with m.Elif(popped & ~owes):
+            m.d.sync += owed.eq(down)
 
         inb = Signal(beat_layout(cfg, lanes), reset_less=True)
         slot = Mux(beat.second, p2_slot, p1_slot)
@@ -421,9 +431,9 @@ class Epilogue(wiring.Component):
                     gap = Mux(beat.op == EpOp.SOFTMAX, sch.gap[EpOp.SOFTMAX] - 1,
                               sch.gap[EpOp.LAYERNORM] - 1)
                     with m.If(p1_slot):
-                        m.d.sync += wait[1].eq(gap)
+                        m.d.sync += [wait[1].eq(gap), waited[1].eq(gap == 0)]
                     with m.Else():
-                        m.d.sync += wait[0].eq(gap)
+                        m.d.sync += [wait[0].eq(gap), waited[0].eq(gap == 0)]
 
         # -- ADD: x' = acc + bias; the operands of the front multipliers -------------------------
         k = sch.ADD
@@ -824,7 +834,11 @@ class Epilogue(wiring.Component):
         else:
             valid0_next = accept | (phase != 0)
             phase_next_held = Mux(phase == 0, accept, phase != ratio - 1)
-        m.d.sync += busy.eq(valid0_next | Cat(*valid[:depth - 1]).any() | (inflight_next != 0)
+        # Output beats owed next cycle: one accepted now, or two or more now, or one not
+        # leaving now (a beat only leaves while one is owed).
+        two_or_more = owed[1] if sch.fifo_depth > 1 else 0
+        owed_next = owes | two_or_more | (owed[0] & ~popped)
+        m.d.sync += busy.eq(valid0_next | Cat(*valid[:depth - 1]).any() | owed_next
                             | phase_next_held)
 
         for i in range(lanes):
