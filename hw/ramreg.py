@@ -38,17 +38,21 @@ register-to-register arc with a handful of sinks.
 The group size is the caller's (``group``). For the datapath it is 2 RAMs: with 8, and again
 with 4, the placer left a copy 6.1-6.8 ns of routing from one of its RAMs on some seeds of the
 8x8 datapath, because the RAMs it served were far apart. With 1, the source of the 29 copies of
-an accumulator address was 8.3 ns from the farthest. For the whole core it is 8
-(:data:`bertaccel.hw.synth.RAM_COPY_GROUP`): with 2, the 8x8 core's 1,456 copies left its router
-with some 15,000 overused wires from the fifth iteration to the seventh, and it did not finish
-in 45 minutes; with 8 (335 copies) the overuse kept falling. So where a copied flip-flop's data comes from a plain flip-flop that nothing else
-reads (the execute unit's row addresses travel down a delay line, ``meta`` in
-``hw/execute.py``), that flip-flop is copied too, one copy per ``fanout`` (4) copies: a tree
-of two levels, each arc with a cycle of its own and a handful of sinks.
+an accumulator address was 8.3 ns from the farthest. So where a copied flip-flop's data comes
+from a plain flip-flop that nothing else reads (the execute unit's row addresses travel down a
+delay line, ``meta`` in ``hw/execute.py``), that flip-flop is copied too, one copy per
+``fanout`` (4) copies: a tree of two levels, each arc with a cycle of its own and a handful of
+sinks.
+
+For the whole core the group is 8 (:data:`bertaccel.hw.synth.RAM_COPY_GROUP`), as it was for
+every design before session 10: the cores' limits are their handshakes, not these routes, and
+with 2 the 8x8 core's 1,456 copies left its router with some 15,000 overused wires at
+iterations 5 to 7. With 8 (335 copies) the overuse fell to about 6,000 by iteration 12 but
+stayed there: the 8x8 core does not route with either (docs/fpga.md).
 
 Both flows run both passes: ``bertaccel synth`` (:func:`bertaccel.hw.synth.synthesize`) on the
 netlist between yosys and nextpnr, and the ULX3S board build (``bench/ulx3s.py``) through
-``python -m bertaccel.hw.ramreg NETLIST``, which rewrites the file in place.
+``python -m bertaccel.hw.ramreg NETLIST --group 8``, which rewrites the file in place.
 """
 
 import argparse

@@ -453,7 +453,8 @@ RAMREG_VERSION = "ramreg 6"
 
 #: How many block RAMs share one copy of an address register (hw/ramreg.py), per design:
 #: 2 where the RAMs' paths are what limits the clock (the datapath), 8 for the whole core, whose
-#: router drowned in the 8x8 core's 1,456 copies per 2 RAMs (docs/fpga.md, sessions 11-12).
+#: limits are elsewhere and whose router had more overused wires with copies per 2
+#: (docs/fpga.md, sessions 11-12).
 RAM_COPY_GROUP = {"core": 8, "mesh": 2, "datapath": 2}
 
 _YOSYS_SCRIPT = """\
