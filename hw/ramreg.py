@@ -47,8 +47,10 @@ sinks.
 For the whole core the group is 8 (:data:`bertaccel.hw.synth.RAM_COPY_GROUP`), as it was for
 every design before session 10: the cores' limits are their handshakes, not these routes, and
 with 2 the 8x8 core's 1,456 copies left its router with some 15,000 overused wires at
-iterations 5 to 7. With 8 (335 copies) the overuse fell to about 6,000 by iteration 12 but
-stayed there: the 8x8 core does not route with either (docs/fpga.md).
+iterations 5 to 7. With 8 (335 copies) it fell to about 6,000 by iteration 12 and stayed
+there on session 11's RTL; on session 12's it was still falling (1,484 at iteration 21) when
+the 45-minute limit stopped the run, so the 8x8 core has not routed with either yet
+(docs/fpga.md).
 
 Both flows run both passes: ``bertaccel synth`` (:func:`bertaccel.hw.synth.synthesize`) on the
 netlist between yosys and nextpnr, and the ULX3S board build (``bench/ulx3s.py``) through

@@ -679,8 +679,8 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     tools = tool_versions()
     group = RAM_COPY_GROUP[design]
     key = hashlib.sha256(json.dumps(
-        [verilog, script, narrow, fallback, lpf, nextpnr_args, tools, RAMREG_VERSION]
-        + [f"group {group}"]
+        [verilog, script, narrow, fallback, lpf, nextpnr_args, tools, RAMREG_VERSION,
+         f"group {group}"]
         + ([] if lut_mapper == "abc9" else [lut_mapper]),
         sort_keys=True).encode()).hexdigest()
 
