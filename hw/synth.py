@@ -83,12 +83,20 @@ class NotRouted(SynthError):
     placed_fmax_mhz : float or None
         nextpnr's Fmax estimate after placement, if it got that far (rough: routing delays are
         estimated).
+    lut_mapper : str
+        The LUT mapper that made the netlist (as the report's ``lut_mapper``).
+    router_iteration : tuple or None
+        ``(iteration, overused wires)`` from router2's last finished iteration, if it got that
+        far.
     """
 
-    def __init__(self, message, *, used, placed_fmax_mhz):
+    def __init__(self, message, *, used, placed_fmax_mhz, lut_mapper="abc9",
+                 router_iteration=None):
         super().__init__(message)
         self.used = used
         self.placed_fmax_mhz = placed_fmax_mhz
+        self.lut_mapper = lut_mapper
+        self.router_iteration = router_iteration
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -586,9 +594,14 @@ def build_name(cfg, tgt, design="core", seed=1, lut_mapper="abc9"):
 
 def not_routed_report(cfg, tgt, error, reason):
     """A report (as :func:`format_table` takes it) for a run stopped with ``error``, a
-    :class:`NotRouted`: yosys's counts, the estimate after placement and ``reason``."""
+    :class:`NotRouted`: yosys's counts, the LUT mapper, the estimate after placement, router2's
+    last iteration and ``reason``."""
+    iteration = error.router_iteration
     return {"config": cfg.name, "tag": cfg.tag, "target": tgt.name, "fits": True,
             "error": reason, "placed_fmax_mhz": error.placed_fmax_mhz,
+            "lut_mapper": error.lut_mapper,
+            "router_iteration": None if iteration is None else
+            {"iteration": iteration[0], "overused_wires": iteration[1]},
             "totals": dict(tgt.totals),
             **{k: error.used[k] for k in ("lut4", "ff", "mult18x18d", "dp16kd")}}
 
@@ -753,10 +766,13 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         log_path = build_dir / "nextpnr.log"
         log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
         placed = re.findall(r"Max frequency for clock '[^']*': ([\d.]+) MHz", log_text)
+        iterations = re.findall(r"iter=(\d+) wires=\d+ overused=(\d+)", log_text)
         raise NotRouted(
             f"config {cfg.name} ({cfg.tag}) did not finish place and route on {tgt.name} in "
             f"{timeout_s / 60:g} min (log in {build_dir / 'nextpnr.log'})",
-            used=used_pnr, placed_fmax_mhz=float(placed[-1]) if placed else None) from None
+            used=used_pnr, placed_fmax_mhz=float(placed[-1]) if placed else None,
+            lut_mapper=mapper,
+            router_iteration=tuple(map(int, iterations[-1])) if iterations else None) from None
     except SynthError as error:
         if re.search(r"(?i)unable to place|no bels? remaining|not enough", str(error)):
             raise DoesNotFit(f"config {cfg.name} ({cfg.tag}) does not fit {tgt.name}: nextpnr "
@@ -822,10 +838,13 @@ def format_table(reports):
         label = r["config"] + ("" if mapper == "abc9" else f" (LUTs by {mapper})")
         if "error" in r:
             placed = r.get("placed_fmax_mhz")
+            iteration = r.get("router_iteration")
             lines.append(
                 f"| {label} | {r['lut4']:,} / {t['lut4']:,} | {r['ff']:,} / {t['ff']:,} | "
                 f"{r['mult18x18d']} / {t['mult18x18d']} | {r['dp16kd']} / {t['dp16kd']} | - | "
                 f"not routed: {r['error']}"
+                + (f" at router2 iteration {iteration['iteration']} "
+                   f"({iteration['overused_wires']:,} wires overused)" if iteration else "")
                 + (f"; estimate after placement {placed:.1f} MHz" if placed else "") + " |")
             continue
         path = r["critical_path"] or {}

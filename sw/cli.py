@@ -314,9 +314,11 @@ def _cmd_synth(args):
     except DoesNotFit as error:
         raise _UsageError(str(error)) from None
     except NotRouted as error:
-        placed = error.placed_fmax_mhz
+        placed, iteration = error.placed_fmax_mhz, error.router_iteration
         print(f"bertaccel: {error}"
-              + (f"; nextpnr's estimate after placement was {placed:.1f} MHz" if placed else ""),
+              + (f"; nextpnr's estimate after placement was {placed:.1f} MHz" if placed else "")
+              + (f"; router2 stopped after iteration {iteration[0]} with {iteration[1]:,} wires "
+                 f"overused" if iteration else ""),
               file=sys.stderr)
         return 1
     if args.json:

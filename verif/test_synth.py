@@ -213,6 +213,13 @@ def test_lut_mapper_choice():
            "critical_path": {"from": "a", "to": "b", "delay_ns": 13.7}}
     assert "| 8x8 (LUTs by abc) | " in synth.format_table([row])
     assert "| 8x8 | " in synth.format_table([dict(row, lut_mapper="abc9")])
+    # A run stopped in the router: its row names the mapper and router2's last iteration.
+    stopped = synth.NotRouted("stopped", used=row, placed_fmax_mhz=56.2, lut_mapper="abc",
+                              router_iteration=(21, 1484))
+    table = synth.format_table([synth.not_routed_report(CFG, tgt, stopped, "stopped after 45 min")])
+    assert (f"| {CFG.name} (LUTs by abc) | " in table
+            and "not routed: stopped after 45 min at router2 iteration 21 (1,484 wires overused); "
+                "estimate after placement 56.2 MHz |" in table), table
     narrow = "abc9 -nowidelut (abc9 failed an assertion in yosys)"
     assert "| 8x8 (LUTs by abc9 -nowidelut) | " in synth.format_table(
         [dict(row, lut_mapper=narrow)])
