@@ -321,6 +321,19 @@ def _timeline(plan, cfg, ep=None):
     return store_free + latency
 
 
+def _operand_beats(m, kt_total, b_row_beats, n_mb, n_kb, n_nb, order):
+    """The operand beats a blocking loads in ``order``: ``(a_beats, b_beats)``, each operand's
+    beats (``b_row_beats`` per k tile of B) times the passes over it (one while its block stays
+    resident)."""
+    a_all = m * kt_total
+    b_all = kt_total * b_row_beats
+    if order == "m":
+        return (a_all * (1 if n_kb == 1 else n_nb),
+                b_all * (1 if n_kb == 1 and n_nb == 1 else n_mb))
+    return (a_all * (1 if n_kb == 1 and n_mb == 1 else n_nb),
+            b_all * (1 if n_kb == 1 else n_mb))
+
+
 def _score(cfg, m, kt_total, nt_total, mb, kb, nb, order):
     """Closed-form estimate of the cycles of a blocking: ``(cycles, n_steps, n_tiles)``."""
     rows = cfg.rows
@@ -332,14 +345,7 @@ def _score(cfg, m, kt_total, nt_total, mb, kb, nb, order):
     last_n = nt_total - (n_nb - 1) * nb
     compute = ((n_mb - 1) * _matmul_cycles(cfg, mb) + _matmul_cycles(cfg, last_m)) \
         * kt_total * nt_total + _STEP_OVERHEAD * n_steps
-    a_all = m * kt_total
-    b_all = kt_total * nt_total * rows
-    if order == "m":
-        a_beats = a_all * (1 if n_kb == 1 else n_nb)
-        b_beats = b_all * (1 if n_kb == 1 and n_nb == 1 else n_mb)
-    else:
-        b_beats = b_all * (1 if n_kb == 1 else n_mb)
-        a_beats = a_all * (1 if n_kb == 1 and n_mb == 1 else n_nb)
+    a_beats, b_beats = _operand_beats(m, kt_total, nt_total * rows, n_mb, n_kb, n_nb, order)
     first = min(mb, m) * min(kb, kt_total) + min(kb, kt_total) * min(nb, nt_total) * rows
     stored = m * nt_total
     cycles = (first + max(compute, a_beats + b_beats - first, stored)
@@ -537,14 +543,7 @@ def _score_epilogue(cfg, lens, kt_total, nt_total, kb, nb, order, ep):
     last_n = nt_total - (n_nb - 1) * nb
     compute = sum(_matmul_cycles(cfg, length) for length in lens) * kt_total * nt_total \
         + _STEP_OVERHEAD * n_steps
-    a_all = m * kt_total
-    b_all = kt_total * nt_total * rows
-    if order == "m":
-        a_beats = a_all * (1 if n_kb == 1 else n_nb)
-        b_beats = b_all * (1 if n_kb == 1 and n_nb == 1 else n_mb)
-    else:
-        b_beats = b_all * (1 if n_kb == 1 else n_mb)
-        a_beats = a_all * (1 if n_kb == 1 and n_mb == 1 else n_nb)
+    a_beats, b_beats = _operand_beats(m, kt_total, nt_total * rows, n_mb, n_kb, n_nb, order)
     per_row = cfg.pmem_beats_per_row
     aux = ep.residual * m * nt_total
     aux += nt_total * per_row * (1 if nt_total <= cfg.pmem_depth else n_mb)
