@@ -3,7 +3,7 @@
 ::
 
     python bench/ulx3s.py [--config 2x2] [--baud 115200] [--board 85F] [--lut-mapper abc9]
-                          [--program]
+                          [--timeout 120] [--program]
 
 This is amaranth-boards' own build (``ULX3S_85F_Platform().build(...)``) of
 :class:`bertaccel.hw.ulx3s.ULX3STop`, run with yosys, nextpnr-ecp5 and ecppack from PyPI
@@ -11,7 +11,8 @@ This is amaranth-boards' own build (``ULX3S_85F_Platform().build(...)``) of
 is only needed with ``--program``, so ``OPENFPGALOADER=true`` stands in for it otherwise). It
 takes minutes, so it is a bench, not part of ``make test`` (``make bitstream`` runs it). The
 bitstream lands in ``build/ulx3s/<tag>-<board>/bertaccel_ulx3s.bit``; a summary goes to
-``bench/results/ulx3s-<config>-<board>.json``.
+``bench/results/ulx3s-<config>-<board>.json``. nextpnr is stopped after ``--timeout`` minutes
+(exit status 1, and no summary is written).
 """
 
 import argparse
@@ -19,6 +20,7 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -59,9 +61,13 @@ def main(argv=None):
     parser.add_argument("--lut-mapper", choices=["abc", "abc9"], default="abc9",
                         help="yosys's LUT mapper: abc9 (synth_ecp5's own, timing-driven; the "
                              "default) or the classic abc")
+    parser.add_argument("--timeout", type=float, default=120,
+                        help="minutes nextpnr may take before it is stopped (120)")
     parser.add_argument("--program", action="store_true", help="load it with openFPGALoader")
     parser.add_argument("--build-dir", type=Path)
     args = parser.parse_args(argv)
+    if args.timeout <= 0:
+        parser.error(f"--timeout must be a positive number of minutes, not {args.timeout:g}")
     cfg = load_config(args.config)
     _tools(args.program)
 
@@ -82,20 +88,34 @@ def main(argv=None):
         synth_opts = "-run map_cells:"
     # The block RAMs take the registers after them and each group of RAMs gets its own copy of
     # the address registers (hw/ramreg.py): amaranth's build script
-    # runs "$NEXTPNR_ECP5", here a wrapper that rewrites the netlist first.
+    # runs "$NEXTPNR_ECP5", here a wrapper that rewrites the netlist first, and stops nextpnr
+    # after --timeout minutes (timeout(1) exits with 124; the wrapper leaves a marker).
     build_dir.mkdir(parents=True, exist_ok=True)
+    marker = build_dir / "nextpnr-timed-out"
+    marker.unlink(missing_ok=True)
     wrapper = build_dir / "nextpnr-ramreg.sh"
     wrapper.write_text(
         "#!/bin/sh\n"
         f"{shlex.quote(sys.executable)} -m bertaccel.hw.ramreg {name}.json "
         f"--group {RAM_COPY_GROUP['core']} > ramreg.json || exit 1\n"
-        f"exec {shlex.quote(os.environ['NEXTPNR_ECP5'])} \"$@\"\n")
+        f"timeout {round(60 * args.timeout)} "
+        f"{shlex.quote(os.environ['NEXTPNR_ECP5'])} \"$@\"\n"
+        f"status=$?\n"
+        f"[ $status -eq 124 ] && touch {marker.name}\n"
+        f"exit $status\n")
     wrapper.chmod(0o755)
     os.environ["NEXTPNR_ECP5"] = str(wrapper.resolve())
     # router2: the default router1 did not converge on the 8x8 core here in 20 minutes.
-    platform.build(ULX3STop(cfg, baud=args.baud), name=name, build_dir=str(build_dir),
-                   do_program=args.program, script_after_read=script, synth_opts=synth_opts,
-                   nextpnr_opts=f"--router router2 --seed {args.seed} --report {name}.report.json")
+    try:
+        platform.build(ULX3STop(cfg, baud=args.baud), name=name, build_dir=str(build_dir),
+                       do_program=args.program, script_after_read=script, synth_opts=synth_opts,
+                       nextpnr_opts=f"--router router2 --seed {args.seed} "
+                                    f"--report {name}.report.json")
+    except subprocess.CalledProcessError:
+        print(f"bench: the build of {cfg.name} failed after {time.monotonic() - begin:.0f} s"
+              + (f": nextpnr did not finish place and route in {args.timeout:g} min"
+                 if marker.exists() else "") + f" (logs in {build_dir})", file=sys.stderr)
+        return 1
     wall = time.monotonic() - begin
 
     bitstream = build_dir / f"{name}.bit"
