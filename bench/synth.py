@@ -5,12 +5,14 @@
     python bench/synth.py [--target ecp5-85k] [--seed 1] [--presets 2x2 4x4 ...]
                           [--mesh-seeds 1 2 3] [--mesh-presets 2x2 ...]
                           [--datapath-seeds 1 2 3] [--datapath-presets 8x8 ...]
-                          [--classic-abc 4x8 8x8] [--jobs 1] [--force]
+                          [--classic-abc 4x8 8x8] [--core-seed 8x8=2] [--jobs 1] [--force]
 
 Each preset goes through :func:`bertaccel.hw.synth.synthesize` (what ``bertaccel synth`` runs);
 results are cached in ``build/synth/<tag>-<target>/``, so a rerun prints at once. A preset that
 does not fit the part is listed with the reason instead of being run, and one that outlives
-``--timeout`` (minutes) with its yosys counts. Then the PE array of every preset (or of
+``--timeout`` (minutes) with its yosys counts. A core is placed with ``--seed`` unless
+``--core-seed`` names another for its preset (8x8=2: on seed 1 router2 stalled near 900
+overused wires, docs/fpga.md); the table names such a seed. Then the PE array of every preset (or of
 ``--mesh-presets``) that fits is placed and routed alone (``--design mesh``), once per seed of
 ``--mesh-seeds``, because nextpnr's Fmax moves by several percent from seed to seed; and so is
 the datapath (``--design datapath``: the execute unit with its scratchpads and accumulator) of
@@ -55,6 +57,9 @@ def main(argv=None):
                         help="presets whose core is mapped with yosys's classic abc instead of "
                              "abc9 (4x8, 8x8: their abc9 netlists did not finish routing; "
                              "docs/fpga.md)")
+    parser.add_argument("--core-seed", nargs="*", default=["8x8=2"], metavar="PRESET=SEED",
+                        help="a placement seed for one preset's core instead of --seed (8x8=2: "
+                             "its seed-1 placement did not finish routing; docs/fpga.md)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="place-and-route runs side by side (1); each takes a core and up "
                              "to a few GB")
@@ -65,6 +70,13 @@ def main(argv=None):
     tgt = target(args.target)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, not {args.jobs}")
+    core_seeds = {}
+    for item in args.core_seed:
+        name, _, seed = item.partition("=")
+        if name not in PRESETS or not seed.isdigit():
+            parser.error(f"--core-seed takes PRESET=SEED with a preset of {', '.join(PRESETS)} "
+                         f"and a seed of 0 or more, not {item!r}")
+        core_seeds[name] = int(seed)
 
     begin = time.monotonic()
 
@@ -74,7 +86,8 @@ def main(argv=None):
     def core(name):
         cfg = PRESETS[name]
         try:
-            report = synthesize(cfg, tgt.name, seed=args.seed, freq_mhz=args.freq,
+            report = synthesize(cfg, tgt.name, seed=core_seeds.get(name, args.seed),
+                                freq_mhz=args.freq,
                                 force=args.force, log=say, timeout_s=60 * args.timeout,
                                 lut_mapper="abc" if name in args.classic_abc else "abc9")
         except DoesNotFit as error:
@@ -119,7 +132,7 @@ def main(argv=None):
                                       indent=2) + "\n")
     heading = (f"{tgt.name} ({tgt.part}, speed grade {tgt.part.split('-')[-1][0]}), "
                f"nextpnr seed {args.seed}, clock constraint {args.freq:g} MHz")
-    table = format_table(reports)
+    table = format_table(reports, seed=args.seed)
     tools = next((r["tools"] for r in reports if r.get("tools")), {})
     versions = ", ".join(f"{k} {v}" for k, v in tools.items() if k in ("yosys", "nextpnr"))
     text = (f"{heading}; {versions}. Fmax is nextpnr's estimate after routing; the critical "

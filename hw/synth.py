@@ -88,15 +88,18 @@ class NotRouted(SynthError):
     router_iteration : tuple or None
         ``(iteration, overused wires)`` from router2's last finished iteration, if it got that
         far.
+    seed : int
+        The placement seed of the run.
     """
 
     def __init__(self, message, *, used, placed_fmax_mhz, lut_mapper="abc9",
-                 router_iteration=None):
+                 router_iteration=None, seed=1):
         super().__init__(message)
         self.used = used
         self.placed_fmax_mhz = placed_fmax_mhz
         self.lut_mapper = lut_mapper
         self.router_iteration = router_iteration
+        self.seed = seed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -594,12 +597,12 @@ def build_name(cfg, tgt, design="core", seed=1, lut_mapper="abc9"):
 
 def not_routed_report(cfg, tgt, error, reason):
     """A report (as :func:`format_table` takes it) for a run stopped with ``error``, a
-    :class:`NotRouted`: yosys's counts, the LUT mapper, the estimate after placement, router2's
-    last iteration and ``reason``."""
+    :class:`NotRouted`: yosys's counts, the LUT mapper, the seed, the estimate after placement,
+    router2's last iteration and ``reason``."""
     iteration = error.router_iteration
     return {"config": cfg.name, "tag": cfg.tag, "target": tgt.name, "fits": True,
             "error": reason, "placed_fmax_mhz": error.placed_fmax_mhz,
-            "lut_mapper": error.lut_mapper,
+            "lut_mapper": error.lut_mapper, "seed": error.seed,
             "router_iteration": None if iteration is None else
             {"iteration": iteration[0], "overused_wires": iteration[1]},
             "totals": dict(tgt.totals),
@@ -771,7 +774,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
             f"config {cfg.name} ({cfg.tag}) did not finish place and route on {tgt.name} in "
             f"{timeout_s / 60:g} min (log in {build_dir / 'nextpnr.log'})",
             used=used_pnr, placed_fmax_mhz=float(placed[-1]) if placed else None,
-            lut_mapper=mapper,
+            lut_mapper=mapper, seed=seed,
             router_iteration=tuple(map(int, iterations[-1])) if iterations else None) from None
     except SynthError as error:
         if re.search(r"(?i)unable to place|no bels? remaining|not enough", str(error)):
@@ -824,9 +827,10 @@ def format_seed_table(reports):
     return "\n".join(lines)
 
 
-def format_table(reports):
+def format_table(reports, seed=1):
     """A Markdown table of synthesis reports (dicts from :func:`synthesize`, or ``{"config",
-    "target", "error"}`` for configs that did not fit)."""
+    "target", "error"}`` for configs that did not fit). A row names its LUT mapper unless it is
+    abc9, and its placement seed unless it is ``seed``."""
     lines = ["| config | LUT4 | FF | MULT18X18D | DP16KD | Fmax (MHz) | critical path |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for r in reports:
@@ -835,7 +839,9 @@ def format_table(reports):
             continue
         t = r["totals"]
         mapper = r.get("lut_mapper", "abc9").split(" (")[0]
-        label = r["config"] + ("" if mapper == "abc9" else f" (LUTs by {mapper})")
+        notes = ([] if mapper == "abc9" else [f"LUTs by {mapper}"]) + \
+            ([] if r.get("seed", seed) == seed else [f"seed {r['seed']}"])
+        label = r["config"] + (f" ({'; '.join(notes)})" if notes else "")
         if "error" in r:
             placed = r.get("placed_fmax_mhz")
             iteration = r.get("router_iteration")

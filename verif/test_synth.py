@@ -213,6 +213,10 @@ def test_lut_mapper_choice():
            "critical_path": {"from": "a", "to": "b", "delay_ns": 13.7}}
     assert "| 8x8 (LUTs by abc) | " in synth.format_table([row])
     assert "| 8x8 | " in synth.format_table([dict(row, lut_mapper="abc9")])
+    # A row placed with another seed than the table's names it.
+    assert "| 8x8 (LUTs by abc; seed 2) | " in synth.format_table([dict(row, seed=2)])
+    assert "| 8x8 (seed 3) | " in synth.format_table([dict(row, seed=3, lut_mapper="abc9")])
+    assert "| 8x8 (LUTs by abc) | " in synth.format_table([dict(row, seed=2)], seed=2)
     # A run stopped in the router: its row names the mapper and router2's last iteration.
     stopped = synth.NotRouted("stopped", used=row, placed_fmax_mhz=56.2, lut_mapper="abc",
                               router_iteration=(21, 1484))
