@@ -49,8 +49,8 @@ every design before session 10: the cores' limits are their handshakes, not thes
 with 2 the 8x8 core's 1,456 copies left its router with some 15,000 overused wires at
 iterations 5 to 7. With 8 (335 copies) it fell to about 6,000 by iteration 12 and stayed
 there on session 11's RTL; on session 12's it was still falling (1,484 at iteration 21) when
-the 45-minute limit stopped the run, so the 8x8 core has not routed with either yet
-(docs/fpga.md).
+the 45-minute limit stopped the run. On that RTL the 8x8 core routes with placement seed 2
+(44 iterations); on seed 1 the overuse stalls near 900 wires (docs/fpga.md).
 
 Both flows run both passes: ``bertaccel synth`` (:func:`bertaccel.hw.synth.synthesize`) on the
 netlist between yosys and nextpnr, and the ULX3S board build (``bench/ulx3s.py``) through
