@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from bertaccel.hw.config import PRESETS
-from bertaccel.sw.perf import CLASS_LABELS, CLASSES, bench_bert, compile_shape, retarget
+from bertaccel.analysis.perf import CLASS_LABELS, CLASSES, bench_bert, compile_shape, retarget
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SEQS = (8, 16, 32, 64, 128, 256, 384, 512)

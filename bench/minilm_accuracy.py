@@ -29,7 +29,7 @@ from bertaccel.golden import bert_ref, sentences  # noqa: E402
 from bertaccel.hw.config import ConfigError, load_config  # noqa: E402
 from bertaccel.sw import SoftwareDevice  # noqa: E402
 from bertaccel.sw.bert import compile_bert, embed_texts  # noqa: E402
-from bertaccel.sw.bert_quant import BUDGET, CALIBRATION_METHODS, OUTLIERS  # noqa: E402
+from bertaccel.sw.bert.quant import BUDGET, CALIBRATION_METHODS, OUTLIERS  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "minilm_accuracy.json"
 COSINE_MIN = 0.99

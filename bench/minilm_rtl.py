@@ -28,7 +28,7 @@ from bertaccel.golden import bert_ref, sentences  # noqa: E402
 from bertaccel.hw.config import ConfigError, load_config  # noqa: E402
 from bertaccel.sw import SoftwareDevice  # noqa: E402
 from bertaccel.sw.bert import TextProgress, compile_bert, run_bert  # noqa: E402
-from bertaccel.sw.rtl import RtlDevice  # noqa: E402
+from bertaccel.sw.devices.rtl import RtlDevice  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "minilm_rtl.json"
 

@@ -7,14 +7,14 @@ one training step; print the tables, write the JSON and the stacked-bar plot.
                                  [--config 8x8] [--accel-breakdown cycles.json]
     python bench/profile_host.py --replot [--config 16x16]     # no new host measurement
 
-Each model and mode goes through :func:`bertaccel.sw.profile.profile` (what ``bertaccel
+Each model and mode goes through :func:`bertaccel.analysis.profile.profile` (what ``bertaccel
 profile`` runs): MiniLM with its real all-MiniLM-L6-v2 weights, BERT-base as its shape (12
 layers, hidden 768, 12 heads, intermediate 3072) with random weights from the seed; eager
 attention; the training step is forward with dropout on, a sequence-classification
 cross-entropy loss, backward and an AdamW step. Writes ``bench/results/profile_host.json`` and
 ``bench/results/profile_host.png`` (needs matplotlib). Beside each model's host bars goes the
 accelerator's: the cycle model's breakdown of the same model and input on ``--config``
-(inference; :func:`bertaccel.sw.profile.accelerator_side`), by the same classes. With
+(inference; :func:`bertaccel.analysis.profile.accelerator_side`), by the same classes. With
 ``--accel-breakdown`` one more accelerator bar is drawn from a file. ``--replot`` keeps the host
 measurements in the JSON and recomputes the accelerator bars (deterministic) and the PNG. The
 method is in ``docs/profile.md``.
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from bertaccel.sw.profile import (OP_CLASSES, SCHEMA, ProfileError, accel_bar,
+from bertaccel.analysis.profile import (OP_CLASSES, SCHEMA, ProfileError, accel_bar,
                                   accelerator_side, busy_warning, format_table,
                                   load_accel_breakdown, plot_shares, profile, report_bars,
                                   threads_text)

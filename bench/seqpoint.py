@@ -4,7 +4,7 @@
 
     python bench/seqpoint.py [--model minilm] [--config 8x8] [--texts stdlib] [--k 10]
 
-What ``bertaccel seqpoint`` runs (:mod:`bertaccel.sw.seqpoint`): every docstring of the stdlib
+What ``bertaccel seqpoint`` runs (:mod:`bertaccel.analysis.seqpoint`): every docstring of the stdlib
 modules of the accuracy set (376 texts with CPython 3.11) tokenised with all-MiniLM-L6-v2's
 tokenizer, each input timed on its own by the cycle model, against the projection from k
 representative lengths. Writes ``bench/results/seqpoint.json`` and ``seqpoint.png`` (the length
@@ -60,7 +60,7 @@ def main(argv=None):
     hf_logging.disable_progress_bar()
 
     from bertaccel.hw.config import load_config
-    from bertaccel.sw.seqpoint import format_report, seqpoint_text_set
+    from bertaccel.analysis.seqpoint import format_report, seqpoint_text_set
 
     begin = time.monotonic()
     report, lengths = seqpoint_text_set(

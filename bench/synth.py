@@ -7,7 +7,7 @@
                           [--datapath-seeds 1 2 3] [--datapath-presets 8x8 ...]
                           [--classic-abc 4x8 8x8] [--core-seed 8x8=2] [--jobs 1] [--force]
 
-Each preset goes through :func:`bertaccel.hw.synth.synthesize` (what ``bertaccel synth`` runs);
+Each preset goes through :func:`bertaccel.fpga.synth.synthesize` (what ``bertaccel synth`` runs);
 results are cached in ``build/synth/<tag>-<target>/``, so a rerun prints at once. A preset that
 does not fit the part is listed with the reason instead of being run, and one that outlives
 ``--timeout`` (minutes) with its yosys counts. A core is placed with ``--seed`` unless
@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bertaccel.hw.config import PRESETS
-from bertaccel.hw.synth import (DoesNotFit, NotRouted, format_seed_table, format_table,
+from bertaccel.fpga.synth import (DoesNotFit, NotRouted, format_seed_table, format_table,
                                  not_routed_report, synthesize, target)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "synth.json"

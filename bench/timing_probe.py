@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from bertaccel.hw.config import PRESETS
-from bertaccel.hw.synth import (DESIGNS, TOP_NAME, _tool, build_name, nextpnr_command,
+from bertaccel.fpga.synth import (DESIGNS, TOP_NAME, _tool, build_name, nextpnr_command,
                                  parse_nextpnr_report, target)
 
 ROOT = Path(__file__).resolve().parents[1]

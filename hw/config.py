@@ -63,7 +63,7 @@ class AccelConfig:
     clock_mhz : float
         Clock assumed when cycles are turned into latency. It does not change the hardware.
     axi_data_width : int
-        Data width in bits of the AXI4 master of the FPGA shell (:mod:`bertaccel.hw.shell`),
+        Data width in bits of the AXI4 master of the FPGA shell (:mod:`bertaccel.hw.axi`),
         a power of two from 32 to 512. It does not change the core.
     axi_addr_width : int
         Address width in bits of that AXI4 master, from 32 to 64. It does not change the core.

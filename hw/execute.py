@@ -147,7 +147,7 @@ class ExecuteUnit(wiring.Component):
         m.d.comb += reading.eq(p_full & (p_count != cfg.rows))
         # Timing: each scratchpad's read address is registered once more, with nothing between
         # that register and the RAMs' pins: the ECP5 flow copies it beside each group of RAMs
-        # (hw/ramreg.py), and the route to the copies, which spread across the chip, has a
+        # (fpga/ramreg.py), and the route to the copies, which spread across the chip, has a
         # cycle of its own instead of following the hand-over decision. The read ports are
         # always enabled, so no enable has to reach the RAMs: a row read for nothing is never
         # used (the mesh takes weight rows by their tag, and sums by `meta`). A row
@@ -301,7 +301,7 @@ class ExecuteUnit(wiring.Component):
         # * The old row is read at k == latency + 1 - READ_AHEAD and lands two cycles later in
         #   the first register of the delay line `acc_old`, with nothing between the RAM and
         #   it, not even a reset: the ECP5 flow moves it into the block RAMs as their output
-        #   register (hw/ramreg.py). The read port is always enabled (no hold logic) and not
+        #   register (fpga/ramreg.py). The read port is always enabled (no hold logic) and not
         #   transparent (hw/memory.py says why).
         # * The line's three further registers (the last at k == latency) are in the fabric,
         #   where the placer can spread them between the RAMs and the adders: the route from

@@ -11,9 +11,9 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .core import BertAccelCore
-from .isa import INSTR_WIDTH
+from .isa import INSTR_WIDTH, Load, Store
 
-__all__ = ["SimHarness", "HostSel"]
+__all__ = ["SimHarness", "HostSel", "harness_chunks"]
 
 
 class HostSel:
@@ -220,3 +220,34 @@ class SimHarness(wiring.Component):
                 lfsr.eq(Mux(self.seed == 0, 1, self.seed)),  # xorshift needs a nonzero state
             ]
         return m
+
+
+def harness_chunks(instrs, depths):
+    """Split ``instrs`` into runs that fit harness memories of ``depths`` (``(instr_depth,
+    data_depth, out_depth)``): ``[(first, end, beats_in, beats_out)]``. The RTL device runs a
+    program larger than its harness this way, and the cycle model counts the same chunks.
+
+    Raises
+    ------
+    ValueError
+        If one instruction moves more beats than a memory holds.
+    """
+    instr_depth, data_depth, out_depth = depths
+    chunks = []
+    first, beats_in, beats_out = 0, 0, 0
+    for number, instr in enumerate(instrs):
+        add_in = instr.count if isinstance(instr, Load) else 0
+        add_out = instr.count if isinstance(instr, Store) else 0
+        if add_in > data_depth or add_out > out_depth:
+            raise ValueError(
+                f"instruction {number} moves {max(add_in, add_out)} beats, more than the RTL "
+                f"harness memories hold (data-in {data_depth}, data-out {out_depth} words); "
+                f"build the device with larger data_depth/out_depth")
+        if (number - first >= instr_depth or beats_in + add_in > data_depth
+                or beats_out + add_out > out_depth):
+            chunks.append((first, number, beats_in, beats_out))
+            first, beats_in, beats_out = number, 0, 0
+        beats_in += add_in
+        beats_out += add_out
+    chunks.append((first, len(instrs), beats_in, beats_out))
+    return chunks

@@ -24,6 +24,7 @@ __all__ = [
     "INSTR_WIDTH", "FIELD_WIDTH", "FIELD_MAX", "TOKEN_MAX", "SET_VALUE_WIDTH",
     "Opcode", "Target", "EpOp", "Dest", "Param", "DepFlags",
     "LoadBody", "MatmulBody", "StoreBody", "SetBody", "Body", "Instr", "PmemWord",
+    "ParamsLayout", "PARAM_WIDTHS",
     "Load", "Matmul", "Store", "Set", "IllegalInstruction", "encode", "decode", "unit_of",
 ]
 
@@ -88,6 +89,22 @@ class Param(enum.Enum, shape=3):
     EPS = 5
     FLAGS = 6
 
+
+
+#: The store unit's parameter registers, as the epilogue receives them: one field a
+#: :class:`Param`, named by its lower-case name. A SET keeps the low bits of its value.
+ParamsLayout = data.StructLayout({
+    "mul0":    16,
+    "shift0":  6,
+    "mul1":    32,
+    "shift1":  6,
+    "row_len": 16,
+    "eps":     64,
+    "flags":   8,
+})
+
+#: Width in bits of each parameter register (read off :data:`ParamsLayout`).
+PARAM_WIDTHS = {param: ParamsLayout[param.name.lower()].width for param in Param}
 
 #: One column's epilogue parameters in the parameter memory (PMEM).
 PmemWord = data.StructLayout({

@@ -22,9 +22,9 @@ multiplexer; such a flow runs :data:`RTLIL_NO_RW_CHECK` after reading the design
 
 from amaranth import Module, signed
 from amaranth.lib import data, memory, wiring
+from amaranth.lib.wiring import Out
 
 from .isa import PmemWord
-from amaranth.lib.wiring import Out
 
 __all__ = ["Scratchpad", "Accumulator", "ParamMemory", "RTLIL_NO_RW_CHECK"]
 
@@ -125,7 +125,7 @@ class Accumulator(wiring.Component):
     transparent ``rmw_rd`` yosys builds the port from the RAM's address register instead of
     its data register, which leaves the RAM's 5.8 ns clock-to-output in front of the execute
     unit's adder; non-transparent, the register after the port stays one and the ECP5 flow
-    moves it into the RAM, hw/ramreg.py.) It starts all zero.
+    moves it into the RAM, fpga/ramreg.py.) It starts all zero.
 
     Members
     -------

@@ -91,7 +91,7 @@ class SystolicMesh(wiring.Component):
             # the top row's input register. Rows 0 and 1 take it from there; each row below
             # from the pipeline register of the PE above.
             # (Operand and weight skew registers are reset-less: the first takes a scratchpad
-            # read, and an ECP5 flow moves it into the block RAM, hw/ramreg.py.)
+            # read, and an ECP5 flow moves it into the block RAM, fpga/ramreg.py.)
             top = delay(m, self.i_w[c], c + 1, name=f"skew_w{c}")
             for r in range(cfg.rows):
                 m.d.comb += pes[r][c].i_w.eq(top if r <= 1 else pes[r - 1][c].o_w)

@@ -27,7 +27,7 @@ def delay_line(m, value, cycles, *, name, reset_less=True, attrs=None):
     reset_less : bool
         Reset-less registers (the default: a value that travels with a beat needs no reset,
         and a register right after a block RAM must have none to move into it,
-        :mod:`bertaccel.hw.ramreg`). A line that carries a valid flag keeps its reset.
+        :mod:`bertaccel.fpga.ramreg`). A line that carries a valid flag keeps its reset.
     attrs : dict
         Attributes of every register (:data:`bertaccel.hw.dsp.KEEP` keeps copies apart);
         None: those of ``value`` when it is a signal (``Signal.like``).

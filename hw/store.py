@@ -5,8 +5,8 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .controller import TokenConsumer, TokenProducer
-from .epilogue import Epilogue, ParamsLayout, beat_layout
-from .isa import FIELD_WIDTH, TOKEN_MAX, EpOp, Instr, Opcode, Param, PmemWord
+from .epilogue import Epilogue, beat_layout
+from .isa import FIELD_WIDTH, TOKEN_MAX, EpOp, Instr, Opcode, Param, ParamsLayout, PmemWord
 
 __all__ = ["StoreUnit"]
 
@@ -129,7 +129,7 @@ class StoreUnit(wiring.Component):
         # RAM): nextpnr puts an ECP5 block RAM's clock-to-output at 5.8 ns, which leaves time
         # for routing to a flip-flop and nothing more at 150 MHz; the register is reset-less
         # (`writing` says when it matters), so an ECP5 flow moves it into the block RAMs as
-        # their output register (hw/ramreg.py). It is copied once more in the fabric before
+        # their output register (fpga/ramreg.py). It is copied once more in the fabric before
         # the FIFO: from the RAMs' output registers, which spread across the chip, to one
         # place was up to 5.9 ns of routing on the 8x8 array.
         beat = Signal(Beat, reset_less=True)

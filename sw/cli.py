@@ -67,12 +67,12 @@ def write_verilog(cfg, out_dir):
     """Write ``bertaccel_core_<tag>.v`` and ``.json`` for ``cfg`` into ``out_dir``; return the
     paths."""
     from ..hw.core import BertAccelCore
-    from ..verif.build import verilog_text
+    from ..hw.verilog import convert
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     v_path = out_dir / f"bertaccel_core_{cfg.tag}.v"
     json_path = out_dir / f"bertaccel_core_{cfg.tag}.json"
-    text = verilog_text(BertAccelCore(cfg), "bertaccel_core")
+    text = convert(BertAccelCore(cfg), name="bertaccel_core")
     v_path.write_text(text)
     json_path.write_text(cfg.to_json() + "\n")
     return v_path, json_path
@@ -97,7 +97,7 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
 
     from ..golden import ops
     from . import epilogue as ep_mod
-    from .device import SoftwareDevice
+    from .devices.software import SoftwareDevice
     from .tiler import compile_gemm
 
     generator = torch.Generator().manual_seed(seed)
@@ -127,7 +127,7 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
             with SoftwareDevice(cfg) as software_plain:
                 plain_result = software_plain.run(plain, a=a, b=b)
     else:
-        from .rtl import RtlDevice
+        from .devices.rtl import RtlDevice
         with RtlDevice(cfg, build_root=build_root, seed=seed, src_idle=src_idle,
                        sink_stall=sink_stall) as rtl:
             result = rtl.run(program, **inputs)
@@ -292,7 +292,7 @@ def _print_synth(report, file=sys.stdout):
 
 
 def _cmd_synth(args):
-    from ..hw.synth import DoesNotFit, NotRouted, SynthError, synthesize, target
+    from ..fpga.synth import DoesNotFit, NotRouted, SynthError, synthesize, target
     cfg = _config(args.config)
     try:
         target(args.target)
@@ -332,7 +332,7 @@ def _cmd_run(args):
     import os
     os.environ["HF_HUB_OFFLINE"] = "1"
     from .bert import BertError
-    from .bert_run import format_report, read_text_file, run_texts
+    from .bert.text import format_report, read_text_file, run_texts
     cfg = _config(args.config)
     texts = list(args.text or [])
     try:
@@ -367,8 +367,8 @@ def _stderr_log(args):
 
 def _cmd_bench_bert(args):
     _quiet_transformers()
+    from ..analysis.perf import SHAPES, bench_bert, compile_shape, format_report
     from .bert import BertError
-    from .perf import SHAPES, bench_bert, compile_shape, format_report
     cfg = _config(args.config)
     if args.shape not in SHAPES:
         raise _UsageError(f"--shape must be one of {', '.join(SHAPES)}, not {args.shape!r}")
@@ -391,8 +391,8 @@ def _cmd_bench_bert(args):
 
 def _cmd_seqpoint(args):
     _quiet_transformers()
+    from ..analysis.seqpoint import format_report, seqpoint_text_set
     from .bert import BertError
-    from .seqpoint import format_report, seqpoint_text_set
     cfg = _config(args.config)
     if args.k < 1:
         raise _UsageError(f"--k must be at least 1, not {args.k}")
@@ -521,8 +521,8 @@ def _parser():
 def main(argv=None):
     """Entry point of the ``bertaccel`` console script; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["profile"]:                # its own parser: bertaccel.sw.profile
-        from .profile import main as profile_main
+    if argv[:1] == ["profile"]:                # its own parser: bertaccel.analysis.profile
+        from ..analysis.profile import main as profile_main
         return profile_main(argv[1:])
     try:
         args = _parser().parse_args(argv)
@@ -534,9 +534,9 @@ def main(argv=None):
         print("bertaccel: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 - a device or build failure: report, exit 1
-        from .device import DeviceError
-        from ..hw.synth import SynthError
-        from ..verif.build import SimulationError
+        from ..fpga.synth import SynthError
+        from ..sim.build import SimulationError
+        from .devices.base import DeviceError
         if isinstance(error, (DeviceError, SimulationError, SynthError)):
             print(f"bertaccel: error: {error}", file=sys.stderr)
             return 1

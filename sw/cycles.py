@@ -50,7 +50,7 @@ Cycle 0 is the first cycle after the clock edge that samples ``start``.
   issue, the execute->store push ``cfg.mesh_latency + ACC_WRITE_EXTRA`` cycles later and the
   last accumulator write a cycle after that (the operand's registered read address, the
   scratchpad read and its data registers, the mesh, then the sum's write-data registers).
-* STORE and SET (hw/store.py, hw/epilogue.py): a STORE is accepted when the unit is idle or on
+* STORE and SET (hw/store.py, hw/epilogue/unit.py): a STORE is accepted when the unit is idle or on
   the last read of the STORE before it (an empty STORE: idle), and reads one beat a cycle from
   the next cycle on; a read is at the ``StoreUnit.FIFO_DEPTH``-deep beat FIFO's output
   :data:`STORE_READ_TO_FIFO` cycles later and is only issued while the FIFO has room for it.
@@ -62,7 +62,7 @@ Cycle 0 is the first cycle after the clock edge that samples ``start``.
   push comes with the last read. A SET waits until the store unit and the epilogue are empty.
 
 Latencies that the gateware defines are read from it: ``cfg.mesh_latency``,
-``StoreUnit.FIFO_DEPTH``, ``Epilogue(cfg).schedule`` (``latency``, ``depth``, ``gap``),
+``StoreUnit.FIFO_DEPTH``, ``Schedule.of(cfg)`` (``latency``, ``depth``, ``gap``),
 ``cfg.queue_depth``. The constants below are the register stages of the glue between them;
 ``verif/test_cycles.py`` checks the whole against the RTL.
 
@@ -101,7 +101,7 @@ A gap before a MATMUL is cut in layers: first the preload it cannot avoid, then 
 constraint (dispatch, load token, store token, token room) for the cycles by which it pushes the
 hand-over further out. :attr:`CycleReport.overlap` adds how much of the load unit's and the store
 unit's busy time overlapped operand streaming (hidden by double buffering), and
-:attr:`CycleReport.by_class` gives the same cycles by :data:`bertaccel.sw.profile.OP_CLASSES`
+:attr:`CycleReport.by_class` gives the same cycles by :data:`bertaccel.analysis.profile.OP_CLASSES`
 when the caller labels program regions.
 """
 
@@ -112,6 +112,9 @@ import numpy as np
 
 from ..hw import isa
 from ..hw.config import AccelConfig
+from ..hw.epilogue import Schedule
+from ..hw.harness import SimHarness, harness_chunks
+from ..hw.store import StoreUnit
 
 __all__ = ["CycleModel", "CycleReport", "BREAKDOWN", "OP_CLASSES", "EPILOGUE_CLASS",
            "STAGE_CLASSES", "rtl_chunks", "model_cycles", "FIRST_INSTRUCTION", "QUEUE_LATENCY",
@@ -121,7 +124,7 @@ __all__ = ["CycleModel", "CycleReport", "BREAKDOWN", "OP_CLASSES", "EPILOGUE_CLA
 BREAKDOWN = ("compute", "zero_slots", "preload", "load_wait", "store_wait", "dispatch",
              "acc_hazard", "mesh_drain", "store_drain")
 
-#: The op classes of :mod:`bertaccel.sw.profile` (restated: that module pulls in the profiler).
+#: The op classes of :mod:`bertaccel.analysis.profile` (restated: that module pulls in the profiler).
 OP_CLASSES = ("gemm", "attn_matmul", "softmax", "layernorm", "gelu", "dropout", "other")
 
 #: The op class of a STORE's epilogue: the cycles a STORE of these ops exposes are charged to
@@ -231,13 +234,7 @@ class CycleReport:
 @cache
 def _hardware_timing(cfg):
     """The latencies the gateware defines, read from its objects (cached per config)."""
-    from ..hw.epilogue import Epilogue
-    from ..hw.store import StoreUnit
-
-    epilogue = Epilogue(cfg)
-    # Built to be read, not elaborated: keep Amaranth from warning that it went unused.
-    epilogue._MustUse__silence = True
-    schedule = epilogue.schedule
+    schedule = Schedule.of(cfg)
     gap = {op: max(1, int(schedule.gap[op])) for op in schedule.gap}
     return {
         "mesh_latency": cfg.mesh_latency,
@@ -310,7 +307,7 @@ class CycleModel:
         program : Program or sequence of instructions
         chunks : sequence of (first, end), optional
             Run the instructions ``[first, end)`` of each entry as a separate harness run (as
-            :class:`~bertaccel.sw.rtl.RtlDevice` does with programs larger than its memories;
+            :class:`~bertaccel.sw.devices.rtl.RtlDevice` does with programs larger than its memories;
             :func:`rtl_chunks` gives its boundaries): each starts with empty pipelines and queues
             and keeps the token counts the earlier ones left. The entries must cover the program
             in order. One run by default.
@@ -819,15 +816,13 @@ class CycleModel:
 
 
 def rtl_chunks(program, depths=None):
-    """The ``(first, end)`` instruction ranges that :class:`~bertaccel.sw.rtl.RtlDevice` runs
+    """The ``(first, end)`` instruction ranges that :class:`~bertaccel.sw.devices.rtl.RtlDevice` runs
     separately, for harness memories of ``depths`` (``(instr, data, out)``; the defaults of
     ``program.cfg`` when ``None``)."""
-    from .rtl import _chunks, harness_depths
-
     instrs = program.instrs if hasattr(program, "instrs") else list(program)
     if depths is None:
-        depths = harness_depths(program.cfg)
-    return [(first, end) for first, end, _, _ in _chunks(instrs, tuple(depths))]
+        depths = SimHarness.default_depths(program.cfg)
+    return [(first, end) for first, end, _, _ in harness_chunks(instrs, tuple(depths))]
 
 
 def model_cycles(program, *, depths=None, chunked=True):

@@ -47,7 +47,7 @@ from ..golden.intops import ScaleError, quantize_scale
 from ..hw.isa import EpOp, Param
 
 __all__ = ["Requant", "Gelu", "Softmax", "LayerNorm", "Lowered", "ScaleError", "lower",
-           "apply_integer", "apply_float", "pmem_bytes", "random_epilogue", "EPILOGUES"]
+           "apply_registers", "apply_integer", "apply_float", "pmem_bytes", "random_epilogue", "EPILOGUES"]
 
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -401,8 +401,56 @@ def _signed16(values):
     return torch.where(values >= 1 << 15, values - (1 << 16), values)
 
 
+def apply_registers(op, x, *, regs, bias, p1, p2, residual=None, lanes):
+    """The epilogue ``op`` as the machine applies it: :mod:`bertaccel.golden.intops` called with
+    the store unit's parameter registers and the PMEM fields of the columns. Every software path
+    (the software device, :func:`apply_integer`, the fast runtime) applies an epilogue here.
+
+    Parameters
+    ----------
+    op : isa.EpOp
+        REQUANT, GELU, SOFTMAX or LAYERNORM.
+    x : torch.Tensor
+        ``(rows, n)`` int32 accumulator values.
+    regs : mapping of isa.Param to int
+        The parameter registers (missing ones read 0).
+    bias, p1, p2 : torch.Tensor
+        ``(n,)`` PMEM fields of the columns: ``bias`` signed, ``p1`` and ``p2`` unsigned 16-bit.
+    residual : torch.Tensor, optional
+        ``(rows, n)`` int8 residual (LAYERNORM).
+    lanes : int
+        The epilogue's lanes (``cfg.ep_lanes``): the strip width of SOFTMAX's running maximum.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(rows, n)`` int8 values (int64).
+    """
+    reg = lambda param: regs.get(param, 0)  # noqa: E731
+    if op == EpOp.REQUANT:
+        if reg(Param.FLAGS) & 1:
+            mul, shift = p1, p2 & 63
+        else:
+            mul, shift = reg(Param.MUL0), reg(Param.SHIFT0)
+        return intops.requant(x, bias=bias, mul=mul, shift=shift)
+    if op == EpOp.GELU:
+        return intops.gelu(x, bias=bias, gmul=reg(Param.MUL0), gshift=reg(Param.SHIFT0),
+                           omul=reg(Param.MUL1), oshift=reg(Param.SHIFT1))
+    if op == EpOp.SOFTMAX:
+        return intops.softmax(x, mask=bias, mul=reg(Param.MUL0), shift=reg(Param.SHIFT0),
+                              cols=lanes, row_len=reg(Param.ROW_LEN))
+    if op == EpOp.LAYERNORM:
+        return intops.layernorm(x, bias=bias, residual=residual, xmul=reg(Param.MUL0),
+                                rmul=reg(Param.MUL1), vshift=reg(Param.SHIFT0),
+                                gamma=_signed16(p1), beta=_signed16(p2),
+                                gshift=reg(Param.SHIFT1), eps_n2=reg(Param.EPS),
+                                row_len=reg(Param.ROW_LEN))
+    raise ValueError(f"unknown epilogue {op!r}")
+
+
 def apply_integer(lowered, c, r=None, *, cols):
-    """golden.intops applied to the int32 GEMM result ``c`` ``(m, n)``: the bit-exact epilogue.
+    """golden.intops applied to the int32 GEMM result ``c`` ``(m, n)``: the bit-exact epilogue
+    of ``lowered`` (:func:`apply_registers` with its SETs and PMEM fields).
 
     Parameters
     ----------
@@ -415,26 +463,10 @@ def apply_integer(lowered, c, r=None, *, cols):
         The epilogue's lanes (``cfg.ep_lanes``): the strip width of SOFTMAX's running maximum.
     """
     n = c.shape[1]
-    regs = dict(lowered.sets)
-    bias = torch.from_numpy(lowered.bias[:n].copy())
-    if lowered.op == EpOp.REQUANT:
-        if regs.get(Param.FLAGS, 0) & 1:
-            mul = torch.from_numpy(lowered.p1[:n].copy())
-            shift = torch.from_numpy(lowered.p2[:n].copy()) & 63
-        else:
-            mul, shift = regs[Param.MUL0], regs[Param.SHIFT0]
-        return intops.requant(c, bias=bias, mul=mul, shift=shift)
-    if lowered.op == EpOp.GELU:
-        return intops.gelu(c, bias=bias, gmul=regs[Param.MUL0], gshift=regs[Param.SHIFT0],
-                           omul=regs[Param.MUL1], oshift=regs[Param.SHIFT1])
-    if lowered.op == EpOp.SOFTMAX:
-        return intops.softmax(c, mask=bias, mul=regs[Param.MUL0], shift=regs[Param.SHIFT0],
-                              cols=cols, row_len=regs[Param.ROW_LEN])
-    return intops.layernorm(c, bias=bias, residual=r, xmul=regs[Param.MUL0],
-                            rmul=regs[Param.MUL1], vshift=regs[Param.SHIFT0],
-                            gamma=_signed16(lowered.p1[:n]), beta=_signed16(lowered.p2[:n]),
-                            gshift=regs[Param.SHIFT1], eps_n2=regs[Param.EPS],
-                            row_len=regs[Param.ROW_LEN])
+    field = lambda values: torch.from_numpy(values[:n].copy())  # noqa: E731
+    return apply_registers(lowered.op, c, regs=dict(lowered.sets), bias=field(lowered.bias),
+                           p1=field(lowered.p1) & 0xFFFF, p2=field(lowered.p2) & 0xFFFF,
+                           residual=r, lanes=cols)
 
 
 def apply_float(epilogue, c, r=None):

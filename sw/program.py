@@ -121,12 +121,6 @@ _CHANNELS = {
     "STORE":  {"pop_prev": "e2s", "push_prev": "s2e", "pop_next": None, "push_next": None},
 }
 
-#: Width in bits of each store-unit parameter register (``ParamsLayout`` of hw/epilogue.py); a
-#: SET keeps the low bits of its value.
-PARAM_WIDTHS = {
-    isa.Param.MUL0: 16, isa.Param.SHIFT0: 6, isa.Param.MUL1: 32, isa.Param.SHIFT1: 6,
-    isa.Param.ROW_LEN: 16, isa.Param.EPS: 64, isa.Param.FLAGS: 8,
-}
 
 #: The integer fields of each instruction, all ``isa.FIELD_WIDTH`` bits wide.
 _FIELDS = {
@@ -398,7 +392,7 @@ class Program:
         if not isinstance(instr.index, isa.Param):
             raise ProgramError(f"instruction {number} (SET): index must be an isa.Param, not "
                                f"{instr.index!r}")
-        width = PARAM_WIDTHS[instr.index]
+        width = isa.PARAM_WIDTHS[instr.index]
         value = instr.value
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
                 or not 0 <= value < 1 << isa.SET_VALUE_WIDTH:

@@ -81,9 +81,10 @@ import torch
 from ..golden.intops import MAX_ROW
 from ..hw import isa
 from ..hw.config import AccelConfig
+from .epilogue import lower, pmem_bytes
 from .program import Program, ProgramError
 
-__all__ = ["TilePlan", "plan_gemm", "compile_gemm"]
+__all__ = ["TilePlan", "plan_gemm", "compile_gemm", "rebind"]
 
 #: Cycles of fixed cost assumed for every step (token hand-over between the units).
 _STEP_OVERHEAD = 2
@@ -635,7 +636,6 @@ def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None):
     m, k, n = _check_dim("m", m), _check_dim("k", k), _check_dim("n", n)
     lowered = ep = None
     if epilogue is not None:
-        from .epilogue import lower
         lowered = lower(epilogue, cfg, n=n, k=k)
         ep = _Epilogue.of(epilogue)
     if plan is None:
@@ -656,7 +656,6 @@ def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None):
     p_off = r_off + (m * n if ep is not None and ep.residual else 0)
     params = None
     if lowered is not None:
-        from .epilogue import pmem_bytes
         params = pmem_bytes(lowered, cols)           # (nt_total, cols * 8) uint8
     pad = p_off + (params.size if params is not None else 0)  # the zero of the pack source
     discard = m * n      # the discard slot of the unpack destination
@@ -790,3 +789,25 @@ def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None):
                    pack_index=np.concatenate(pack_parts), unpack_index=np.concatenate(unpack_parts),
                    constants=constants,
                    meta={"plan": plan, "epilogue": lowered, "layout": layout})
+
+
+def rebind(base, epilogue, k, n):
+    """``base`` (a compiled epilogue GEMM) with another epilogue of the same op: the same tiles,
+    new SET values and PMEM bytes. The index tensors are shared, not copied. ``None`` when the
+    epilogues do not lower to the same SETs."""
+    cfg = base.cfg
+    lowered = lower(epilogue, cfg, n=n, k=k)
+    old = base.meta["epilogue"]
+    sets = [number for number, instr in enumerate(base.instrs) if isinstance(instr, isa.Set)]
+    if (lowered.op != old.op or [index for index, _ in lowered.sets]
+            != [base.instrs[number].index for number in sets]):
+        return None
+    instrs = list(base.instrs)
+    for number, (_, value) in zip(sets, lowered.sets):
+        instrs[number] = dataclasses.replace(instrs[number], value=int(value))
+    params = torch.from_numpy(pmem_bytes(lowered, cfg.cols).reshape(-1).view(np.int8).copy())
+    if tuple(params.shape) != tuple(base.constants["params"].shape):
+        return None
+    return Program(cfg, instrs, inputs=base.inputs, outputs=base.outputs,
+                   pack_index=base.pack_index, unpack_index=base.unpack_index,
+                   constants={"params": params}, meta={**base.meta, "epilogue": lowered})

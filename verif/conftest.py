@@ -7,7 +7,7 @@
         sim = build(lambda: PE(cfg), name="pe", build_dir=sim_root / f"pe-{cfg.tag}")
 
 ``rtl_device``
-    A factory of :class:`~bertaccel.sw.rtl.RtlDevice` objects shared by the whole session: one
+    A factory of :class:`~bertaccel.sw.devices.rtl.RtlDevice` objects shared by the whole session: one
     simulator per (config, settings), started on first use and closed when the session ends::
 
         def test_gemm(rtl_device):
@@ -32,7 +32,7 @@ def sim_root(request):
 @pytest.fixture(scope="session")
 def rtl_device(sim_root):
     """``rtl_device(cfg, *, seed=0, src_idle=0, sink_stall=0, **options)`` -> shared RtlDevice."""
-    from bertaccel.sw.rtl import RtlDevice
+    from bertaccel.sw.devices.rtl import RtlDevice
 
     devices = {}
 

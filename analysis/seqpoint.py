@@ -1,0 +1,243 @@
+"""SeqPoint: a text set's accelerator time from a few representative sequence lengths.
+
+::
+
+    lengths = token_lengths(texts, bert.tokenizer, max_length=bert.max_seq)
+    report = seqpoint(bert, lengths, ks=range(1, 11))
+    report["ks"][k]["error"], report["ks"][k]["speedup"]
+
+An input's cost on the accelerator is a function of its token count: batch 1, no padding, every
+program of :func:`bertaccel.sw.bert.run_bert` depends on the shape and the length alone. So, as
+in SeqPoint (Pati et al., "SeqPoint: Identifying Representative Iterations of Sequence-based
+Neural Networks", ISPASS 2020), a whole set is projected from a few lengths:
+
+1. Take the token length of every input (truncated at what the model and config take).
+2. Cut the sorted lengths into ``k`` contiguous bins that minimise the spread of length within
+   each bin, weighted by frequency (exact 1-D k-means, by dynamic programming over the distinct
+   lengths).
+3. Represent each bin by the length in it nearest its mean length, weighted by the number of
+   inputs in the bin.
+4. Time only the ``k`` representatives (:func:`bertaccel.analysis.perf.bench_bert`, the cycle model
+   that equals the RTL) and project the set: ``sum(weight * cycles(representative))``.
+
+The reference is every input run on its own (each distinct length timed once and counted for
+every input of that length). Reported per ``k``: the projection error against the reference,
+and the speed-up in simulation time, two ways: measured wall time of the cycle model (every
+input's run against the representatives' runs), and the RTL's (Verilator's time is proportional
+to the simulated cycles: the set's cycles over the representatives' cycles).
+"""
+
+import time
+
+import numpy as np
+
+from ..sw.bert import BertError
+from .perf import bench_bert
+
+__all__ = ["TEXT_SETS", "text_set", "token_lengths", "choose_points", "seqpoint",
+           "seqpoint_text_set", "format_report"]
+
+#: The named text sets of :func:`text_set`.
+TEXT_SETS = ("stdlib", "sentences")
+
+
+def text_set(spec):
+    """The texts of a set: ``"stdlib"`` (every docstring of the stdlib modules of the accuracy
+    set, :func:`bertaccel.golden.accuracy.stdlib_docstrings`), ``"sentences"`` (the 96 real
+    sentences of :mod:`bertaccel.golden.sentences`) or a text file, one input a line."""
+    from pathlib import Path
+
+    from ..sw.bert.text import read_text_file
+
+    if spec == "stdlib":
+        from ..golden.accuracy import stdlib_docstrings
+        return stdlib_docstrings()
+    if spec == "sentences":
+        from ..golden.sentences import calibration_sentences, evaluation_sentences
+        return evaluation_sentences() + calibration_sentences()
+    if not Path(spec).is_file():
+        raise BertError(f"--texts must be stdlib, sentences or a text file (one input a "
+                        f"line), not {spec!r}")
+    return read_text_file(spec)
+
+
+def token_lengths(texts, tokenizer, *, max_length):
+    """Token count of each text (``[CLS]`` and ``[SEP]`` included), truncated at
+    ``max_length``."""
+    if not texts:
+        raise BertError("the text set is empty")
+    return [len(tokenizer(text, truncation=True, max_length=max_length)["input_ids"])
+            for text in texts]
+
+
+def choose_points(lengths, k):
+    """SeqPoint's representative lengths: ``k`` contiguous bins of the sorted ``lengths`` with
+    the least within-bin weighted variance of length (exact, dynamic programming).
+
+    Returns
+    -------
+    list of dict
+        One per bin, in length order: ``length`` (the representative: the length in the bin
+        nearest its mean), ``weight`` (inputs in the bin), ``low``, ``high``, ``mean``. With fewer
+        distinct lengths than ``k``, one bin per length.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an int of at least 1, not {k!r}")
+    values, counts = np.unique(np.asarray(lengths, dtype=np.int64), return_counts=True)
+    if not len(values):
+        raise ValueError("lengths is empty")
+    n = len(values)
+    k = min(k, n)
+    w = counts.astype(np.float64)
+    x = values.astype(np.float64)
+    cw = np.concatenate([[0.0], np.cumsum(w)])
+    cx = np.concatenate([[0.0], np.cumsum(w * x)])
+    cxx = np.concatenate([[0.0], np.cumsum(w * x * x)])
+
+    def sse(i, j):                       # the bins values[i:j] (i an array of starts)
+        weight = cw[j] - cw[i]
+        total = cx[j] - cx[i]
+        return cxx[j] - cxx[i] - total * total / weight
+
+    # best[b][j]: the least cost of values[:j] in b bins; cut[b][j]: where the last bin starts.
+    best = np.full((k + 1, n + 1), np.inf)
+    cut = np.zeros((k + 1, n + 1), dtype=np.int64)
+    best[0][0] = 0.0
+    for b in range(1, k + 1):
+        for j in range(b, n + 1):
+            starts = np.arange(b - 1, j)
+            costs = best[b - 1][starts] + sse(starts, j)
+            pick = int(np.argmin(costs))
+            best[b][j], cut[b][j] = costs[pick], starts[pick]
+    bounds, j = [], n
+    for b in range(k, 0, -1):
+        i = int(cut[b][j])
+        bounds.append((i, j))
+        j = i
+    points = []
+    for i, j in reversed(bounds):
+        mean = (cx[j] - cx[i]) / (cw[j] - cw[i])
+        rep = int(values[i + int(np.argmin(np.abs(x[i:j] - mean)))])
+        points.append({"length": rep, "weight": int(cw[j] - cw[i]), "low": int(values[i]),
+                       "high": int(values[j - 1]), "mean": float(mean)})
+    return points
+
+
+def seqpoint(bert, lengths, *, ks=range(1, 11), log=None):
+    """Project the cycles of a set of inputs of token ``lengths`` from ``k`` representative
+    lengths, for each ``k`` in ``ks``, and compare with timing every input.
+
+    Parameters
+    ----------
+    bert : BertProgram
+    lengths : sequence of int
+        One per input, each from 1 to ``bert.max_seq``.
+    ks : iterable of int
+    log : callable, optional
+        ``log(text)`` as lengths are timed.
+
+    Returns
+    -------
+    dict
+        ``inputs``, ``distinct_lengths``, ``length_stats``; ``reference`` (``cycles`` of every
+        input, ``model_wall_s``: the cycle model's wall time to run every input); ``ks``: per
+        ``k``, the ``points``, ``cycles`` (projected), ``error`` (relative, signed),
+        ``abs_error``, ``model_wall_s`` (the representatives' runs), ``speedup_model`` (wall
+        time) and ``speedup_rtl`` (simulated cycles).
+
+    Raises
+    ------
+    BertError
+        An empty set, or a length the model or config cannot take.
+    """
+    lengths = [int(length) for length in lengths]
+    if not lengths:
+        raise BertError("the set has no inputs")
+    top = min(bert.spec.max_positions, bert.max_seq)
+    bad = [length for length in lengths if not 1 <= length <= top]
+    if bad:
+        raise BertError(f"input lengths must be from 1 to {top} ({bert.name} on "
+                        f"{bert.cfg.name}), not {bad[0]}")
+    ks = [int(k) for k in ks]
+    values, counts = np.unique(lengths, return_counts=True)
+    timed = {}                             # length -> (cycles, wall seconds of its run)
+    for number, length in enumerate(values.tolist()):
+        begin = time.perf_counter()
+        report = bench_bert(bert, seq=length, every_layer=False)
+        timed[length] = (report["cycles"], time.perf_counter() - begin)
+        if log and (number + 1) % 10 == 0:
+            log(f"timed {number + 1}/{len(values)} distinct lengths")
+    cycles_of = {length: cycles for length, (cycles, _) in timed.items()}
+    wall_of = {length: wall for length, (_, wall) in timed.items()}
+    reference = int(sum(cycles_of[length] * count for length, count in zip(values.tolist(),
+                                                                             counts.tolist())))
+    reference_wall = float(sum(wall_of[length] * count for length, count in
+                               zip(values.tolist(), counts.tolist())))
+    out = {}
+    for k in ks:
+        points = choose_points(lengths, k)
+        projected = sum(point["weight"] * cycles_of[point["length"]] for point in points)
+        wall = sum(wall_of[point["length"]] for point in points)
+        simulated = sum(cycles_of[point["length"]] for point in points)
+        error = (projected - reference) / reference
+        out[k] = {"points": points, "cycles": int(projected), "error": error,
+                  "abs_error": abs(error), "model_wall_s": wall,
+                  "speedup_model": reference_wall / wall if wall else None,
+                  "speedup_rtl": reference / simulated}
+    array = np.asarray(lengths)
+    return {
+        "schema": "bertaccel-seqpoint/1",
+        "model": bert.name, "config": bert.cfg.name, "tag": bert.cfg.tag,
+        "inputs": len(lengths), "distinct_lengths": len(values),
+        "length_stats": {"min": int(array.min()), "max": int(array.max()),
+                         "mean": float(array.mean()), "median": float(np.median(array))},
+        "reference": {"cycles": reference, "model_wall_s": reference_wall,
+                      "latency_s": reference / (bert.cfg.clock_mhz * 1e6)},
+        "ks": out,
+        "cycles_by_length": {int(length): int(cycles) for length, cycles in cycles_of.items()},
+    }
+
+
+def seqpoint_text_set(model, cfg, texts="stdlib", *, ks=range(1, 11), seed=0, log=None):
+    """:func:`seqpoint` on a named text set: what ``bertaccel seqpoint`` runs.
+
+    ``model`` is ``"minilm"`` (the real weights) or a :data:`bertaccel.analysis.perf.SHAPES` name
+    (random weights from ``seed``); ``texts`` a :func:`text_set` spec. The texts are tokenised
+    with all-MiniLM-L6-v2's tokenizer (BERT's uncased vocabulary) and truncated at what the
+    model and ``cfg`` take. Returns ``(report, lengths)``, ``report["texts"]`` naming the set.
+    """
+    from ..sw.bert import MINILM, compile_bert
+    from .perf import compile_shape
+
+    name = texts if isinstance(texts, str) else "given"
+    texts = text_set(texts) if isinstance(texts, str) else list(texts)
+    if log:
+        log(f"{len(texts)} texts; compiling {model} for {cfg.name}")
+    minilm = compile_bert(MINILM, cfg)
+    bert = minilm if model == "minilm" else compile_shape(model, cfg, seed=seed)
+    lengths = token_lengths(texts, minilm.tokenizer,
+                            max_length=min(bert.spec.max_positions, bert.max_seq))
+    report = seqpoint(bert, lengths, ks=ks, log=log)
+    report["texts"] = name
+    return report, lengths
+
+
+def format_report(report):
+    """``bertaccel seqpoint``'s text output."""
+    r = report
+    s = r["length_stats"]
+    lines = [
+        f"model       {r['model']} on {r['config']} ({r['tag']})",
+        f"set         {r['inputs']} inputs, {r['distinct_lengths']} distinct lengths, "
+        f"{s['min']} to {s['max']} tokens (mean {s['mean']:.1f}, median {s['median']:g})",
+        f"reference   {r['reference']['cycles']:,} cycles, every input timed "
+        f"({r['reference']['model_wall_s']:.1f} s of cycle model)",
+        "",
+        f"{'k':>3}{'projected cycles':>20}{'error':>10}{'speed-up (model)':>18}"
+        f"{'speed-up (RTL)':>16}  representative lengths (weight)",
+    ]
+    for k, row in r["ks"].items():
+        points = " ".join(f"{p['length']}({p['weight']})" for p in row["points"])
+        lines.append(f"{k:>3}{row['cycles']:>20,}{row['error']:>+10.3%}"
+                     f"{row['speedup_model']:>17.1f}x{row['speedup_rtl']:>15.1f}x  {points}")
+    return "\n".join(lines)

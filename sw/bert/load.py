@@ -1,0 +1,113 @@
+"""Loading a BERT model for the compiler: what it accepts, and the shape it reads from the config."""
+
+import dataclasses
+
+from ...golden import bert_ref
+from ...golden.intops import MAX_ROW
+
+__all__ = ["MINILM", "BertError", "BertSpec", "bert_model", "load_bert"]
+
+#: The name that stands for sentence-transformers/all-MiniLM-L6-v2 (the local copy).
+MINILM = bert_ref.MINILM
+#: Supported activations: the hardware's GELU is the erf form; the tanh forms differ from it by
+#: under 1e-3 (well under one int8 step).
+_GELUS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_python")
+
+
+class BertError(ValueError):
+    """A model, an input or a config that the BERT compiler cannot take; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BertSpec:
+    """The shape of a BERT model, read from its config.
+
+    Members
+    -------
+    layers, hidden, heads, intermediate, max_positions, type_vocab_size, vocab_size : int
+    eps : float
+        LayerNorm epsilon.
+    hidden_act : str
+    """
+
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+    max_positions: int
+    type_vocab_size: int
+    vocab_size: int
+    eps: float
+    hidden_act: str
+
+    @property
+    def head_dim(self):
+        return self.hidden // self.heads
+
+    @classmethod
+    def from_config(cls, config):
+        """The spec of a ``transformers`` config; :class:`BertError` if it is not a BERT
+        encoder the accelerator runs."""
+        model_type = getattr(config, "model_type", None)
+        if model_type != "bert":
+            arch = ", ".join(getattr(config, "architectures", None) or []) or "unknown"
+            raise BertError(f"not a BERT model: model_type is {model_type!r} (architectures: "
+                            f"{arch}); the compiler takes BERT-family models (model_type "
+                            f"'bert', transformers.BertModel)")
+        act = getattr(config, "hidden_act", None)
+        if act not in _GELUS:
+            raise BertError(f"the model's activation is {act!r}; the accelerator's FFN "
+                            f"epilogue is GELU ({', '.join(_GELUS)})")
+        position = getattr(config, "position_embedding_type", "absolute") or "absolute"
+        if position != "absolute":
+            raise BertError(f"position_embedding_type {position!r} is not supported (absolute "
+                            f"only: relative positions add a term to QK^T)")
+        if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
+            raise BertError("a BERT decoder or cross-attention model is not supported (the "
+                            "encoder only)")
+        hidden, heads = config.hidden_size, config.num_attention_heads
+        if hidden % heads:
+            raise BertError(f"hidden_size {hidden} is not a multiple of num_attention_heads "
+                            f"{heads}")
+        if hidden > MAX_ROW:
+            raise BertError(f"hidden_size {hidden} is longer than the LayerNorm rows the "
+                            f"hardware takes ({MAX_ROW} columns)")
+        return cls(layers=config.num_hidden_layers, hidden=hidden, heads=heads,
+                   intermediate=config.intermediate_size,
+                   max_positions=config.max_position_embeddings,
+                   type_vocab_size=config.type_vocab_size, vocab_size=config.vocab_size,
+                   eps=float(config.layer_norm_eps), hidden_act=act)
+
+
+def bert_model(model):
+    """The ``BertModel`` inside ``model`` (itself, or a ``Bert*For*``'s ``.bert``)."""
+    import transformers
+
+    if isinstance(model, transformers.BertModel):
+        return model
+    inner = getattr(model, "bert", None)
+    if isinstance(inner, transformers.BertModel):
+        return inner
+    config = getattr(model, "config", None)
+    if config is not None:
+        BertSpec.from_config(config)  # names the architecture when it is not BERT
+    raise BertError(f"not a BERT model: {type(model).__name__}; the compiler takes a "
+                    f"transformers.BertModel (or a model whose .bert is one), a local model "
+                    f"folder, or {MINILM!r}")
+
+
+def load_bert(spec):
+    """``(tokenizer, model)`` of ``spec``: :data:`MINILM` or a local model folder, loaded by
+    :func:`bertaccel.golden.bert_ref.load` (float32, eval mode, eager attention, offline) after
+    :meth:`BertSpec.from_config` accepted its config.
+
+    Raises
+    ------
+    BertError
+        If the folder does not exist, holds no ``config.json``, or is not a BERT model the
+        accelerator runs.
+    """
+    try:
+        return bert_ref.load(spec, check=BertSpec.from_config)
+    except bert_ref.ModelError as error:
+        raise BertError(str(error)) from None

@@ -1,0 +1,483 @@
+"""Post-training int8 quantisation of a BERT model for the accelerator: calibration and scales.
+
+Every tensor the accelerator holds is int8 with a symmetric scale (real = scale x integer, zero
+point 0); weights use ``[-127, 127]``, activations ``[-128, 127]`` (the epilogues saturate).
+docs/bert.md has the reasoning and the measurements; in short:
+
+* **Calibration.** Forward hooks on the float model record every activation the accelerator
+  makes, over the valid (non-padding) tokens of sample text. A range is the largest ``|x|``
+  (``method="max"``) or a percentile of ``|x|`` (``method="percentile"``).
+* **Q, K, V, the context, the probabilities** have one scale per tensor (the probabilities
+  are the softmax's ``127 p``, scale 1/127).
+* **Outlier channels.** BERT's LayerNorm outputs and GELU outputs have a few channels whose
+  range is 5-15x that of the rest (all-MiniLM-L6-v2: channel 99 of the hidden state reaches 28
+  where most stay below 3). One scale per tensor would leave the other channels a few steps. So
+  these tensors (:class:`ActQuant`) have a *base* scale for most channels and their own scale for
+  the ``outliers`` largest channels: a LayerNorm makes that with per-column gamma and beta
+  (``gamma_j * base / scale_j``); GELU's outlier columns are a second, small GEMM with their
+  own output scale (one coarse scale for all of them). The embeddings, made on the host, get the
+  same two-level scales.
+* **Weights.** Q, K, V have a scale per output channel (their REQUANT takes a multiplier and
+  shift per column). The output projection and the FFN feed LayerNorm and GELU, whose input
+  scale is one number, so they have one scale per tensor; the weights of every BERT layer also
+  have a few large elements (all-MiniLM-L6-v2's first FFN2: 7.9 where the rest stay below 1.3),
+  so the scale is set by the ``budget + 1``-th largest ``|w|``, not the largest.
+* **Channel splitting (exact).** A weight that does not fit int8 at its scale, and a weight row
+  that meets an outlier channel of its input (``w * scale_k / base``), is an integer ``q`` larger
+  than 127: its row of B is split into ``t = ceil(max |q| / 127)`` rows that add up to it, and
+  the input column is repeated ``t`` times in A (a gather on the host). The GEMM's K grows by a
+  few rows; the sum is the same integer. A LayerNorm residual whose outlier channels have their
+  own scale is corrected the same way: the residual port adds ``r * base``, and rows of B holding
+  ``(scale_k - base) / acc_unit`` (on output column ``k`` only) add the rest of ``r_k * scale_k``
+  through the GEMM.
+* Biases stay real and become int32 accumulator units in the epilogue. LayerNorm's int16
+  pre-normalisation sum is sized by the calibrated bound of ``|dense + bias + residual|`` with a
+  factor 2 of headroom.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..epilogue import Gelu, LayerNorm, Requant
+
+__all__ = ["CALIBRATION_METHODS", "SITES", "Calibration", "ActQuant", "SplitB", "QuantLayer",
+           "calibrate", "act_quant", "tensor_range", "weight_ints", "correction_ints",
+           "split_rows", "quantize_layer", "OUTLIERS", "BUDGET", "LN_HEADROOM"]
+
+#: How a calibrated range is taken from the recorded ``|x|``.
+CALIBRATION_METHODS = ("max", "percentile")
+
+#: The activation sites recorded per layer: the int8 tensors the accelerator makes, and the two
+#: LayerNorm inputs (``sum1``, ``sum2``) whose bounds size the int16 sums.
+SITES = ("q", "k", "v", "ctx", "sum1", "x1", "h", "sum2", "x2")
+
+#: Channels of a LayerNorm or GELU output that get their own scale, by default.
+OUTLIERS = 8
+#: Elements of a per-tensor weight allowed above the scale's range (then split), by default.
+BUDGET = 16
+#: Headroom on the calibrated bound of a LayerNorm input.
+LN_HEADROOM = 2.0
+
+
+@dataclass
+class Calibration:
+    """What the calibration recorded: per site, the ``(tokens, channels)`` float32 values over the
+    valid tokens (``values``), and facts about the run."""
+
+    values: dict
+    tokens: int
+    sentences: int
+
+    def site(self, layer, name):
+        """The values of ``name`` in ``layer`` (``layer`` -1, ``"x2"``: the embeddings)."""
+        return self.values["embeddings" if layer < 0 else (layer, name)]
+
+
+def calibrate(model, batches):
+    """Record the activations of ``model`` (a float ``transformers.BertModel``) on ``batches``.
+
+    Parameters
+    ----------
+    model : transformers.BertModel
+    batches : iterable of dict
+        Tokenised batches: ``input_ids``, ``attention_mask`` and optionally ``token_type_ids``.
+
+    Returns
+    -------
+    Calibration
+    """
+    seen = {"embeddings": []}
+    for layer in range(len(model.encoder.layer)):
+        for site in SITES:
+            seen[(layer, site)] = []
+    valid = {}
+    hooks = []
+
+    def record(key, value):
+        seen[key].append(value.detach().float()[valid["mask"]])
+
+    def out_hook(key):
+        return lambda module, args, out: record(key, out[0] if isinstance(out, tuple) else out)
+
+    def in_hook(key):
+        return lambda module, args: record(key, args[0])
+
+    hooks.append(model.embeddings.register_forward_hook(out_hook("embeddings")))
+    for number, layer in enumerate(model.encoder.layer):
+        attn = layer.attention
+        hooks += [
+            attn.self.query.register_forward_hook(out_hook((number, "q"))),
+            attn.self.key.register_forward_hook(out_hook((number, "k"))),
+            attn.self.value.register_forward_hook(out_hook((number, "v"))),
+            attn.output.dense.register_forward_pre_hook(in_hook((number, "ctx"))),
+            attn.output.LayerNorm.register_forward_pre_hook(in_hook((number, "sum1"))),
+            attn.output.LayerNorm.register_forward_hook(out_hook((number, "x1"))),
+            layer.intermediate.register_forward_hook(out_hook((number, "h"))),
+            layer.output.LayerNorm.register_forward_pre_hook(in_hook((number, "sum2"))),
+            layer.output.LayerNorm.register_forward_hook(out_hook((number, "x2"))),
+        ]
+    tokens = sentences = 0
+    try:
+        with torch.no_grad():
+            for batch in batches:
+                mask = batch["attention_mask"].bool()
+                valid["mask"] = mask
+                tokens += int(mask.sum())
+                sentences += mask.shape[0]
+                model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                      token_type_ids=batch.get("token_type_ids"))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if not tokens:
+        raise ValueError("calibration needs at least one valid token")
+    return Calibration(values={key: torch.cat(parts) for key, parts in seen.items()},
+                       tokens=tokens, sentences=sentences)
+
+
+def tensor_range(values, method="max", percentile=99.99):
+    """The range of ``values``: the largest ``|x|``, or that percentile of ``|x|``."""
+    if method not in CALIBRATION_METHODS:
+        raise ValueError(f"method must be one of {', '.join(CALIBRATION_METHODS)}, "
+                         f"not {method!r}")
+    values = values.abs().reshape(-1)
+    if values.numel() == 0:
+        return 0.0
+    if method == "max":
+        return float(values.max())
+    if not 0 < percentile <= 100:
+        raise ValueError(f"percentile must be in (0, 100], not {percentile!r}")
+    # np.percentile has no element limit (torch.quantile stops at 2**24).
+    return float(np.percentile(values.double().numpy(), percentile))
+
+
+def _positive(value, what):
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"the calibrated range of {what} is {value!r}; it must be a finite "
+                         f"number above 0 (does the calibration text reach this tensor?)")
+    return value
+
+
+@dataclass
+class ActQuant:
+    """The scales of an int8 activation with a few outlier channels.
+
+    Members
+    -------
+    base : float
+        The scale of every channel but the outliers.
+    scale : torch.Tensor
+        ``(n,)`` float64, the scale of each channel (``base`` but at ``outliers``).
+    outliers : torch.Tensor
+        int64 indices of the channels with their own scale, ascending.
+    """
+
+    base: float
+    scale: torch.Tensor
+    outliers: torch.Tensor
+
+    @property
+    def factors(self):
+        """``scale / base`` per channel (1 but at the outliers)."""
+        return self.scale / self.base
+
+    def quantize(self, x):
+        """``x`` (``(..., n)`` real) as int8, per channel, saturated."""
+        return torch.round(x.detach().double() / self.scale).clamp(-128, 127).to(torch.int8)
+
+    def dequantize(self, q):
+        return q.double() * self.scale
+
+
+def act_quant(values, *, outliers=OUTLIERS, shared=False, method="max", percentile=99.99,
+              beta=None, what="activation"):
+    """Two-level scales of an activation from its calibration ``values`` ``(tokens, n)``.
+
+    The ``outliers`` channels of largest ``|x|`` (at most one in 32 channels, and only those
+    above the rest's range) get their own scale -- one common scale when ``shared`` (GELU's
+    outlier GEMM) -- and the rest the range of their values over 127. ``beta`` (a
+    LayerNorm's): a channel whose ``|beta|`` the base scale cannot hold (``|beta| / scale <
+    127``) becomes an outlier too.
+    """
+    values = values.double()
+    n = values.shape[1]
+    channel_max = values.abs().amax(dim=0) if values.numel() else torch.zeros(n,
+                                                                               dtype=torch.float64)
+    order = torch.argsort(channel_max, descending=True, stable=True)
+    count = min(max(int(outliers), 0), max(1, n // 32), n - 1)
+    top = order[:count]
+    keep = torch.ones(n, dtype=torch.bool)
+    keep[top] = False
+    base = tensor_range(values[:, keep], method, percentile)
+    top = top[channel_max[top] > base]             # only the channels above the rest
+    if beta is not None:
+        beta = torch.as_tensor(beta, dtype=torch.float64).abs()
+        extra = torch.nonzero(beta >= 126 * base).reshape(-1)
+        top = torch.unique(torch.cat([top, extra]))
+        if top.numel() >= n:
+            base = max(base, float(beta.max()) / 126)
+            top = torch.zeros(0, dtype=torch.int64)
+    base = _positive(base, what) / 127
+    scale = torch.full((n,), base, dtype=torch.float64)
+    if top.numel():
+        own = channel_max[top].clamp(min=base * 127) / 127
+        if beta is not None:
+            own = torch.maximum(own, beta[top] / 126)
+        scale[top] = own.max() if shared else own
+    return ActQuant(base=base, scale=scale, outliers=torch.sort(top).values)
+
+
+def weight_ints(w, row_factors, *, per_channel, budget=BUDGET):
+    """The integer weights of a real ``(k, n)`` B operand whose input rows carry
+    ``row_factors`` (the input's ``scale / base``).
+
+    Returns ``(q, w_scale)``: ``q`` ``(k, n)`` int64 (possibly beyond int8; :func:`split_rows`
+    splits it) with ``w * row_factor = q * w_scale``; ``w_scale`` ``(n,)`` per column when
+    ``per_channel``, else a float. The scale is the largest ``|w|`` (per column), or per tensor
+    the ``budget + 1``-th largest, over the rows whose factor is 1.
+    """
+    w = w.detach().double()
+    factors = torch.as_tensor(row_factors, dtype=torch.float64)
+    scaled = w * factors.unsqueeze(1)
+    plain = w[factors == 1] if bool((factors == 1).any()) else scaled
+    if per_channel:
+        top = plain.abs().amax(dim=0)
+        w_scale = torch.where(top > 0, top / 127, torch.ones_like(top))
+        q = torch.round(scaled / w_scale)
+    else:
+        flat = plain.abs().reshape(-1)
+        top = float(torch.topk(flat, min(budget + 1, flat.numel())).values[-1])
+        if top <= 0:
+            top = float(flat.max()) if flat.numel() and float(flat.max()) > 0 else 127.0
+        w_scale = top / 127
+        q = torch.round(scaled / w_scale)
+    return q.to(torch.int64), w_scale
+
+
+def correction_ints(residual, acc_unit, n):
+    """Rows of B that add the outlier channels' share of a residual through the GEMM.
+
+    The LayerNorm's residual port adds ``r * residual.base``; channel ``k`` of the residual is
+    worth ``r * residual.scale[k]``. Row ``i`` (for outlier ``k = residual.outliers[i]``) holds
+    ``round((scale_k - base) / acc_unit)`` on column ``k``. Returns ``(q, channels)``.
+    """
+    channels = residual.outliers
+    q = torch.zeros((channels.numel(), n), dtype=torch.int64)
+    for row, channel in enumerate(channels.tolist()):
+        q[row, channel] = round((float(residual.scale[channel]) - residual.base) / acc_unit)
+    return q, channels
+
+
+def split_rows(q, source):
+    """Split integer rows of B beyond int8 into rows that add up to them.
+
+    Row ``i`` of ``q`` (input column ``source[i]``) becomes ``t = ceil(max |q_i| / 127)`` rows
+    ``floor((q_i + j) / t)``, ``j < t``, each in ``[-127, 127]``, that sum to ``q_i``.
+
+    Returns ``(b, index)``: ``b`` int8 ``(k', n)`` and, per row, its input column.
+    """
+    rows, index = [], []
+    top = q.abs().amax(dim=1) if q.numel() else torch.zeros(q.shape[0], dtype=torch.int64)
+    for i in range(q.shape[0]):
+        t = max(1, -(-int(top[i]) // 127))
+        for j in range(t):
+            rows.append(torch.div(q[i] + j, t, rounding_mode="floor"))
+            index.append(int(source[i]))
+    b = torch.stack(rows) if rows else torch.zeros((0, q.shape[1]), dtype=torch.int64)
+    assert b.numel() == 0 or int(b.abs().max()) <= 127
+    return b.to(torch.int8), torch.tensor(index, dtype=torch.int64)
+
+
+@dataclass
+class SplitB:
+    """A B operand after channel splitting.
+
+    Members
+    -------
+    b : torch.Tensor
+        ``(k', n)`` int8.
+    index : torch.Tensor
+        ``(k',)`` int64: the column of the A sources (concatenated in the stage's order) that
+        each row of B multiplies; ``A' = A[:, index]``.
+    """
+
+    b: torch.Tensor
+    index: torch.Tensor
+
+    @property
+    def k(self):
+        return self.b.shape[0]
+
+    def padded(self, k):
+        """The same operand with zero rows up to ``k`` rows."""
+        extra = k - self.k
+        if extra <= 0:
+            return self
+        return SplitB(b=torch.cat([self.b, torch.zeros((extra, self.b.shape[1]),
+                                                        dtype=torch.int8)]),
+                      index=torch.cat([self.index, torch.zeros(extra, dtype=torch.int64)]))
+
+
+def _split(parts):
+    """``SplitB`` of ``[(q, source), ...]`` stacked."""
+    bs, indices = [], []
+    for q, source in parts:
+        b, index = split_rows(q, source)
+        bs.append(b)
+        indices.append(index)
+    return SplitB(b=torch.cat(bs), index=torch.cat(indices))
+
+
+@dataclass
+class QuantLayer:
+    """One encoder layer, quantised.
+
+    Members
+    -------
+    x, x1, h, x2 : ActQuant
+        The layer input, the attention block's LayerNorm output, the GELU output (its outliers
+        share one scale) and the layer output.
+    s_q, s_k, s_v, s_ctx : float
+        Per-tensor scales of Q, K, V and the attention context.
+    qkv : SplitB, A sources ``[X]``;  qkv_ep : Requant (per column)
+    qk_scale : float
+        The softmax input scale ``s_q s_k / sqrt(d)``.
+    pv_ep : Requant
+    wo : SplitB, A sources ``[ctx | X]``;  wo_ep : LayerNorm (residual X)
+    w1 : SplitB, A sources ``[X1]``, all ``intermediate`` columns; ``h.outliers`` go to the
+        second GEMM;  w1_ep, w1_out_ep : Gelu (the other columns, the outlier columns)
+    w2 : SplitB, A sources ``[H (other columns) | H (outlier columns) | X1]``;  w2_ep : LayerNorm
+        (residual X1)
+    info : dict
+        Weight scales and the extra rows of each stage, for reports.
+    """
+
+    x: ActQuant
+    x1: ActQuant
+    h: ActQuant
+    x2: ActQuant
+    s_q: float
+    s_k: float
+    s_v: float
+    s_ctx: float
+    qkv: SplitB
+    qkv_ep: Requant
+    qk_scale: float
+    pv_ep: Requant
+    wo: SplitB
+    wo_ep: LayerNorm
+    w1: SplitB
+    w1_ep: Gelu
+    w1_out_ep: Gelu | None
+    w2: SplitB
+    w2_ep: LayerNorm
+    info: dict = field(default_factory=dict)
+
+    @property
+    def h_keep(self):
+        """The GELU columns of the main GEMM (every column but ``h.outliers``)."""
+        keep = torch.ones(self.h.scale.numel(), dtype=torch.bool)
+        keep[self.h.outliers] = False
+        return torch.nonzero(keep).reshape(-1)
+
+
+def quantize_layer(layer, cal, number, x, *, head_dim, eps, method="max", percentile=99.99,
+                   outliers=OUTLIERS, budget=BUDGET):
+    """Quantise one ``transformers`` ``BertLayer``.
+
+    Parameters
+    ----------
+    layer : transformers.models.bert.modeling_bert.BertLayer
+    cal : Calibration
+    number : int
+        The layer's index.
+    x : ActQuant
+        The scales of the layer input (the previous layer's output, or the embeddings').
+    head_dim : int
+    eps : float
+        LayerNorm epsilon.
+    method, percentile, outliers, budget
+        See :func:`tensor_range`, :func:`act_quant` and :func:`weight_ints`.
+    """
+    attn = layer.attention
+    hidden = attn.self.query.weight.shape[0]
+
+    def site(name):
+        return cal.site(number, name)
+
+    def per_tensor(name):
+        return _positive(tensor_range(site(name), method, percentile), name) / 127
+
+    def linear(module):
+        return module.weight.detach().double().t(), module.bias.detach().double()
+
+    s_q, s_k, s_v, s_ctx = (per_tensor(name) for name in ("q", "k", "v", "ctx"))
+    ln1, ln2 = attn.output.LayerNorm, layer.output.LayerNorm
+    common = dict(outliers=outliers, method=method, percentile=percentile)
+    x1 = act_quant(site("x1"), beta=ln1.bias.detach().double(), what="x1", **common)
+    h = act_quant(site("h"), shared=True, what="h", **common)
+    x2 = act_quant(site("x2"), beta=ln2.bias.detach().double(), what="x2", **common)
+    info = {}
+
+    # (1) QKV: X @ [Wq|Wk|Wv], per-column scales.
+    wq, bq = linear(attn.self.query)
+    wk, bk = linear(attn.self.key)
+    wv, bv = linear(attn.self.value)
+    w_qkv, b_qkv = torch.cat([wq, wk, wv], dim=1), torch.cat([bq, bk, bv])
+    q, s_w = weight_ints(w_qkv, x.factors, per_channel=True)
+    qkv = _split([(q, torch.arange(hidden))])
+    s_out = torch.cat([torch.full((hidden,), s) for s in (s_q, s_k, s_v)])
+    qkv_ep = Requant(scale=x.base, bias=(b_qkv / (x.base * s_w)).numpy(),
+                     per_channel_scale=(s_w / s_out).numpy())
+    info["qkv"] = {"w_scale_min": float(s_w.min()), "w_scale_max": float(s_w.max()),
+                   "extra_rows": qkv.k - hidden}
+
+    def layernorm(ln, in_scale, out, residual_scale, bias, bound):
+        return LayerNorm(in_scale=in_scale,
+                         gamma=(ln.weight.detach().double() * out.base / out.scale).numpy(),
+                         beta=(ln.bias.detach().double() * out.base / out.scale).numpy(),
+                         out_scale=out.base, eps=eps, residual_scale=residual_scale,
+                         bias=bias.numpy(), absmax=LN_HEADROOM * bound)
+
+    # (4) ctx @ Wo + bo + X, LayerNorm: A = [ctx | X].
+    wo, bo = linear(attn.output.dense)
+    q, s_wo = weight_ints(wo, torch.ones(hidden), per_channel=False, budget=budget)
+    acc = s_ctx * s_wo
+    corr, channels = correction_ints(x, acc, hidden)
+    wo_b = _split([(q, torch.arange(hidden)), (corr, hidden + channels)])
+    wo_ep = layernorm(ln1, acc, x1, x.base, bo, float(site("sum1").abs().max()))
+    info["wo"] = {"w_scale": s_wo, "extra_rows": wo_b.k - hidden}
+
+    # (5) X1 @ W1 + b1, GELU: the outlier columns of H are a second GEMM.
+    w1, b1 = linear(layer.intermediate.dense)
+    q, s_w1 = weight_ints(w1, x1.factors, per_channel=False, budget=budget)
+    w1_b = _split([(q, torch.arange(hidden))])
+    inter = w1.shape[1]
+    keep = torch.ones(inter, dtype=torch.bool)
+    keep[h.outliers] = False
+    w1_ep = Gelu(in_scale=x1.base * s_w1, out_scale=h.base, bias=b1[keep].numpy())
+    w1_out_ep = None
+    if h.outliers.numel():
+        w1_out_ep = Gelu(in_scale=x1.base * s_w1, out_scale=float(h.scale[h.outliers[0]]),
+                         bias=b1[h.outliers].numpy())
+    info["w1"] = {"w_scale": s_w1, "extra_rows": w1_b.k - hidden,
+                  "outlier_columns": h.outliers.tolist()}
+
+    # (6) H @ W2 + b2 + X1, LayerNorm: A = [H (kept columns) | H (outliers) | X1].
+    w2, b2 = linear(layer.output.dense)
+    order = torch.cat([torch.nonzero(keep).reshape(-1), h.outliers])
+    q, s_w2 = weight_ints(w2[order], h.factors[order], per_channel=False, budget=budget)
+    acc = h.base * s_w2
+    corr, channels = correction_ints(x1, acc, hidden)
+    w2_b = _split([(q, torch.arange(inter)), (corr, inter + channels)])
+    w2_ep = layernorm(ln2, acc, x2, x1.base, b2, float(site("sum2").abs().max()))
+    info["w2"] = {"w_scale": s_w2, "extra_rows": w2_b.k - inter}
+
+    return QuantLayer(x=x, x1=x1, h=h, x2=x2, s_q=s_q, s_k=s_k, s_v=s_v, s_ctx=s_ctx,
+                      qkv=qkv, qkv_ep=qkv_ep, qk_scale=s_q * s_k / math.sqrt(head_dim),
+                      pv_ep=Requant(scale=s_v / (127 * s_ctx)), wo=wo_b, wo_ep=wo_ep,
+                      w1=w1_b, w1_ep=w1_ep, w1_out_ep=w1_out_ep, w2=w2_b, w2_ep=w2_ep,
+                      info=info)

@@ -1,0 +1,373 @@
+"""The RTL device: programs run on the Verilated gateware, under cocotb.
+
+:class:`RtlDevice` is a :class:`~bertaccel.sw.device.Device` like the software device: the same
+compiled programs and the same ``run`` call. Behind it is one simulator process per device, kept
+running across runs::
+
+    with RtlDevice(preset("8x8"), sink_stall=64) as device:
+        result = gemm(device, a, b)       # builds (cached) and starts the simulator on first use
+        result.outputs["c"], result.cycles, result.stats["sim_cycles_per_s"]
+
+The simulator is :class:`bertaccel.hw.harness.SimHarness` (the core plus instruction, data-in and
+data-out memories and gateware stream engines), driven by the cocotb test
+:func:`bertaccel.sim.rtl_server.serve`, which talks to this object over a Unix socket.
+
+Programs larger than the harness memories are run in consecutive chunks of whole instructions.
+That is exact: the core keeps its scratchpads, accumulator and token counts between runs, and every
+prefix of a legal program runs to completion. The cycle count is then the sum over the chunks
+(each chunk drains the pipeline, so it is a little above a single run's).
+"""
+
+import itertools
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import time
+import weakref
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ...hw import isa
+from ...hw.harness import SimHarness, harness_chunks
+from ...hw.verilog import source_key
+from .base import Device, DeviceError
+
+__all__ = ["RtlDevice"]
+
+_TOPLEVEL = "bertaccel_harness"
+_SERVER = "bertaccel.sim.rtl_server"
+_devices = itertools.count()
+
+
+def _stall_units(name, value):
+    """A stall setting in 1/256 units: an int 0..255, or a probability (float) in [0, 1)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an int from 0 to 255 or a probability, not {value!r}")
+    if isinstance(value, float):
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"{name} as a probability must be in [0, 1), not {value!r}")
+        return min(255, round(value * 256))
+    if isinstance(value, int) and 0 <= value <= 255:
+        return value
+    raise ValueError(f"{name} must be an int from 0 to 255 (n/256 of the cycles) or a "
+                     f"probability in [0, 1), not {value!r}")
+
+
+class _Session:
+    """The simulator process and its connection; what :func:`weakref.finalize` closes."""
+
+    def __init__(self):
+        self.thread = None
+        self.conn = None
+        self.pid = None
+        self.tmpdir = None
+        self.failure = None   # exception raised in the simulator thread
+        self.log_file = None
+
+    def alive(self):
+        return self.thread is not None and self.thread.is_alive()
+
+    def close(self, grace=30.0):
+        if self.conn is not None:
+            try:
+                self.conn.send({"op": "stop"})
+                if self.conn.poll(min(grace, 10.0)):
+                    self.conn.recv()
+            except (OSError, EOFError):
+                pass
+            self.conn.close()
+            self.conn = None
+        if self.thread is not None:
+            self.thread.join(grace)
+            if self.thread.is_alive() and self.pid:
+                # The simulator did not stop (a run still going): end the process we started.
+                for sig in (signal.SIGTERM, signal.SIGKILL):
+                    try:
+                        os.kill(self.pid, sig)
+                    except ProcessLookupError:
+                        break
+                    self.thread.join(5.0)
+                    if not self.thread.is_alive():
+                        break
+            self.thread = None
+        if self.tmpdir is not None:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
+
+
+class RtlDevice(Device):
+    """Runs programs on the Verilated RTL of ``cfg``, under cocotb.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+        The build to simulate.
+    build_root : path
+        Where build folders go; this device's is ``<build_root>/bertaccel_harness-<cfg.tag>-
+        i<instr>d<data>o<out>``. Relative paths are taken from the current directory.
+    seed : int
+        Seed of the harness's stall generator (0..2**32-1), the same for every run, so a run is
+        reproducible; it is logged in the simulator log.
+    src_idle, sink_stall : int or float
+        Idle cycles on the instruction and data sources, and backpressure on the output sink:
+        an int n means n/256 of the cycles, a float a probability in [0, 1). 0 = free-running.
+    max_cycles : int, optional
+        Cycle limit for one run (or one chunk); by default a generous bound from the program.
+    startup_timeout : float
+        Seconds the simulator may take to start and connect (after the build).
+    run_timeout : float, optional
+        Wall-clock seconds one run (or chunk) may take; by default from ``max_cycles``.
+    instr_depth, data_depth, out_depth : int, optional
+        Harness memory depths (powers of two); :func:`harness_depths` by default.
+
+    Members
+    -------
+    build : SimBuild or None
+        The simulator build, once started.
+    log_file : Path or None
+        The simulator's log (cocotb and testbench messages, seeds).
+
+    Raises
+    ------
+    DeviceError
+        From :meth:`run`: the core flagged an illegal instruction, a run timed out, the output
+        or data beat counts differ from the program's, or the simulator failed.
+
+    Notes
+    -----
+    The first :meth:`run` builds the simulator if needed (cached per config and generator
+    source) and starts it; :meth:`start` does that ahead of time. :meth:`close` (or leaving a
+    ``with`` block) stops it. Not thread-safe beyond one run at a time (runs are serialised).
+    """
+
+    def __init__(self, cfg, *, build_root="build/sim", seed=0, src_idle=0, sink_stall=0,
+                 max_cycles=None, startup_timeout=300.0, run_timeout=None, instr_depth=None,
+                 data_depth=None, out_depth=None):
+        super().__init__(cfg)
+        if not (isinstance(seed, int) and 0 <= seed < 1 << 32):
+            raise ValueError(f"seed must be an int from 0 to 2**32-1, not {seed!r}")
+        if max_cycles is not None and not (isinstance(max_cycles, int) and max_cycles > 0):
+            raise ValueError(f"max_cycles must be a positive int, not {max_cycles!r}")
+        defaults = SimHarness.default_depths(cfg)
+        self.depths = tuple(given or default for given, default
+                            in zip((instr_depth, data_depth, out_depth), defaults))
+        for name, depth in zip(("instr_depth", "data_depth", "out_depth"), self.depths):
+            if not (isinstance(depth, int) and depth > 1 and depth & (depth - 1) == 0):
+                raise ValueError(f"{name} must be a power of two, not {depth!r}")
+        self.seed = seed
+        self.src_idle = _stall_units("src_idle", src_idle)
+        self.sink_stall = _stall_units("sink_stall", sink_stall)
+        self.max_cycles = max_cycles
+        self.startup_timeout = float(startup_timeout)
+        self.run_timeout = run_timeout
+        instr, data, out = self.depths
+        self.build_dir = Path(build_root) / f"{_TOPLEVEL}-{cfg.tag}-i{instr}d{data}o{out}"
+        self.build = None
+        self.log_file = None
+        self._lock = threading.Lock()
+        self._session = _Session()
+        self._finalizer = weakref.finalize(self, self._session.close, 5.0)
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def start(self):
+        """Build the simulator if needed and start it; nothing happens if it is running."""
+        with self._lock:
+            self._start()
+        return self
+
+    def _start(self):
+        session = self._session
+        if session.conn is not None:
+            if session.alive():
+                return
+            raise DeviceError(f"the simulator of this RtlDevice has exited; see "
+                              f"{session.log_file}")
+        from ...sim.build import build
+
+        cfg, (instr, data, out) = self.cfg, self.depths
+        self.build = build(
+            lambda: SimHarness(cfg, instr_depth=instr, data_depth=data, out_depth=out),
+            name=_TOPLEVEL, build_dir=self.build_dir,
+            source_key=source_key(cfg.to_json(), self.depths))
+
+        session.tmpdir = tempfile.mkdtemp(prefix="bertaccel-")  # short: sun_path has 108 bytes
+        path = os.path.join(session.tmpdir, "sock")
+        number = next(_devices)
+        logs = sorted(self.build.build_dir.glob("rtl_server-*.log"), key=os.path.getmtime)
+        for old in logs[:-20]:  # keep the latest few simulator logs
+            old.unlink(missing_ok=True)
+        self.log_file = session.log_file = (self.build.build_dir
+                                            / f"rtl_server-{os.getpid()}-{number}.log")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(path)
+            listener.listen(1)
+            listener.settimeout(0.25)
+            session.thread = threading.Thread(
+                target=self._simulate, args=(session, path), daemon=True,
+                name=f"rtl-sim-{cfg.name}-{number}")
+            session.thread.start()
+            deadline = time.monotonic() + self.startup_timeout
+            while True:
+                try:
+                    client, _ = listener.accept()
+                    break
+                except socket.timeout:
+                    if not session.thread.is_alive():
+                        raise DeviceError(self._died("the simulator exited before it connected"))
+                    if time.monotonic() > deadline:
+                        raise DeviceError(self._died(
+                            f"the simulator did not connect within {self.startup_timeout:g} s"))
+        except BaseException:
+            listener.close()
+            session.close(grace=5.0)
+            raise
+        listener.close()
+        client.setblocking(True)
+        session.conn = Connection(client.detach())
+        hello = self._receive(deadline - time.monotonic() + 60.0, "start-up")
+        session.pid = hello.get("pid")
+
+    def _simulate(self, session, path):
+        from ...sim.build import run_cocotb
+        try:
+            run_cocotb(self.build, _SERVER, "serve", extra_env={"BERTACCEL_RTL_SOCKET": path},
+                       test_dir=session.tmpdir, log_file=session.log_file)
+        except BaseException as error:  # noqa: BLE001 - reported by the host thread
+            session.failure = error
+
+    def _died(self, what):
+        session = self._session
+        detail = f": {session.failure}" if session.failure else ""
+        log = session.log_file
+        tail = ""
+        if log is not None and Path(log).is_file():
+            lines = Path(log).read_text(errors="replace").splitlines()[-30:]
+            tail = "\nlast lines of the simulator log:\n" + "\n".join(lines)
+        return f"RtlDevice({self.cfg.name}): {what}{detail} (log: {log}){tail}"
+
+    def _receive(self, timeout, what):
+        """The next reply, waiting at most ``timeout`` s and noticing a dead simulator."""
+        conn = self._session.conn
+        deadline = time.monotonic() + timeout
+        while not conn.poll(0.5):
+            if not self._session.alive():
+                if conn.poll(0):  # it replied and then stopped
+                    break
+                self._session.close(grace=1.0)
+                raise DeviceError(self._died(f"the simulator exited during the {what}"))
+            if time.monotonic() > deadline:
+                self._session.close(grace=5.0)
+                raise DeviceError(self._died(f"no reply from the simulator within {timeout:g} s "
+                                             f"during the {what}; the simulator was stopped"))
+        try:
+            reply = conn.recv()
+        except (EOFError, OSError):
+            self._session.close(grace=1.0)
+            raise DeviceError(self._died(f"the simulator hung up during the {what}")) from None
+        if not reply.get("ok"):
+            raise DeviceError(f"RtlDevice({self.cfg.name}): the simulator failed the {what}:\n"
+                              f"{reply.get('error')}")
+        return reply
+
+    def close(self):
+        """Stop the simulator (it finishes the run in progress first) and release the device."""
+        with self._lock:
+            self._session.close()
+
+    # -- running --------------------------------------------------------------------------------
+
+    def _cycle_bound(self, instrs):
+        """A generous cycle limit for ``instrs`` with the device's stall settings."""
+        cfg = self.cfg
+        work = 0
+        for instr in instrs:
+            if isinstance(instr, isa.Matmul):
+                work += instr.m_len + cfg.rows + 16
+            elif isinstance(instr, isa.Store):
+                work += instr.count * (2 if instr.two_pass else 1) + 16  # two-pass: read twice
+            else:
+                work += getattr(instr, "count", 0) + 16                  # SET: no count
+        slow = 256 / (256 - max(self.src_idle, self.sink_stall))
+        return int(10_000 + 8 * work * slow)
+
+    def _execute(self, program, data_beats):
+        cfg = self.cfg
+        if data_beats.dtype != torch.int8 or data_beats.dim() != 2 \
+                or data_beats.shape[1] != cfg.lanes:
+            raise DeviceError(f"data_beats must be a (beats, {cfg.lanes}) torch.int8 tensor, "
+                              f"not {tuple(data_beats.shape)} {data_beats.dtype}")
+        instrs = program.instrs
+        words = program.words()
+        # Each beat's lanes as one little-endian int: lane i in bits [8i, 8i+8), two's complement.
+        raw = data_beats.contiguous().numpy().view(np.uint8).tobytes()
+        lanes = cfg.lanes
+        beats = [int.from_bytes(raw[i:i + lanes], "little") for i in range(0, len(raw), lanes)]
+        out_bytes = cfg.cols * cfg.acc_width // 8
+        try:
+            chunks = harness_chunks(instrs, self.depths)
+        except ValueError as error:
+            raise DeviceError(str(error)) from None
+
+        with self._lock:
+            self._start()
+            pieces = []
+            totals = {"cycles": 0, "load_s": 0.0, "run_s": 0.0, "read_s": 0.0, "wall_s": 0.0}
+            first_beat = 0
+            for index, (first, end, beats_in, beats_out) in enumerate(chunks):
+                max_cycles = self.max_cycles or self._cycle_bound(instrs[first:end])
+                timeout = self.run_timeout or (120.0 + (end - first + beats_in + beats_out)
+                                               * 2e-3 + max_cycles * 1e-3)
+                tag = (f"{len(instrs)}-instruction program for {cfg.name}, chunk "
+                       f"{index + 1}/{len(chunks)}")
+                self._session.conn.send({
+                    "op": "run", "instr": words[first:end],
+                    "data": beats[first_beat:first_beat + beats_in],
+                    "seed": self.seed, "src_idle": self.src_idle, "sink_stall": self.sink_stall,
+                    "max_cycles": max_cycles, "out_bytes": out_bytes, "tag": tag})
+                reply = self._receive(timeout, f"run of chunk {index + 1}/{len(chunks)}")
+                where = (f"RtlDevice({cfg.name}, seed={self.seed}, src_idle={self.src_idle}, "
+                         f"sink_stall={self.sink_stall}), instructions {first}..{end - 1}")
+                if reply["timed_out"]:
+                    raise DeviceError(f"{where}: not done after {max_cycles} cycles "
+                                      f"({reply['n_out']} of {beats_out} output beats, "
+                                      f"{reply['data_used']} of {beats_in} data beats); "
+                                      f"log: {self.log_file}")
+                if reply["error"]:
+                    raise DeviceError(f"{where}: the core flagged an illegal instruction")
+                if reply["data_used"] != beats_in or reply["n_out"] != beats_out:
+                    raise DeviceError(f"{where}: the core consumed {reply['data_used']} data "
+                                      f"beats and produced {reply['n_out']} output beats; the "
+                                      f"program has {beats_in} and {beats_out}")
+                first_beat += beats_in
+                pieces.append(reply["out"])
+                for key in totals:
+                    totals[key] += reply[key]
+
+        out = np.frombuffer(b"".join(pieces), dtype="<i4").reshape(-1, cfg.cols)
+        out_beats = torch.from_numpy(out.astype(np.int32))
+        cycles = totals["cycles"]
+        return out_beats, {
+            "cycles": cycles,
+            "instructions": len(instrs),
+            "data_beats": len(beats),
+            "out_beats": out_beats.shape[0],
+            "chunks": len(chunks),
+            "sim_wall_s": totals["wall_s"],
+            "sim_load_s": totals["load_s"] + totals["read_s"],
+            "sim_run_s": totals["run_s"],
+            "sim_cycles_per_s": cycles / totals["run_s"] if totals["run_s"] > 0 else None,
+            "seed": self.seed, "src_idle": self.src_idle, "sink_stall": self.sink_stall,
+        }
+
+    def __repr__(self):
+        state = "running" if self._session.alive() else "stopped"
+        return (f"<RtlDevice {self.cfg.name} ({self.cfg.tag}) seed={self.seed} "
+                f"src_idle={self.src_idle} sink_stall={self.sink_stall} {state}>")

@@ -1,0 +1,613 @@
+"""The AXI4 shell: register map, host layout, and the shell under cocotb with cocotbext-axi.
+
+Pure-Python tests first (the AXI fields of ``AccelConfig``, the register table and its generated
+documentation, the DRAM layout of :mod:`bertaccel.sw.devices.axi`), then one Verilator build of
+:class:`bertaccel.hw.axi.AxiShell` per config, running the cocotb tests of this same module:
+
+* ``registers``: the identity registers match the config; RW registers keep what is written
+  (byte strobes honoured), RO and CONST registers ignore writes, unmapped offsets read 0;
+* ``gemm``: a tiled GEMM (``compile_gemm``) through the real driver sequence
+  (:func:`bertaccel.sw.devices.axi.run_ops`) into ``AxiRam``, bit-exact with the software device,
+  first with every channel free-running and then with random pauses on every channel of both
+  buses (the seed is logged);
+* ``back_to_back``: several programs in a row without a reset, regions placed across 4 KiB
+  boundaries and, for the 40-bit config, above 4 GiB; a 1x1x1 GEMM (one output beat, a partial
+  bus word written with strobes);
+* ``errors``: a program with an illegal instruction ends with ``STATUS.ERROR`` and ``DONE``
+  instead of hanging; a run whose data is too short does not finish and is abandoned with
+  ``CTRL.SOFT_RESET``; after each, the next program runs bit-exact.
+
+A memory monitor checks every bus access: reads only inside the program and data regions,
+writes only inside the output area (byte-exact, so strobes are checked), never a burst longer
+than ``MAX_BURST`` or across 4 KiB (``AxiRam`` itself asserts the latter).
+
+Adding a case (an epilogue program, later) is adding a :class:`Case` to :data:`CASES`: a
+function from the config and a random generator to a program and its inputs. The expected
+outputs always come from :class:`~bertaccel.sw.SoftwareDevice`.
+"""
+
+import dataclasses
+import json
+import logging
+import os
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import cocotb
+import pytest
+import torch
+from bertaccel.hw.axi import MAX_BURST, csr
+from bertaccel.hw.config import AccelConfig, ConfigError, preset
+from bertaccel.hw.verilog import source_key
+from bertaccel.sim.build import build, run_cocotb
+from bertaccel.sw import SoftwareDevice
+from bertaccel.sw.devices import axi as axi_host
+from bertaccel.sw.tiler import compile_gemm
+from cocotb.clock import Clock
+from cocotb.triggers import FallingEdge, RisingEdge, Timer
+
+__all__ = []
+
+MODULE = "verif.block.test_axi_shell"
+PERIOD_NS = 10
+
+#: The configs the shell is built for, chosen so that every gearbox ratio occurs:
+#: 2x2 on a 128-bit bus: 8 input beats a word, instructions 1:1, 2 output beats a word (the
+#: last one partial, with strobes); 4x8 on a 64-bit bus with 40-bit addresses: input beats 1:1,
+#: 2 words an instruction, 4 words an output beat, and regions above 4 GiB.
+CONFIGS = {
+    "2x2-axi128": dataclasses.replace(preset("2x2"), axi_data_width=128),
+    "4x8-axi64a40": dataclasses.replace(preset("4x8"), axi_data_width=64, axi_addr_width=40),
+}
+
+
+# -- cases: programs and their inputs -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Case:
+    """A program to run through the shell: ``make(cfg, rng) -> (program, inputs)``."""
+    name: str
+    make: object
+
+
+def _int8(rng, *shape):
+    return torch.tensor([[rng.randrange(-128, 128) for _ in range(shape[1])]
+                         for _ in range(shape[0])], dtype=torch.int8)
+
+
+def gemm_case(m, k, n):
+    def make(cfg, rng):
+        return compile_gemm(cfg, m, k, n), {"a": _int8(rng, m, k), "b": _int8(rng, k, n)}
+    return Case(f"gemm {m}x{k}x{n}", make)
+
+
+#: Programs, by size. An epilogue program goes here as one more Case.
+CASES = {
+    "main": gemm_case(9, 21, 11),
+    "tiny": gemm_case(1, 1, 1),
+    "tall": gemm_case(23, 6, 5),
+    "wide": gemm_case(3, 40, 17),
+}
+
+
+# -- cocotb side (runs inside the simulator) ------------------------------------------------------
+
+def _pauses(rng, p):
+    while True:
+        yield rng.random() < p
+
+
+class AxiShellTb:
+    """Testbench of :class:`~bertaccel.hw.axi.AxiShell`: clock, reset, the CSR master, DRAM,
+    the bus monitor and the scoreboard.
+
+    Parameters
+    ----------
+    dut
+        The shell's top level.
+    cfg : AccelConfig
+    seed : int
+        Seeds the operands and the pause generators.
+    """
+
+    def __init__(self, dut, cfg, seed):
+        from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
+
+        self.dut = dut
+        self.cfg = cfg
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.log = logging.getLogger("cocotb.tb.axi_shell")
+        self.log_scoreboard = self.log.getChild("scoreboard")
+        self.log_monitor = self.log.getChild("monitor")
+        self.log.info("config %s (%s), seed %d (replay with BERTACCEL_SEED=%d)",
+                      cfg.name, cfg.tag, seed, seed)
+        Clock(dut.clk, PERIOD_NS, unit="ns").start()
+        # cocotbext-axi logs every burst and CSR access at INFO, under cocotb.<toplevel>.<bus>.
+        logging.getLogger(f"cocotb.{dut._name}").setLevel(logging.WARNING)
+        self.csr = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
+        self.dram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst,
+                           size=1 << cfg.axi_addr_width)
+        self.software = SoftwareDevice(cfg)
+        self.readable = []   # (start, end) the shell may read
+        self.writable = []   # (start, end) the shell may write
+        self.violations = []
+        self.bursts = {"read": 0, "write": 0}
+        self._watch()
+        cocotb.start_soon(self._check_handshakes())
+
+    # -- bus monitor --------------------------------------------------------------------------
+
+    def _watch(self):
+        read_if, write_if = self.dram.read_if, self.dram.write_if
+        read_word, write_bytes = read_if._read, write_if._write
+        word = self.cfg.axi_data_width // 8
+
+        def inside(spans, start, end):
+            return any(lo <= start and end <= hi for lo, hi in spans)
+
+        # An access outside the allowed regions is recorded and refused: AxiRam answers it
+        # with SLVERR, which the shell must report as STATUS.BUS_ERROR.
+        async def checked_read(address, length):
+            if not inside(self.readable, address, address + length):
+                self.violation(f"the shell read {length} bytes at {address:#x}, outside the "
+                               f"program and data")
+            return await read_word(address, length)
+
+        async def checked_write(address, data):
+            if not inside(self.writable, address, address + len(data)):
+                self.violation(f"the shell wrote {len(data)} bytes at {address:#x}, outside "
+                               f"the output area")
+            await write_bytes(address, data)
+
+        read_if._read, write_if._write = checked_read, checked_write
+        ar, aw = read_if.ar_channel, write_if.aw_channel
+
+        def on_request(kind, channel):
+            def check(item):
+                beats = int(getattr(item, f"{channel}len")) + 1
+                assert beats <= MAX_BURST, f"a {beats}-word {kind} burst (max {MAX_BURST})"
+                assert int(getattr(item, f"{channel}size")) == word.bit_length() - 1
+                self.bursts[kind] += 1
+            return check
+
+        ar._recv = _tap(ar._recv, on_request("read", "ar"))
+        aw._recv = _tap(aw._recv, on_request("write", "aw"))
+
+    def violation(self, message):
+        self.log_monitor.error("%s", message)
+        self.violations.append(message)
+        raise PermissionError(message)
+
+    def allow(self, image, *, write=True):
+        """Let the shell touch ``image``'s regions (whole bus words for reads) and no more."""
+        word = self.cfg.axi_data_width // 8
+        self.readable = [(addr, -(-(addr + len(data)) // word) * word)
+                         for addr, data in image.segments]
+        self.writable = [(image.out_addr, image.out_addr + image.out_size)] if write else []
+
+    async def _check_handshakes(self):
+        """AXI rule on every channel the shell drives: once VALID is high it stays high, with
+        the same payload, until READY. Checked at every clock edge."""
+        dut = self.dut
+        channels = {
+            "m_axi ar": ("m_axi_arvalid", "m_axi_arready",
+                         ("m_axi_arid", "m_axi_araddr", "m_axi_arlen")),
+            "m_axi aw": ("m_axi_awvalid", "m_axi_awready", ("m_axi_awaddr", "m_axi_awlen")),
+            "m_axi w": ("m_axi_wvalid", "m_axi_wready",
+                        ("m_axi_wdata", "m_axi_wstrb", "m_axi_wlast")),
+            "s_axil r": ("s_axil_rvalid", "s_axil_rready", ("s_axil_rdata",)),
+            "s_axil b": ("s_axil_bvalid", "s_axil_bready", ()),
+        }
+        handles = {name: (getattr(dut, valid), getattr(dut, ready),
+                          [getattr(dut, sig) for sig in payload])
+                   for name, (valid, ready, payload) in channels.items()}
+        held = {}
+        edge = RisingEdge(dut.clk)
+        while True:
+            await edge
+            if dut.rst.value:
+                held.clear()
+                continue
+            for name, (valid, ready, payload) in handles.items():
+                if name in held and (not valid.value
+                                     or [int(p.value) for p in payload] != held[name]):
+                    self.violations.append(f"{name}: VALID dropped or payload changed before "
+                                           f"READY")
+                    self.log_monitor.error("%s", self.violations[-1])
+                if valid.value and not ready.value:
+                    held[name] = [int(p.value) for p in payload]
+                else:
+                    held.pop(name, None)
+
+    # -- drivers ------------------------------------------------------------------------------
+
+    def backpressure(self, p):
+        """Random pauses with probability ``p`` on every channel of both buses (0: none)."""
+        channels = {
+            "dram.aw": self.dram.write_if.aw_channel, "dram.w": self.dram.write_if.w_channel,
+            "dram.b": self.dram.write_if.b_channel, "dram.ar": self.dram.read_if.ar_channel,
+            "dram.r": self.dram.read_if.r_channel,
+            "csr.aw": self.csr.write_if.aw_channel, "csr.w": self.csr.write_if.w_channel,
+            "csr.b": self.csr.write_if.b_channel, "csr.ar": self.csr.read_if.ar_channel,
+            "csr.r": self.csr.read_if.r_channel,
+        }
+        for index, channel in enumerate(channels.values()):
+            if p:
+                channel.set_pause_generator(_pauses(random.Random(self.seed * 100 + index), p))
+            else:
+                channel.clear_pause_generator()
+        self.log.info("backpressure %.2f on %s (seed %d)", p, ", ".join(channels), self.seed)
+
+    async def reset(self):
+        self.dut.rst.value = 1
+        for _ in range(4):
+            await FallingEdge(self.dut.clk)
+        self.dut.rst.value = 0
+        for _ in range(2):
+            await FallingEdge(self.dut.clk)
+
+    async def execute(self, ops, poll_cycles=32):
+        """Run a generator of :mod:`bertaccel.sw.devices.axi` bus operations; return its value."""
+        reply = None
+        while True:
+            try:
+                op = ops.send(reply)
+            except StopIteration as stop:
+                return stop.value
+            reply = None
+            if isinstance(op, axi_host.RegWrite):
+                await self.csr.write_dword(op.offset, op.value)
+            elif isinstance(op, axi_host.RegRead):
+                reply = await self.csr.read_dword(op.offset)
+            elif isinstance(op, axi_host.MemWrite):
+                self.dram.write(op.addr, op.data)
+            elif isinstance(op, axi_host.MemRead):
+                reply = bytes(self.dram.read(op.addr, op.size))
+            elif isinstance(op, axi_host.Poll):
+                await Timer(poll_cycles * PERIOD_NS, unit="ns")
+            else:
+                raise TypeError(f"unknown bus operation {op!r}")
+
+    async def read(self, name):
+        return await self.csr.read_dword(csr.register(name).offset)
+
+    async def write(self, name, value):
+        await self.csr.write_dword(csr.register(name).offset, value)
+
+    # -- model and scoreboard -----------------------------------------------------------------
+
+    def image(self, case, **where):
+        program, inputs = case.make(self.cfg, self.rng)
+        image = axi_host.layout(program, **where, **inputs)
+        expected = self.software.run(program, **inputs).outputs
+        return image, expected
+
+    async def run(self, case, *, max_polls=20_000, **where):
+        """Run ``case`` through the shell with the real driver sequence; check every output."""
+        image, expected = self.image(case, **where)
+        self.allow(image)
+        begin = time.perf_counter()
+        try:
+            result = await self.execute(axi_host.run_ops(image, max_polls=max_polls))
+        finally:
+            assert not self.violations, "; ".join(self.violations)
+        for name, tensor in expected.items():
+            got = result.outputs[name]
+            bad = (got != tensor).nonzero()
+            assert not len(bad), (f"{case.name}: output {name!r} differs from the software "
+                                  f"device at {len(bad)} places, first {bad[0].tolist()} "
+                                  f"(seed {self.seed})")
+        assert result.counts["PROG_COUNT"] == image.prog_len
+        self.log_scoreboard.info(
+            "%s: bit-exact; %d instructions, %d data beats, %d output beats, %d cycles, "
+            "%d read and %d write bursts so far, %.2f s", case.name, image.prog_len,
+            image.data_len, image.out_len, result.cycles, self.bursts["read"],
+            self.bursts["write"], time.perf_counter() - begin)
+        return image, result
+
+
+def _tap(function, callback):
+    def tapped(item):
+        callback(item)
+        return function(item)
+    return tapped
+
+
+def _tb(dut):
+    cfg = AccelConfig.from_dict(json.loads(os.environ["BERTACCEL_CONFIG"]))
+    return AxiShellTb(dut, cfg, int(os.environ.get("BERTACCEL_SEED", "1")))
+
+
+@cocotb.test(timeout_time=2, timeout_unit="ms")
+async def registers(dut):
+    """Identity, RW with strobes, RO/CONST ignore writes, unmapped offsets read 0."""
+    tb = _tb(dut)
+    await tb.reset()
+    identity = {name: await tb.read(name) for name in csr.identity(tb.cfg)}
+    axi_host.check_identity(tb.cfg, identity)
+    assert await tb.read("STATUS") == 0 and await tb.read("CTRL") == 0
+    rw = [reg for reg in csr.REGISTERS if reg.access == csr.Access.RW]
+    values = {reg.name: tb.rng.getrandbits(32) for reg in rw}
+    for name, value in values.items():
+        await tb.write(name, value)
+    for name, value in values.items():
+        assert await tb.read(name) == value, name
+    # One byte lane: the AXI4-Lite master sets WSTRB to 0b0010.
+    await tb.csr.write(csr.register("PROG_LEN").offset + 1, b"\xa5")
+    expect = (values["PROG_LEN"] & ~0xFF00) | 0xA500
+    assert await tb.read("PROG_LEN") == expect
+    for reg in csr.REGISTERS:
+        if reg.access in (csr.Access.RO, csr.Access.CONST):
+            before = await tb.read(reg.name)
+            await tb.write(reg.name, ~before & 0xFFFF_FFFF)
+            after = await tb.read(reg.name)
+            if reg.name != "CYCLES_HI":  # latched by the CYCLES_LO read, still 0 here
+                assert after == before, f"{reg.name} changed on a write"
+    used = {reg.offset for reg in csr.REGISTERS}
+    for offset in (0x018, 0x0FC, 0xFFC):
+        assert offset not in used
+        await tb.csr.write_dword(offset, 0xFFFF_FFFF)
+        assert await tb.csr.read_dword(offset) == 0
+    for name, value in values.items():  # unmapped writes touched nothing
+        if name != "PROG_LEN":
+            assert await tb.read(name) == value, name
+    assert not tb.violations, "; ".join(tb.violations)
+
+
+@cocotb.test(timeout_time=20, timeout_unit="ms")
+async def gemm(dut):
+    """A tiled GEMM through the shell: free-running, then with pauses on every channel."""
+    tb = _tb(dut)
+    await tb.reset()
+    _, free = await tb.run(CASES["main"])
+    tb.log.info("free-running %s: %d cycles through the shell", CASES["main"].name, free.cycles)
+    pause = 0.3
+    tb.backpressure(pause)
+    _, stalled = await tb.run(CASES["main"])
+    tb.log.info("with pauses (p = %.2f) on every channel: %d cycles", pause, stalled.cycles)
+
+
+@cocotb.test(timeout_time=40, timeout_unit="ms")
+async def back_to_back(dut):
+    """Programs in a row with no reset between them, regions across 4 KiB boundaries."""
+    tb = _tb(dut)
+    await tb.reset()
+    tb.backpressure(0.25)
+    word = tb.cfg.axi_data_width // 8
+    high = 1 << 32 if tb.cfg.axi_addr_width > 32 else 0
+    # Each region starts a few words before a 4 KiB boundary, so bursts must split there.
+    places = [
+        {"base": high + 0x3000 - 3 * word, "align": word},
+        {"prog_addr": high + 0x8000 - 5 * word, "data_addr": high + 0x2000 - 7 * word,
+         "out_addr": high + 0xA000 - word},
+        {"base": 0x5000 - word, "align": word},
+        {"base": high + 0x10000},
+    ]
+    cases = [CASES["tall"], CASES["tiny"], CASES["wide"], CASES["main"]]
+    for case, where in zip(cases, places):
+        await tb.run(case, **where)
+    assert tb.bursts["read"] and tb.bursts["write"]
+
+
+@cocotb.test(timeout_time=40, timeout_unit="ms")
+async def errors(dut):
+    """An illegal instruction ends the run with ERROR; a stuck run is abandoned by SOFT_RESET;
+    the shell works after each."""
+    tb = _tb(dut)
+    await tb.reset()
+    tb.backpressure(0.2)
+
+    # -- an illegal instruction (all-zero word) in the middle of a GEMM ------------------------
+    image, _ = tb.image(CASES["tall"])
+    tb.allow(image)
+    prog_addr, prog = image.segments[0]
+    bad = image.prog_len // 2
+    patched = bytearray(prog)
+    patched[bad * axi_host.INSTR_BYTES:(bad + 1) * axi_host.INSTR_BYTES] = bytes(16)
+    image.segments[0] = (prog_addr, bytes(patched))
+    try:
+        await tb.execute(axi_host.run_ops(image, max_polls=2_000))
+    except axi_host.ShellError as error:
+        assert error.status["ERROR"] and error.status["DONE"], error.status
+        tb.log.info("illegal instruction %d of %d: %s", bad, image.prog_len, error)
+    else:
+        raise AssertionError("a program with an illegal instruction ran without an error")
+    # The driver soft-reset the shell: the flags are clear and a program runs.
+    assert await tb.read("STATUS") == 0
+    await tb.run(CASES["main"])
+
+    # -- too few data beats: the core waits forever; SOFT_RESET abandons the run ----------------
+    image, _ = tb.image(CASES["tall"])
+    tb.allow(image)
+    image.data_len //= 2
+    try:
+        await tb.execute(axi_host.run_ops(image, max_polls=60))
+    except axi_host.ShellTimeout as error:
+        tb.log.info("stuck run abandoned: %s", error)
+    else:
+        raise AssertionError("a run with half its data finished")
+    status = await tb.read("STATUS")
+    assert status == 0, f"STATUS {status:#x} after the soft reset"
+    await tb.run(CASES["tall"])
+
+    # -- SOFT_RESET in the middle of a run, with bursts in flight -------------------------------
+    image, _ = tb.image(CASES["wide"])
+    tb.allow(image)
+    for addr, data in image.segments:
+        tb.dram.write(addr, data)
+    for name, value in image.registers().items():
+        await tb.write(name, value)
+    await tb.write("CTRL", 1 << csr.register("CTRL").field("START").lsb)
+    await Timer(150 * PERIOD_NS, unit="ns")
+    assert axi_host.field_value("STATUS", await tb.read("STATUS"), "BUSY")
+    taken = await tb.read("PROG_COUNT")
+    await tb.write("CTRL", 1 << csr.register("CTRL").field("SOFT_RESET").lsb)
+    for _ in range(100):
+        if not axi_host.field_value("STATUS", await tb.read("STATUS"), "BUSY"):
+            break
+    else:
+        raise AssertionError("still busy 100 reads after CTRL.SOFT_RESET")
+    assert await tb.read("STATUS") == 0
+    tb.log.info("soft reset during a run, after %d of %d instructions", taken, image.prog_len)
+    await tb.run(CASES["main"])
+
+    # -- a write answered with SLVERR sets STATUS.BUS_ERROR -------------------------------------
+    image, _ = tb.image(CASES["tiny"])
+    tb.allow(image, write=False)
+    try:
+        await tb.execute(axi_host.run_ops(image, max_polls=2_000))
+    except axi_host.ShellError as error:
+        assert error.status["BUS_ERROR"] and error.status["DONE"], error.status
+        tb.log.info("refused write: %s", error)
+    else:
+        raise AssertionError("a refused write went unreported")
+    assert tb.violations, "the monitor saw no refused write"
+    tb.violations.clear()
+    await tb.run(CASES["tiny"])
+
+
+@cocotb.test(skip="BERTACCEL_AXI_MEASURE" not in os.environ)
+async def measure(dut):
+    """Cycles of one GEMM (``BERTACCEL_AXI_MEASURE="m,k,n"``) through the shell, free-running;
+    for comparison with the harness (``RtlDevice``). Not part of the suite."""
+    tb = _tb(dut)
+    await tb.reset()
+    m, k, n = (int(x) for x in os.environ["BERTACCEL_AXI_MEASURE"].split(","))
+    image, result = await tb.run(gemm_case(m, k, n), max_polls=10_000_000)
+    tb.log.info("MEASURE %s", json.dumps({"m": m, "k": k, "n": n, "cycles": result.cycles,
+                                          "instructions": image.prog_len,
+                                          "data_beats": image.data_len,
+                                          "out_beats": image.out_len,
+                                          "read_bursts": tb.bursts["read"],
+                                          "write_bursts": tb.bursts["write"]}))
+
+
+# -- pytest side ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fields, name, value", [
+    ({"axi_data_width": 16}, "axi_data_width", "16"),
+    ({"axi_data_width": 1024}, "axi_data_width", "1024"),
+    ({"axi_data_width": 96}, "axi_data_width", "96"),
+    ({"axi_data_width": 64.0}, "axi_data_width", "64.0"),
+    ({"axi_addr_width": 31}, "axi_addr_width", "31"),
+    ({"axi_addr_width": 65}, "axi_addr_width", "65"),
+    ({"axi_addr_width": True}, "axi_addr_width", "True"),
+    ({"axi_addr_width": "32"}, "axi_addr_width", "'32'"),
+])
+def test_axi_fields_are_validated(fields, name, value):
+    with pytest.raises(ConfigError, match=name) as info:
+        AccelConfig(**fields)
+    assert value in str(info.value)
+
+
+def test_axi_fields_name_only_shell_builds():
+    cfg = preset("8x8")
+    assert (cfg.axi_data_width, cfg.axi_addr_width) == (64, 32)
+    assert "_ax" not in cfg.tag  # every existing build keeps its name
+    wide = dataclasses.replace(cfg, axi_data_width=128, axi_addr_width=40)
+    assert wide.tag == cfg.tag + "_ax128a40"
+    assert AccelConfig.from_dict(json.loads(wide.to_json())) == wide
+    for width in (32, 64, 128, 256, 512):
+        AccelConfig(axi_data_width=width)
+    for width in (32, 48, 64):
+        AccelConfig(axi_addr_width=width)
+
+
+def test_register_map_is_well_formed():
+    names = [csr.port_name(reg, field) for reg in csr.REGISTERS for field in reg.fields]
+    assert len(names) == len(set(names))
+    assert csr.register("CTRL").field("START").access == csr.Access.W1P
+    for name in ("PROG_ADDR_LO", "PROG_LEN", "DATA_ADDR_LO", "DATA_LEN", "OUT_ADDR_LO",
+                 "OUT_COUNT", "CYCLES_LO", "CYCLES_HI", "STATUS", "ID", "CONFIG0"):
+        csr.register(name)
+    with pytest.raises(KeyError, match="no register 'NOPE'"):
+        csr.register("NOPE")
+    ident = csr.identity(preset("4x8"))
+    assert axi_host.field_value("CONFIG0", ident["CONFIG0"], "COLS") == 8
+    assert axi_host.field_value("ID", ident["ID"], "MAGIC") == csr.MAGIC
+
+
+def test_docs_are_generated_from_the_register_map():
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run([sys.executable, str(root / "docs" / "registers.py"), "--check"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, ("docs out of date; run `python docs/registers.py`:\n"
+                                    + result.stdout + result.stderr)
+    text = (root / "docs" / "axi.md").read_text()
+    for reg in csr.REGISTERS:
+        assert f"`{reg.offset:#05x}` {reg.name}" in text
+
+
+def test_check_identity_names_the_difference():
+    cfg = CONFIGS["2x2-axi128"]
+    values = csr.identity(cfg)
+    axi_host.check_identity(cfg, values)
+    with pytest.raises(axi_host.ShellError, match="AXI_DATA_WIDTH is 128, expected 64"):
+        axi_host.check_identity(dataclasses.replace(cfg, axi_data_width=64), values)
+
+
+def test_layout_round_trip():
+    cfg = CONFIGS["4x8-axi64a40"]
+    rng = random.Random(3)
+    program, inputs = CASES["main"].make(cfg, rng)
+    image = axi_host.layout(program, base=0x1_0000_0010, **inputs)
+    word = cfg.axi_data_width // 8
+    assert image.prog_addr == 0x1_0000_0040 and image.prog_addr % word == 0
+    assert image.data_addr >= image.prog_addr + 16 * image.prog_len
+    assert image.out_addr >= image.data_addr + cfg.lanes * image.data_len
+    regs = image.registers()
+    assert regs["PROG_ADDR_HI"] == 1 and regs["PROG_ADDR_LO"] == 0x40
+    # Memory holds the instruction words little-endian and the packed beats lane by lane.
+    prog = image.segments[0][1]
+    assert int.from_bytes(prog[16:32], "little") == program.words()[1]
+    beats = program.pack(**inputs)
+    data = image.segments[1][1]
+    assert list(data[:cfg.lanes]) == [v & 0xFF for v in beats[0].tolist()]
+    # Decoding the output area gives back what a device produced.
+    expected = SoftwareDevice(cfg).run(program, **inputs).outputs
+    index = program.unpack_index
+    flat = torch.cat([expected["c"].reshape(-1), torch.zeros(1, dtype=torch.int32)])
+    out = flat[index.clamp(max=flat.numel() - 1)]
+    raw = out.numpy().astype("<i4").tobytes()
+    assert len(raw) == image.out_size
+    assert torch.equal(image.outputs(raw)["c"], expected["c"])
+
+
+def test_layout_refuses_bad_addresses():
+    cfg = CONFIGS["2x2-axi128"]
+    program, inputs = CASES["tiny"].make(cfg, random.Random(1))
+    with pytest.raises(ValueError, match="data address must be a multiple of 16"):
+        axi_host.layout(program, data_addr=0x1008, **inputs)
+    with pytest.raises(ValueError, match="overlap"):
+        axi_host.layout(program, prog_addr=0x1000, data_addr=0x1000, out_addr=0x2000, **inputs)
+    with pytest.raises(ValueError, match="32-bit AXI address space"):
+        axi_host.layout(program, base=(1 << 32) - 16, **inputs)
+    with pytest.raises(ValueError, match="align"):
+        axi_host.layout(program, align=8, **inputs)
+
+
+def _source_key(cfg):
+    """The config and every generator source: what the Verilog is made of, so that an
+    unchanged build is not even converted again."""
+    return source_key(cfg.to_json())
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def shell_sim(request, sim_root):
+    from bertaccel.hw.axi import AxiShell
+    cfg = CONFIGS[request.param]
+    sim = build(lambda: AxiShell(cfg), name="axi_shell",
+                build_dir=sim_root / f"axi_shell-{cfg.tag}", source_key=_source_key(cfg))
+    return cfg, sim
+
+
+def test_shell_rtl(shell_sim, tmp_path):
+    cfg, sim = shell_sim
+    seed = int(os.environ.get("BERTACCEL_SEED", "11"))  # logged by the testbench; replayable
+    run_cocotb(sim, MODULE, timeout=300, log_file=tmp_path / "sim.log",
+               extra_env={"BERTACCEL_CONFIG": cfg.to_json(), "BERTACCEL_SEED": str(seed)})

@@ -1,0 +1,269 @@
+"""Smoke test of the simulation flow: Amaranth -> Verilog -> Verilator -> cocotb.
+
+A tiny stream component (a running sum with valid/ready) is built with :func:`verif.build.build`
+and driven by the cocotb test in this same file, with idle cycles on the source and backpressure
+on the sink. If this fails, every RTL test will; it is the first thing to look at.
+
+The same module is both the pytest file (``test_*`` functions) and the cocotb test module
+(``@cocotb.test`` coroutines, imported inside the simulator as ``verif.block.test_build``).
+"""
+
+import os
+import random
+import time
+
+import cocotb
+import pytest
+from amaranth import Module, Signal, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from cocotb.clock import Clock
+from cocotb.triggers import FallingEdge, ReadOnly
+
+from bertaccel.hw.verilog import compact_zero_init
+from bertaccel.hw.verilog import convert
+from bertaccel.sim.build import (SimulationError, SimulationTimeout,
+                                   build, run_cocotb)
+
+__all__ = []
+
+WIDTH = 8  # the smoke DUT's input width; the testbench reads it from BERTACCEL_SMOKE_WIDTH
+
+
+class RunningSum(wiring.Component):
+    """Adds every accepted input to a 32-bit sum and offers the new sum on its output.
+
+    A one-deep pipeline: the input is ready when the output register is empty or being taken.
+    It also holds a 1024-word memory (unused, but it exercises the zero-init rewrite).
+    """
+
+    i_data: In(WIDTH)
+    i_valid: In(1)
+    i_ready: Out(1)
+    o_data: Out(32)
+    o_valid: Out(1)
+    o_ready: In(1)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.scratch = scratch = Memory(shape=unsigned(32), depth=1024, init=[])
+        port = scratch.read_port()
+        m.d.comb += port.addr.eq(self.i_data)
+        total = Signal(32)
+        m.d.comb += self.i_ready.eq(~self.o_valid | self.o_ready)
+        with m.If(self.o_valid & self.o_ready):
+            m.d.sync += self.o_valid.eq(0)
+        with m.If(self.i_valid & self.i_ready):
+            m.d.sync += [
+                total.eq(total + self.i_data + port.data),  # port.data is always 0
+                self.o_data.eq(total + self.i_data),
+                self.o_valid.eq(1),
+            ]
+        return m
+
+
+# -- cocotb side (runs inside the simulator) -------------------------------------------------------
+
+@cocotb.test()
+async def running_sum(dut):
+    """Random inputs with idle cycles on the source and backpressure on the sink; every sum checked.
+
+    Inputs are driven just after the falling edge; ``ReadOnly`` then shows the settled handshake
+    that the next rising edge will act on.
+    """
+    width = int(os.environ["BERTACCEL_SMOKE_WIDTH"])
+    seed = int(os.environ.get("BERTACCEL_SMOKE_SEED", "1"))
+    log = dut._log.getChild("tb")
+    log.info("seed %d (replay with BERTACCEL_SMOKE_SEED=%d)", seed, seed)
+    if os.environ.get("BERTACCEL_SMOKE_HANG"):
+        time.sleep(600)  # for the timeout test: a simulator that never finishes
+    rng = random.Random(seed)
+    Clock(dut.clk, 10, unit="ns").start()
+    dut.rst.value = 1
+    dut.i_valid.value = 0
+    dut.o_ready.value = 0
+    for _ in range(3):
+        await FallingEdge(dut.clk)
+    dut.rst.value = 0
+
+    values = [rng.randrange(1 << width) for _ in range(300)]
+    expected, total = [], 0
+    for value in values:
+        total = (total + value) & 0xFFFF_FFFF
+        expected.append(total)
+    sent, got = 0, []
+    for _ in range(20 * len(values)):
+        if len(got) == len(values):
+            break
+        await FallingEdge(dut.clk)
+        offer = sent < len(values) and rng.random() < 0.7  # 30 % idle cycles
+        dut.i_valid.value = int(offer)
+        dut.i_data.value = values[sent] if offer else 0
+        dut.o_ready.value = int(rng.random() < 0.6)       # 40 % backpressure
+        await ReadOnly()
+        if offer and dut.i_ready.value:
+            sent += 1
+        if dut.o_valid.value and dut.o_ready.value:
+            got.append(int(dut.o_data.value))
+    first_bad = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), len(got))
+    assert got == expected, (f"{len(got)} of {len(values)} sums received; the first wrong or "
+                             f"missing one is number {first_bad} (seed {seed})")
+    if os.environ.get("BERTACCEL_SMOKE_FAIL"):
+        assert False, "failing on purpose (BERTACCEL_SMOKE_FAIL is set)"
+
+
+# -- pytest side ----------------------------------------------------------------------------------
+
+MODULE = "verif.block.test_build"
+
+
+@pytest.fixture(scope="module")
+def smoke_build(tmp_path_factory):
+    # A fresh folder per session: this test times a real build.
+    build_dir = tmp_path_factory.mktemp("sim") / f"running_sum-w{WIDTH}"
+    return build(RunningSum, name="running_sum", build_dir=build_dir)
+
+
+def _env(**extra):
+    return {"BERTACCEL_SMOKE_WIDTH": str(WIDTH), **extra}
+
+
+def test_compact_zero_init():
+    text = ("module m;\n  reg [7:0] mem [2:0];\n  initial begin\n    mem[0] = 8'd0;\n"
+            "    mem[1] = 8'd0;\n    mem[2] = 8'd0;\n  end\n"
+            "  reg [7:0] rom [1:0];\n  initial begin\n    rom[0] = 8'd0;\n    rom[1] = 8'd5;\n"
+            "  end\nendmodule\n")
+    out = compact_zero_init(text)
+    assert "mem[0] = 8'd0" not in out and "< 3;" in out and "mem[bertaccel_zero_init_0] = 0" in out
+    assert "rom[1] = 8'd5;" in out  # non-zero initialisers are left alone
+
+
+def test_verilog_is_reproducible():
+    first = convert(RunningSum(), name="running_sum")
+    assert first == convert(RunningSum(), name="running_sum")
+    assert "/work" not in first and "test_build.py" not in first  # no source paths
+    assert "scratch[1023] = " not in first  # the 1024 zero initialisers became a loop
+
+
+def test_build_and_run(smoke_build, tmp_path):
+    assert smoke_build.rebuilt and smoke_build.binary.is_file()
+    results = run_cocotb(smoke_build, MODULE, "running_sum", extra_env=_env(), timeout=120,
+                         log_file=tmp_path / "sim.log")
+    assert results.is_file()
+
+
+def test_build_is_cached(smoke_build):
+    again = build(RunningSum, name="running_sum", build_dir=smoke_build.build_dir)
+    assert not again.rebuilt
+    keyed = build(RunningSum, name="running_sum", build_dir=smoke_build.build_dir,
+                  source_key="k1")
+    assert not keyed.rebuilt
+    # With a matching source key the design factory is not even called.
+    skipped = build(lambda: pytest.fail("converted although the source key matched"),
+                    name="running_sum", build_dir=smoke_build.build_dir, source_key="k1")
+    assert not skipped.rebuilt
+
+
+def test_failure_is_reported(smoke_build, tmp_path):
+    with pytest.raises(SimulationError, match="1 of 1 test"):
+        run_cocotb(smoke_build, MODULE, "running_sum", timeout=120,
+                   extra_env=_env(BERTACCEL_SMOKE_FAIL="1"), log_file=tmp_path / "sim.log")
+
+
+def test_timeout_is_reported(smoke_build, tmp_path):
+    begin = time.monotonic()
+    with pytest.raises(SimulationTimeout):
+        run_cocotb(smoke_build, MODULE, "running_sum", timeout=3,
+                   extra_env=_env(BERTACCEL_SMOKE_HANG="1"), log_file=tmp_path / "sim.log")
+    assert time.monotonic() - begin < 30
+
+
+# -- the RTL device, end to end --------------------------------------------------------------------
+#
+# The driver on the Verilated harness: the same program and operands on the RTL device and on the
+# software device must give the same bits, with idle cycles and backpressure on the streams.
+
+def _operands(m, k, n, seed):
+    import torch
+    generator = torch.Generator().manual_seed(seed)
+    a = torch.randint(-128, 128, (m, k), generator=generator, dtype=torch.int8)
+    b = torch.randint(-128, 128, (k, n), generator=generator, dtype=torch.int8)
+    return a, b
+
+
+@pytest.mark.parametrize("stall", [{}, {"src_idle": 0.25, "sink_stall": 0.5}],
+                         ids=["free", "stalled"])
+def test_rtl_device_gemm(rtl_device, stall):
+    import torch
+
+    from bertaccel.golden import ops
+    from bertaccel.hw.config import preset
+    from bertaccel.sw import SoftwareDevice, gemm
+
+    cfg = preset("4x8")  # not square: lanes (8) != rows (4)
+    device = rtl_device(cfg, seed=7, **stall)
+    a, b = _operands(37, 29, 19, seed=3)
+    result = gemm(device, a, b)
+    expected = gemm(SoftwareDevice(cfg), a, b)
+    assert torch.equal(result.outputs["c"], expected.outputs["c"])
+    assert torch.equal(result.outputs["c"], ops.gemm(a, b))
+    assert result.cycles >= 37 * 29 * 19 / cfg.macs_per_cycle
+    assert result.stats["sim_cycles_per_s"] > 0 and result.stats["chunks"] == 1
+
+
+@pytest.fixture
+def small_rtl(rtl_device):
+    """A 2x2 device with tiny harness memories, so that programs run in several chunks."""
+    from bertaccel.hw.config import preset
+    return rtl_device(preset("2x2"), instr_depth=64, data_depth=256, out_depth=64)
+
+
+def test_rtl_device_chunks(small_rtl):
+    import torch
+
+    from bertaccel.golden import ops
+    from bertaccel.sw import gemm
+
+    a, b = _operands(24, 40, 12, seed=5)
+    result = gemm(small_rtl, a, b)
+    assert result.stats["chunks"] > 2
+    assert torch.equal(result.outputs["c"], ops.gemm(a, b))
+
+
+def test_rtl_device_errors(small_rtl):
+    import torch
+
+    from bertaccel.golden import ops
+    from bertaccel.hw import isa
+    from bertaccel.sw import DeviceError, gemm
+
+    class Illegal:  # _execute's view of a program: one word with the illegal opcode 0
+        instrs = [isa.Store(acc_addr=0, rows=0)]
+
+        def words(self):
+            return [0]
+
+    with pytest.raises(DeviceError, match="illegal instruction"):
+        small_rtl._execute(Illegal(), torch.zeros((0, small_rtl.cfg.lanes), dtype=torch.int8))
+
+    a, b = _operands(8, 8, 8, seed=1)
+    small_rtl.max_cycles = 5
+    try:
+        with pytest.raises(DeviceError, match="not done after 5 cycles"):
+            gemm(small_rtl, a, b)
+    finally:
+        small_rtl.max_cycles = None
+    # The harness was reset after each failure: the device still works.
+    assert torch.equal(gemm(small_rtl, a, b).outputs["c"], ops.gemm(a, b))
+
+
+def test_rtl_device_refuses_oversized_instruction():
+    from bertaccel.hw import isa
+    from bertaccel.hw.harness import harness_chunks
+
+    instrs = [isa.Load(target=isa.Target.SPAD_A, addr=0, count=300)]
+    with pytest.raises(ValueError, match="data-in 256"):
+        harness_chunks(instrs, (64, 256, 64))
+    assert harness_chunks(instrs * 3, (64, 1024, 64)) == [(0, 3, 900, 0)]
+    assert harness_chunks(instrs * 3, (2, 1024, 64)) == [(0, 2, 600, 0), (2, 3, 300, 0)]

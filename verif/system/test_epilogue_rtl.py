@@ -1,0 +1,132 @@
+"""End to end: GEMMs fused with an epilogue, compiled by the real driver, run on the RTL.
+
+Every result is compared bit for bit with the software device (and that with golden.intops
+applied to golden.gemm). Each config runs free and with about 30 % idle source cycles and 40 %
+output backpressure. The devices come from the session's ``rtl_device`` fixture, so they are
+shared with other tests of the same config and settings. Seeds are printed; rerun one test with
+``pytest verif/test_epilogue_rtl.py -k <id> -s`` to replay it.
+
+``test_fusion_ratios`` records, on 8x8, the cycles of the fused programs of the three acceptance
+shapes against the plain GEMM of the same shape; it prints the ratios and only checks that the
+fusion costs less than half again (the 1.05 target is a benchmark figure, not a test).
+"""
+
+import dataclasses
+import random
+
+import pytest
+import torch
+
+from bertaccel import golden
+from bertaccel.hw import isa
+from bertaccel.hw.config import PRESETS
+from bertaccel.sw import SoftwareDevice, compile_gemm
+from bertaccel.sw import epilogue as ep_mod
+from verif.helpers import check_model_cycles
+
+__all__ = []
+
+CONFIGS = ["2x2", "4x8", "8x8"]
+OPS = ["requant", "gelu", "softmax", "layernorm"]
+# (src_idle, sink_stall) out of 256: free-running, and about 30% idle / 40% backpressure.
+STALLS = {"free": (0, 0), "stalled": (77, 102)}
+
+
+@pytest.fixture(scope="module", params=CONFIGS)
+def devices(request, rtl_device):
+    cfg = PRESETS[request.param]
+    return cfg, {name: rtl_device(cfg, seed=1 + index, src_idle=idle, sink_stall=stall)
+                 for index, (name, (idle, stall)) in enumerate(STALLS.items())}
+
+
+def _case(cfg, m, k, n, op, gen):
+    a = torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8)
+    b = torch.randint(-128, 128, (k, n), generator=gen, dtype=torch.int8)
+    epilogue = ep_mod.random_epilogue(op, k=k, n=n, generator=gen)
+    inputs = {"a": a, "b": b}
+    if epilogue.op == isa.EpOp.LAYERNORM:
+        inputs["r"] = torch.randint(-128, 128, (m, n), generator=gen, dtype=torch.int8)
+    return compile_gemm(cfg, m, k, n, epilogue=epilogue), inputs
+
+
+def _check(cfg, device, program, inputs):
+    """RTL == software device == golden; returns the RTL result."""
+    rtl = device.run(program, **inputs)
+    ref = SoftwareDevice(cfg).run(program, **inputs)
+    c = golden.gemm(inputs["a"], inputs["b"])
+    lowered = program.meta["epilogue"]
+    want = c if lowered is None else ep_mod.apply_integer(lowered, c, inputs.get("r"),
+                                                          cols=cfg.ep_lanes)
+    (m, k), n = program.inputs["a"], program.inputs["b"][1]
+    what = (f"{lowered.op.name if lowered else 'RAW'} {m}x{k}x{n} on {cfg.name}, plan "
+            f"{program.meta['plan']}")
+    assert torch.equal(ref.outputs["c"], want), f"software device != golden for {what}"
+    got = rtl.outputs["c"]
+    if not torch.equal(got, ref.outputs["c"]):
+        bad = (got != ref.outputs["c"]).nonzero()
+        first = tuple(bad[0].tolist())
+        raise AssertionError(f"RTL != software device for {what}: {len(bad)} of {got.numel()} "
+                             f"values differ, the first at {first}: RTL {int(got[first])}, "
+                             f"software {int(ref.outputs['c'][first])}")
+    check_model_cycles(device, program, rtl, what=what)   # free-running runs only
+    return rtl
+
+
+def _shapes(cfg, rng):
+    r, c = cfg.rows, cfg.cols
+    return [(1, 1, 1), (2 * r + c + 3, 3 * r - 1, 2 * c + 1), (37, 2 * r, 5 * c - 3)] + \
+        [(rng.randint(1, 6 * r), rng.randint(1, 6 * r), rng.randint(1, 6 * c))
+         for _ in range(2)]
+
+
+def test_epilogue_traffic_keeps_raw_results(devices):
+    """SETs and PMEM LOADs (and residual LOADs) flow through the core; with the STOREs made RAW
+    again the results are the GEMM's. This holds whatever the epilogue datapath does."""
+    cfg, devs = devices
+    gen = torch.Generator().manual_seed(77)
+    for stall, device in devs.items():
+        for op in ("requant", "layernorm"):
+            program, inputs = _case(cfg, 2 * cfg.rows + 5, 3 * cfg.rows, 3 * cfg.cols - 1, op,
+                                    gen)
+            program.instrs = [dataclasses.replace(i, op=isa.EpOp.RAW)
+                              if isinstance(i, isa.Store) else i for i in program.instrs]
+            program.meta["epilogue"] = None
+            _check(cfg, device, program, inputs)
+
+
+@pytest.mark.parametrize("stall", list(STALLS))
+@pytest.mark.parametrize("op", OPS)
+def test_fused_gemm(devices, op, stall):
+    cfg, devs = devices
+    seed = 300 + 10 * CONFIGS.index(cfg.name) + OPS.index(op) + (5 if stall == "stalled" else 0)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    shapes = _shapes(cfg, rng)
+    if stall == "stalled":
+        shapes = shapes[1:4]
+    for m, k, n in shapes:
+        program, inputs = _case(cfg, m, k, n, op, gen)
+        _check(cfg, devs[stall], program, inputs)
+
+
+def test_fusion_ratios(rtl_device):
+    """Cycles of GEMM+softmax (128x64x128) and GEMM+LayerNorm, GEMM+GELU (128x256x256) against
+    the plain GEMM of the same shape, free-running on 8x8."""
+    cfg = PRESETS["8x8"]
+    device = rtl_device(cfg, seed=1)
+    gen = torch.Generator().manual_seed(2024)
+    lines = []
+    for op, (m, k, n) in (("softmax", (128, 64, 128)), ("layernorm", (128, 256, 256)),
+                          ("gelu", (128, 256, 256))):
+        program, inputs = _case(cfg, m, k, n, op, gen)
+        fused = _check(cfg, device, program, inputs)
+        plain = _check(cfg, device, compile_gemm(cfg, m, k, n),
+                       {"a": inputs["a"], "b": inputs["b"]})
+        ratio = fused.cycles / plain.cycles
+        plan = program.meta["plan"]
+        lines.append(f"GEMM+{op} {m}x{k}x{n}: fused {fused.cycles} cycles (estimate "
+                     f"{plan.est_cycles}), plain {plain.cycles}, ratio {ratio:.3f}; tiles of "
+                     f"{plan.mb} rows (last {plan.tail or 'same'}), kb {plan.kb}, nb {plan.nb}")
+        assert fused.cycles < 1.5 * plain.cycles, lines[-1]
+    print("\n".join(lines))

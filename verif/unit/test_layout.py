@@ -1,0 +1,87 @@
+"""The layout of the product: no module imports the tests, and imports form no circle."""
+
+import ast
+from pathlib import Path
+
+__all__ = []
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Source folder of each product package.
+PACKAGES = {"hw": "bertaccel.hw", "sw": "bertaccel.sw", "golden": "bertaccel.golden",
+            "sim": "bertaccel.sim", "analysis": "bertaccel.analysis", "fpga": "bertaccel.fpga"}
+
+
+def _modules():
+    """``{dotted name: (path, is_package)}`` of every product module."""
+    out = {}
+    for folder, package in PACKAGES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            if is_package:
+                parts = parts[:-1]
+            out[".".join([package, *parts])] = (path, is_package)
+    return out
+
+
+def _imports(name, path, is_package, modules):
+    """The product modules that ``name`` imports, anywhere in its body."""
+    here = name.split(".") if is_package else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                       for alias in node.names]
+        else:
+            continue
+        found.update(target for target in targets if target.startswith("bertaccel"))
+    return found
+
+
+def test_no_product_module_imports_the_tests():
+    offenders = [str(path.relative_to(ROOT)) for path, _ in _modules().values()
+                 if "verif" in {alias for node in ast.walk(ast.parse(path.read_text()))
+                                for alias in _names(node)}]
+    assert not offenders, f"product modules that import verif: {offenders}"
+
+
+def _names(node):
+    if isinstance(node, ast.Import):
+        return [alias.name.split(".")[0] for alias in node.names] + [
+            alias.name.split(".")[1] for alias in node.names if alias.name.count(".") >= 1]
+    if isinstance(node, ast.ImportFrom) and node.module:
+        return node.module.split(".")[:2]
+    return []
+
+
+def test_imports_form_no_circle():
+    modules = _modules()
+    graph = {}
+    for name, (path, is_package) in modules.items():
+        ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+        graph[name] = {target for target in _imports(name, path, is_package, modules)
+                       if target in modules and target not in ancestors and target != name}
+    # A package's __init__ re-exports its modules; an edge into a package stands for its
+    # modules, so only module-to-module edges are followed below a package.
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycle = stack[stack.index(nxt):] + [nxt]
+                raise AssertionError("import circle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
