@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["MINILM", "ModelError", "minilm_path", "model_path", "load", "tokenize", "forward", "mean_pool", "embed",
+__all__ = ["MINILM", "ModelError", "minilm_path", "model_path", "load", "load_tokenizer", "tokenize", "forward", "mean_pool", "embed",
            "cosine_similarity", "spearman"]
 
 
@@ -86,6 +86,18 @@ def load(spec=None, *, check=None):
     except (OSError, ValueError) as error:
         raise ModelError(f"cannot load the BERT model in {str(path)!r}: {error}") from None
     return tokenizer, model.eval()
+
+
+def load_tokenizer(spec=None):
+    """The tokenizer of ``spec`` (see :func:`model_path`), without the model."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import transformers
+
+    path = model_path(spec)
+    try:
+        return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as error:
+        raise ModelError(f"cannot load the tokenizer in {str(path)!r}: {error}") from None
 
 
 def tokenize(tokenizer, texts, *, max_length=None):

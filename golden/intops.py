@@ -100,13 +100,28 @@ def rshift_round(v, s):
 
     The half is formed as ``2**(s-1)``, never as ``2**s``, which would wrap in int64 at
     ``s == 63`` (the hardware computes ``((2v >> s) + 1) >> 1``, the same value)."""
+    return _rshift_round_(v.clone() if isinstance(v, torch.Tensor) else _i64(v), s)
+
+
+def _rshift_round_(v, s):
+    """:func:`rshift_round` in place on the int64 tensor ``v`` (a temporary): ``v``."""
+    if not isinstance(s, torch.Tensor):
+        s = int(s)
+        v += (1 << s) >> 1
+        v >>= s
+        return v
     s = _i64(s)
-    half = torch.where(s > 0, torch.ones_like(s) << (s - 1).clamp(min=0), torch.zeros_like(s))
-    return (v + half) >> s
+    v += torch.where(s > 0, torch.ones_like(s) << (s - 1).clamp(min=0), torch.zeros_like(s))
+    v >>= s
+    return v
 
 
 def _clamp(v, bits):
     return v.clamp(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+
+
+def _clamp_(v, bits):
+    return v.clamp_(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
 
 
 def _check_rows(x):
@@ -129,21 +144,23 @@ def requant(x, *, bias=0, mul, shift):
     """int8 of ``(x + bias) * mul / 2**shift``, rounded half up and saturated."""
     x = _check_rows(x)
     n = x.shape[1]
-    y = rshift_round((x + _vector(bias, n, "bias")) * _vector(mul, n, "mul"),
-                     _vector(shift, n, "shift"))
-    return _clamp(y, 8).to(torch.int32)
+    v = (x + _vector(bias, n, "bias")).mul_(_vector(mul, n, "mul"))
+    shift = int(shift) if isinstance(shift, int) else _vector(shift, n, "shift")
+    return _clamp_(_rshift_round_(v, shift), 8).to(torch.int32)
+
+
+#: golden's PHI lookup with its two saturations folded in: index clamp(t + 257, 0, 513) reads 0
+#: (t < -256), PHI_TABLE[t + 256], or 2**16 (t >= 256).
+_PHI_ROM = torch.tensor([0, *PHI_TABLE, 1 << 16], dtype=torch.int64)
 
 
 def gelu(x, *, bias=0, gmul, gshift, omul, oshift):
     """int8 GELU (erf form) of ``x + bias``; see the module docstring for the scales."""
     x = _check_rows(x) + _vector(bias, x.shape[1], "bias")
-    t = rshift_round(x * gmul, gshift)
-    table = torch.tensor(PHI_TABLE, dtype=torch.int64)
-    phi = table[(t.clamp(-256, 255) + 256)]
-    phi = torch.where(t >= 256, torch.full_like(phi, 1 << 16), phi)
-    phi = torch.where(t < -256, torch.zeros_like(phi), phi)
-    z = _clamp(rshift_round(x * omul, oshift), 24)
-    return _clamp(rshift_round(z * phi, 24), 8).to(torch.int32)
+    t = _rshift_round_(x * gmul, gshift)
+    phi = _PHI_ROM[t.add_(257).clamp_(0, 513)]
+    z = _clamp_(_rshift_round_(x.mul_(omul), oshift), 24)
+    return _clamp_(_rshift_round_(z.mul_(phi), 24), 8).to(torch.int32)
 
 
 def _bit_length(v):
@@ -151,49 +168,58 @@ def _bit_length(v):
     return ((v.unsqueeze(-1) >> torch.arange(63)) > 0).sum(dim=-1)
 
 
-def _strips(n, cols):
-    return [(s * cols, min(n, (s + 1) * cols)) for s in range((n + cols - 1) // cols)]
+#: The tables as tensors, for lookups.
+_EXP2 = torch.tensor(EXP2_TABLE, dtype=torch.int64)
+_RECIP = torch.tensor(RECIP_TABLE, dtype=torch.int64)
+_RSQRT = torch.tensor(RSQRT_TABLE, dtype=torch.int64)
+
+
+def _exp2(t, m, valid):
+    """``EXP2_TABLE[u & 255] >> (u >> 8)`` for ``u = 256 * m - t``, 0 from a shift of 16 and in
+    the columns that are not ``valid``."""
+    u = (m << 8) - t
+    q = u >> 8
+    e = _EXP2[u & 255] >> q.clamp(max=15)
+    return e.masked_fill_((q >= 16) | ~valid, 0)
 
 
 def softmax(x, *, mask=0, mul, shift, cols, row_len=None):
     """int8 ``127 * softmax`` over each row of ``x + mask``, a beat of ``cols`` columns at a time.
 
     Columns at or past ``row_len`` (default: all ``N``) are padding: no probability, no effect.
+    ``mask`` is a scalar, one value a column, or one row a row (``(rows, N)``: rows of programs
+    with masks of their own, stacked).
     """
     x = _check_rows(x)
     rows, n = x.shape
     row_len = n if row_len is None else row_len
     if not 1 <= row_len <= min(n, MAX_ROW):
         raise ValueError(f"row_len must be from 1 to {min(n, MAX_ROW)}, not {row_len!r}")
-    a = _clamp(x + _vector(mask, n, "mask"), 32)
-    t = _clamp(rshift_round(a * mul, shift), 24)
-    valid = torch.arange(n) < row_len
-    floor = -(1 << 23)
-    t = torch.where(valid, t, torch.full_like(t, floor))
-    exp_table = torch.tensor(EXP2_TABLE, dtype=torch.int64)
-
-    def exp2(t_beat, m, valid_beat):
-        u = (m.unsqueeze(1) << 8) - t_beat
-        q, f = u >> 8, u & 255
-        e = torch.where(q < 16, exp_table[f] >> q.clamp(max=15), torch.zeros_like(u))
-        return torch.where(valid_beat, e, torch.zeros_like(e))
-
-    m = torch.full((rows,), -(1 << 15), dtype=torch.int64)
+    mask = _i64(mask)
+    a = _clamp_(x + (mask if mask.shape == (rows, n) else _vector(mask, n, "mask")), 32)
+    t = _clamp_(_rshift_round_(a.mul_(mul), shift), 24)
+    # Beats of ``cols`` columns: the last one is filled with padding, which the hardware's
+    # narrower last beat does not have but which changes no maximum and adds no exponential.
+    beats = -(-n // cols)
+    valid = torch.arange(beats * cols) < row_len
+    t = torch.nn.functional.pad(t, (0, beats * cols - n))
+    t.masked_fill_(~valid, -(1 << 23))
+    t, valid = t.view(rows, beats, cols), valid.view(beats, cols)
+    # The running maximum after each beat, then the sum of each beat's exponentials against
+    # it, then the sum rescaled beat by beat: S = (S >> dM) + sum(e).
+    first = torch.full((rows, 1), -(1 << 15), dtype=torch.int64)
+    m = torch.cummax(torch.cat([first, (t.amax(dim=2) + 255) >> 8], dim=1), dim=1).values
+    beat_sums = _exp2(t, m[:, 1:].unsqueeze(2), valid).sum(dim=2)
+    grow = (m[:, 1:] - m[:, :-1]).clamp_(max=63)
     total = torch.zeros(rows, dtype=torch.int64)
-    for lo, hi in _strips(n, cols):
-        t_beat = t[:, lo:hi]
-        new_m = torch.maximum(m, (t_beat.max(dim=1).values + 255) >> 8)
-        total = (total >> (new_m - m).clamp(max=63)) + exp2(t_beat, new_m, valid[lo:hi]).sum(dim=1)
-        m = new_m
+    for beat in range(beats):
+        total = (total >> grow[:, beat]) + beat_sums[:, beat]
     k = _bit_length(total) - 1
     mant = torch.where(k >= 10, total >> (k - 10).clamp(min=0), total << (10 - k).clamp(min=0))
-    recip = torch.tensor(RECIP_TABLE, dtype=torch.int64)[mant - 1024]
-    out = torch.empty_like(x)
-    for lo, hi in _strips(n, cols):
-        e = exp2(t[:, lo:hi], m, valid[lo:hi])
-        y = rshift_round(e * recip.unsqueeze(1), (16 + k).unsqueeze(1))
-        out[:, lo:hi] = torch.where(valid[lo:hi], y.clamp(0, 127), torch.zeros_like(y))
-    return out.to(torch.int32)
+    recip = _RECIP[mant - 1024]
+    e = _exp2(t, m[:, -1:].unsqueeze(2), valid).view(rows, -1)
+    y = _rshift_round_(e.mul_(recip.unsqueeze(1)), (16 + k).unsqueeze(1)).clamp_(0, 127)
+    return y[:, :n].to(torch.int32)
 
 
 def layernorm(x, *, bias=0, residual=None, xmul, rmul=0, vshift, gamma, beta, gshift, eps_n2,
@@ -222,7 +248,7 @@ def layernorm(x, *, bias=0, residual=None, xmul, rmul=0, vshift, gamma, beta, gs
     bits = _bit_length(d)
     j = torch.div(bits - 9, 2, rounding_mode="floor")
     m = torch.where(j >= 0, d >> (2 * j).clamp(min=0), d << (-2 * j).clamp(min=0))
-    rsq = torch.tensor(RSQRT_TABLE, dtype=torch.int64)[(m - 256).clamp(0, 767)]
+    rsq = _RSQRT[(m - 256).clamp(0, 767)]
     rsq = torch.where(d > 0, rsq, torch.zeros_like(rsq))
     j = torch.where(d > 0, j, torch.zeros_like(j))
     z = rshift_round((row_len * v - s1.unsqueeze(1)) * rsq.unsqueeze(1), (11 + j).unsqueeze(1))

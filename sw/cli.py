@@ -23,6 +23,7 @@ import json
 import math
 import sys
 import time
+import warnings
 from pathlib import Path
 
 __all__ = ["main"]
@@ -332,20 +333,20 @@ def _cmd_run(args):
     import os
     os.environ["HF_HUB_OFFLINE"] = "1"
     from .bert import BertError
-    from .bert.text import format_report, read_text_file, run_texts
+    from .bert.cache import CacheError
+    from .bert.progress import RateProgress
+    from .bert.text import format_report, run_texts
     cfg = _config(args.config)
-    texts = list(args.text or [])
+    if args.batch_size < 1:
+        raise _UsageError(f"--batch-size must be at least 1, not {args.batch_size}")
+    log = None if args.quiet else (lambda text: print(f"bertaccel: {text}", file=sys.stderr))
     try:
-        if args.text_file:
-            texts += read_text_file(args.text_file)
-        if not texts:
-            raise BertError("give the text to embed with --text or --text-file")
-        report = run_texts(args.model, texts, cfg=cfg, device=args.device,
-                           build_root=args.build_root,
-                           progress=args.device == "rtl" and not args.json,
-                           warn=lambda text: print(f"bertaccel: warning: {text}",
-                                                   file=sys.stderr))
-    except BertError as error:
+        report = run_texts(args.model, cfg=cfg, texts=args.text, text_file=args.text_file,
+                           device=args.device, batch_size=args.batch_size, output=args.output,
+                           compare_fp32=not args.no_fp32, cache=not args.no_cache,
+                           cache_dir=args.cache_dir, build_root=args.build_root,
+                           progress=None if args.quiet else RateProgress(), log=log)
+    except (BertError, CacheError) as error:
         raise _UsageError(str(error)) from None
     if args.json:
         print(json.dumps(report, indent=2))
@@ -471,12 +472,26 @@ def _parser():
     run.add_argument("--model", default="minilm",
                      help="'minilm' (all-MiniLM-L6-v2, offline) or a local BERT model folder")
     run.add_argument("--text", action="append", metavar="TEXT",
-                     help="a text to embed; may be repeated (one padded batch)")
-    run.add_argument("--text-file", metavar="F", help="texts to embed, one a line")
-    run.add_argument("--device", choices=("ref", "rtl"), default="ref",
-                     help="ref: the bit-exact software device; rtl: the Verilated RTL (with a "
-                          "progress bar, and checked bit for bit against ref)")
+                     help="a text to embed; may be repeated")
+    run.add_argument("--text-file", metavar="F",
+                     help="texts to embed, one a line (UTF-8; blank lines are skipped), read "
+                          "and run in windows of sorted batches: any length, bounded memory")
+    run.add_argument("--device", choices=("ref", "isa", "rtl"), default="ref",
+                     help="ref: the bit-exact software reference at tensor speed; isa: the "
+                          "instruction-level software device; rtl: the Verilated RTL, checked "
+                          "bit for bit against ref")
     run.add_argument("--config", default="8x8", help="a preset or a .json (8x8)")
+    run.add_argument("--batch-size", type=int, default=32, help="texts a batch (32)")
+    run.add_argument("--output", metavar="F",
+                     help="write the embeddings to F (.npy: float32 rows in input order; "
+                          ".jsonl: one object a text, with its line number)")
+    run.add_argument("--no-fp32", action="store_true",
+                     help="do not compare with the FP32 model (it costs about as much again)")
+    run.add_argument("--no-cache", action="store_true",
+                     help="compile the model afresh and keep nothing on disk")
+    run.add_argument("--cache-dir", metavar="D",
+                     help="compile cache folder ($BERTACCEL_CACHE or ~/.cache/bertaccel)")
+    run.add_argument("--quiet", action="store_true", help="no progress on stderr")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
     run.set_defaults(func=_cmd_run)
@@ -518,9 +533,14 @@ def _parser():
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"bertaccel: warning: {message}", file=sys.stderr)
+
+
 def main(argv=None):
     """Entry point of the ``bertaccel`` console script; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    warnings.showwarning = _show_warning
     if argv[:1] == ["profile"]:                # its own parser: bertaccel.analysis.profile
         from ..analysis.profile import main as profile_main
         return profile_main(argv[1:])

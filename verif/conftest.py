@@ -23,6 +23,16 @@ import pytest
 __all__ = []
 
 
+@pytest.fixture(autouse=True, scope="session")
+def compile_cache(tmp_path_factory):
+    """The compile cache of every test, in a folder of the session (not the user's)."""
+    folder = tmp_path_factory.mktemp("compile-cache")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("BERTACCEL_CACHE", str(folder))
+    yield folder
+    patch.undo()
+
+
 @pytest.fixture(scope="session")
 def sim_root(request):
     """``<repo>/build/sim``."""

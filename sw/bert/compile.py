@@ -67,7 +67,7 @@ from ..epilogue import Requant, Softmax
 from ..program import ProgramError
 from ..sequence import concat
 from ..tiler import compile_gemm, plan_gemm, rebind
-from .load import MINILM, BertError, BertSpec, bert_model, load_bert
+from .load import MINILM, BertError, BertSpec, bert_model, check_tokens, load_bert
 from .quant import BUDGET, OUTLIERS, act_quant, calibrate, quantize_layer
 
 __all__ = ["BertProgram", "compile_bert", "model_macs", "STAGES"]
@@ -128,10 +128,10 @@ class BertProgram:
         self.layers = [dataclasses.replace(layer, **{stage: getattr(layer, stage).padded(k)
                                                      for stage, k in self.k.items()})
                        for layer in layers]
-        self._operands = []
+        self.operands = []
         for layer in self.layers:
             keep = layer.h_keep
-            self._operands.append({
+            self.operands.append({
                 "qkv": layer.qkv.b, "wo": layer.wo.b, "w2": layer.w2.b,
                 "w1_main": layer.w1.b[:, keep].contiguous(),
                 "w1_out": layer.w1.b[:, layer.h.outliers].contiguous()})
@@ -272,21 +272,29 @@ class BertProgram:
     # -- inputs --------------------------------------------------------------------------------
 
     def encode(self, texts, *, max_length=None):
-        """Tokenise ``texts`` into one padded batch for :func:`run_bert`.
-
-        Text longer than the longest sequence (the model's positions, or a shorter limit of
-        the config; ``max_length`` when given and smaller) is truncated, with a
-        ``UserWarning`` that says which text and how long it was.
+        """Tokenise ``texts`` into one padded batch for :func:`run_bert`: :meth:`pad` of
+        :meth:`token_ids`.
 
         Returns
         -------
         dict
             ``input_ids``, ``attention_mask``, ``token_type_ids``: ``(B, L)`` int64 tensors.
+        """
+        return self.pad(self.token_ids(texts, max_length=max_length))
+
+    def token_ids(self, texts, *, max_length=None):
+        """The token ids of each text, with the special tokens (``list of list of int``).
+
+        Text longer than the longest sequence (the model's positions, or a shorter limit of
+        the config; ``max_length`` when given and smaller) is truncated, with a
+        ``UserWarning`` that says which text and how long it was.
 
         Raises
         ------
         BertError
-            If there is no tokenizer, no text, or a text is empty (or only white space).
+            If there is no tokenizer, no text, or a text is not a str, is empty, or holds
+            nothing the vocabulary keeps (white space and control characters only): such a
+            text would embed nothing but the special tokens, and is refused like empty text.
         """
         if self.tokenizer is None:
             raise BertError(f"{self.name} has no tokenizer: give input_ids to run_bert")
@@ -302,20 +310,32 @@ class BertProgram:
                 raise BertError(f"text {number} is empty" + (" (only white space)" if text
                                                               else ""))
         limit = self.max_seq if max_length is None else min(self.max_seq, max_length)
-        full = self.tokenizer(texts, padding=False, truncation=False, verbose=False)["input_ids"]
-        for number, ids in enumerate(full):
-            if len(ids) > limit:
-                why = ("the model's max_position_embeddings" if limit == self.spec.max_positions
-                       else f"the longest sequence on {self.cfg.name}" if limit == self.max_seq
-                       else "max_length")
-                warnings.warn(f"text {number} has {len(ids)} tokens, more than {limit} "
-                              f"({why}); it is truncated to {limit} tokens", stacklevel=2)
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=limit,
-                               return_tensors="pt")
-        out = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-        out["token_type_ids"] = batch.get("token_type_ids",
-                                          torch.zeros_like(batch["input_ids"]))
-        return out
+        ids = check_tokens(self.tokenizer, texts)
+        long = [number for number, row in enumerate(ids) if len(row) > limit]
+        if long:
+            cut = self.tokenizer([texts[i] for i in long], truncation=True, max_length=limit,
+                                 verbose=False)["input_ids"]
+            why = ("the model's max_position_embeddings" if limit == self.spec.max_positions
+                   else f"the longest sequence on {self.cfg.name}" if limit == self.max_seq
+                   else "max_length")
+            for number, row in zip(long, cut):
+                warnings.warn(f"text {number} has {len(ids[number])} tokens, more than {limit} "
+                              f"({why}); it is truncated to {limit} tokens", stacklevel=3)
+                ids[number] = row
+        return ids
+
+    def pad(self, ids):
+        """One batch of the token-id lists ``ids``, padded on the right: ``input_ids``,
+        ``attention_mask``, ``token_type_ids`` (zeros), ``(B, L)`` int64 tensors."""
+        seq = max(len(row) for row in ids)
+        pad = self.tokenizer.pad_token_id if self.tokenizer is not None else 0
+        input_ids = torch.full((len(ids), seq), pad, dtype=torch.int64)
+        attention_mask = torch.zeros((len(ids), seq), dtype=torch.int64)
+        for number, row in enumerate(ids):
+            input_ids[number, :len(row)] = torch.as_tensor(row, dtype=torch.int64)
+            attention_mask[number, :len(row)] = 1
+        return {"input_ids": input_ids, "attention_mask": attention_mask,
+                "token_type_ids": torch.zeros_like(input_ids)}
 
     def embed_input(self, input_ids, token_type_ids=None):
         """The int8 input of the first layer: host embeddings, quantised. ``(B*L, hidden)``."""

@@ -5,7 +5,7 @@ import dataclasses
 from ...golden import bert_ref
 from ...golden.intops import MAX_ROW
 
-__all__ = ["MINILM", "BertError", "BertSpec", "bert_model", "load_bert"]
+__all__ = ["MINILM", "BertError", "BertSpec", "bert_model", "load_bert", "check_tokens"]
 
 #: The name that stands for sentence-transformers/all-MiniLM-L6-v2 (the local copy).
 MINILM = bert_ref.MINILM
@@ -111,3 +111,18 @@ def load_bert(spec):
         return bert_ref.load(spec, check=BertSpec.from_config)
     except bert_ref.ModelError as error:
         raise BertError(str(error)) from None
+
+
+def check_tokens(tokenizer, texts, *, names=None):
+    """Token ids of ``texts`` (no truncation), refusing a text that holds nothing but special
+    tokens: white space and control characters only, which the tokenizer drops. Such a text
+    would embed only ``[CLS] [SEP]``, so it is refused like an empty one. ``names`` says how the
+    message calls each text (``"text <number>"`` by default)."""
+    ids = tokenizer(list(texts), padding=False, truncation=False, verbose=False)["input_ids"]
+    special = set(tokenizer.all_special_ids)
+    for number, row in enumerate(ids):
+        if all(token in special for token in row):
+            name = names[number] if names is not None else f"text {number}"
+            raise BertError(f"{name} has no token but the special ones: it holds only "
+                            f"characters the tokenizer drops (control characters)")
+    return ids

@@ -3,7 +3,7 @@
 import sys
 import time
 
-__all__ = ["TextProgress"]
+__all__ = ["TextProgress", "RateProgress"]
 
 
 class TextProgress:
@@ -48,3 +48,44 @@ class TextProgress:
             if tenth > self.shown:
                 self.shown = tenth
                 print(line, file=self.file, flush=True)
+
+
+class RateProgress:
+    """A progress bar over a count of items (texts), with their rate and an ETA, on stderr.
+
+    On a terminal the bar is redrawn in place; otherwise a line is written at every tenth.
+    :meth:`restart` starts the clock again (after a build, so that the ETA counts the run).
+
+    Parameters
+    ----------
+    file : text stream
+        ``sys.stderr`` by default.
+    unit : str
+        What is counted.
+    """
+
+    def __init__(self, file=None, *, unit="texts", width=30):
+        self.file = sys.stderr if file is None else file
+        self.unit = unit
+        self.width = width
+        self.tty = bool(getattr(self.file, "isatty", lambda: False)())
+        self.restart()
+
+    def restart(self):
+        self.start = time.monotonic()
+        self.shown = -1
+
+    def __call__(self, done, total):
+        fraction = min(1.0, done / total) if total else 1.0
+        elapsed = time.monotonic() - self.start
+        rate = done / elapsed if elapsed > 0 else 0.0
+        eta = (total - done) / rate if rate > 0 else 0.0
+        filled = int(round(fraction * self.width))
+        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {self.unit}  "
+                f"{rate:.1f} {self.unit}/s  elapsed {TextProgress._clock(elapsed)}  "
+                f"ETA {TextProgress._clock(eta)}")
+        if self.tty:
+            print(f"\r{line}", end="\n" if fraction >= 1.0 else "", file=self.file, flush=True)
+        elif int(fraction * 10) > self.shown:
+            self.shown = int(fraction * 10)
+            print(line, file=self.file, flush=True)

@@ -199,7 +199,7 @@ def run_layer(device, bert, layer, x, mask, *, programs=None, runner=None, trace
         programs = layer_programs(bert, layer, mask)
     if runner is None:
         runner = Runner(device)
-    q, ops = bert.layers[layer], bert._operands[layer]
+    q, ops = bert.layers[layer], bert.operands[layer]
     hid, heads, d = s.hidden, s.heads, s.head_dim
     prefixes = [f"b{b}h{h}." for b in range(batch) for h in range(heads)]
 

@@ -1,153 +1,164 @@
-"""What ``bertaccel run`` does: embed text with a BERT model on a device and report it.
+"""What ``bertaccel run`` does: embed texts with a BERT model on a device and report the run.
 
 ::
 
-    report = run_texts("minilm", ["A sentence."], cfg=preset("8x8"), device="ref")
+    report = run_texts("minilm", texts=["A sentence."], cfg=preset("8x8"), device="ref")
     print(format_report(report))
 
-The model is compiled for the config (calibrated on the project's calibration sentences), the
-texts are tokenised into one padded batch (a text longer than the model's positions is truncated,
-with a warning), run on the device, and compared with FP32 PyTorch. On the RTL the same batch
-also runs on the software device, and the result must be bit-exact.
+The model is compiled for the config (or read from the compile cache), the texts run in sorted
+batches through an :class:`~bertaccel.sw.bert.encoder.Encoder`, and each embedding is compared
+with FP32 PyTorch. Texts come from the command line or, streamed, from a file
+(:mod:`bertaccel.sw.bert.stream`); embeddings go into the report or, streamed, to a file.
 """
 
 import time
-import warnings
 
-import torch
+from ...golden import bert_ref
+from .cache import CompileCache
+from .encoder import Encoder
+from .load import BertError, check_tokens
+from .stream import EmbeddingWriter, TextFile, check_output, windows, encode_stream
 
-from .compile import compile_bert
-from .load import MINILM, BertError, load_bert
-from .progress import TextProgress
-from .run import run_bert
+__all__ = ["run_texts", "format_report", "read_text_file", "check_texts", "SHOWN"]
 
-__all__ = ["run_texts", "format_report", "read_text_file"]
-
-#: Values of the embedding printed.
+#: Values of an embedding that the text report shows; texts it shows one by one.
 FIRST = 8
+SHOWN = 8
 
 
 def read_text_file(path):
-    """The texts of a file: one a line, blank lines skipped. :class:`BertError` if the file
-    cannot be read."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            lines = file.read().splitlines()
-    except OSError as error:
-        raise BertError(f"cannot read --text-file {str(path)!r}: "
-                        f"{error.strerror or error}") from None
-    except UnicodeDecodeError as error:
-        raise BertError(f"--text-file {str(path)!r} is not UTF-8 text: {error}") from None
-    texts = [line for line in lines if line.strip()]
+    """The texts of a file, one a line, blank lines skipped (see
+    :class:`~bertaccel.sw.bert.stream.TextFile`)."""
+    return [text for _, text in TextFile(path).texts()]
+
+
+def check_texts(texts):
+    """Refuse an empty list or an empty text, before the model loads."""
     if not texts:
-        raise BertError(f"--text-file {str(path)!r} holds no text")
-    return texts
+        raise BertError("no text given")
+    for number, text in enumerate(texts):
+        if not isinstance(text, str) or not text.strip():
+            raise BertError(f"text {number} is empty" + (" (only white space)" if text else ""))
 
 
-def run_texts(model, texts, *, cfg, device="ref", build_root="build/sim", progress=None,
-              warn=None):
-    """Embed ``texts`` with ``model`` on ``device`` (``"ref"`` or ``"rtl"``); return a report.
+def run_texts(model, *, cfg, texts=None, text_file=None, device="ref", batch_size=32,
+              output=None, compare_fp32=True, cache=True, cache_dir=None,
+              build_root="build/sim", progress=None, log=None):
+    """Embed ``texts`` (a list) or the texts of ``text_file`` with ``model`` on ``device``;
+    return a report (a JSON-able dict).
 
     Parameters
     ----------
     model : str
-        :data:`bertaccel.sw.bert.MINILM` or a local model folder.
-    texts : list of str
+        ``"minilm"`` or a local model folder.
     cfg : AccelConfig
+    texts : list of str, optional
+    text_file : path, optional
+        One text a line (read after ``texts``).
     device : str
-    build_root : path
-        Where the RTL simulator builds go.
+        ``"ref"``, ``"isa"`` or ``"rtl"`` (see :mod:`bertaccel.sw.bert.encoder`).
+    batch_size : int
+    output : path, optional
+        Write the embeddings there (``.npy`` or ``.jsonl``) instead of into the report.
+    compare_fp32 : bool
+        Compare each embedding with the FP32 model's.
+    cache, cache_dir, build_root
+        See :class:`~bertaccel.sw.bert.encoder.Encoder`.
     progress : callable, optional
-        :func:`run_bert`'s progress callback (for the RTL run); a :class:`TextProgress` on
-        stderr when ``True``.
-    warn : callable, optional
-        Called with the text of every warning (a truncated text); they are raised as
-        ``UserWarning`` when not given.
+        ``progress(done, total)`` after every batch.
+    log : callable, optional
+        ``log(text)`` for what happens before the run (compiling, building the simulator).
 
     Raises
     ------
     BertError
-        A model that is not BERT or cannot be found, an empty text, a config that cannot hold
-        one tile.
+        Bad input, found before the model loads: no text, an empty text, an unreadable or
+        binary text file, an output path that cannot be written.
     """
-    if device not in ("ref", "rtl"):
-        raise BertError(f"device must be 'ref' or 'rtl', not {device!r}")
-    texts = list(texts)
-    if not texts:
-        raise BertError("no text given")
-    for number, text in enumerate(texts):         # before the model loads
-        if not isinstance(text, str) or not text.strip():
-            raise BertError(f"text {number} is empty" + (" (only white space)" if text else ""))
     start = time.perf_counter()
-    tokenizer, float_model = load_bert(model)
-    name = "all-MiniLM-L6-v2" if model == MINILM else str(model)
-    bert = compile_bert(float_model, cfg, tokenizer=tokenizer, name=name)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        batch = bert.encode(texts)
-    for item in caught:
-        if warn is None:
-            warnings.warn(str(item.message), stacklevel=2)
-        else:
-            warn(str(item.message))
-    compiled = time.perf_counter()
+    texts = list(texts or [])
+    if texts:
+        check_texts(texts)
+    source = TextFile(text_file) if text_file is not None else None
+    if not texts and source is None:
+        raise BertError("give the text to embed with --text or --text-file")
+    if output is not None:
+        check_output(output)
+    total = len(texts) + (source.count if source else 0)
+    try:
+        tokenizer = bert_ref.load_tokenizer(model)
+    except bert_ref.ModelError as error:
+        raise BertError(str(error)) from None
+    check_tokens(tokenizer, texts)
+    if source is not None:
+        _check_file_tokens(tokenizer, source)
+    if cache:
+        CompileCache(cache_dir).check()
+    if log:
+        log(f"compiling {model} for {cfg.name} (or reading it from the compile cache)")
+    encoder = Encoder(model, config=cfg, device=device, cache=cache, cache_dir=cache_dir,
+                      build_root=build_root)
+    loaded = time.perf_counter()
+    with encoder:
+        encoder.start_device(log)
+        if hasattr(progress, "restart"):
+            progress.restart()      # the ETA counts the run, not the build before it
+        report = _run(encoder, texts, source, total, batch_size=batch_size, output=output,
+                      compare_fp32=compare_fp32, progress=progress)
+    report["blank_lines"] = source.blank if source else 0
+    report["wall_s"] = {"load": loaded - start, "run": time.perf_counter() - loaded,
+                        "total": time.perf_counter() - start}
+    return report
 
-    from ..devices.software import SoftwareDevice
-    bit_exact = None
-    with SoftwareDevice(cfg) as software:
-        result = reference = run_bert(software, bert, **batch)
-    if device == "rtl":
-        from ..devices.rtl import RtlDevice
-        if progress is True:
-            progress = TextProgress()
-        with RtlDevice(cfg, build_root=build_root) as rtl:
-            result = run_bert(rtl, bert, **batch, progress=progress)
-        bit_exact = bool(torch.equal(result.hidden_int8, reference.hidden_int8))
-    ran = time.perf_counter()
 
-    with torch.no_grad():
-        hidden = float_model(**batch).last_hidden_state
-    mask = batch["attention_mask"]
-    weights = mask.to(hidden.dtype).unsqueeze(-1)
-    ref = (hidden * weights).sum(dim=1) / weights.sum(dim=1)
-    cos = torch.nn.functional.cosine_similarity(result.embedding.double(), ref.double(), dim=1)
+def _check_file_tokens(tokenizer, source, window=1024):
+    """Refuse a line of ``source`` that tokenises to nothing, naming it, before any work."""
+    for chunk in windows(source.texts(), window):
+        check_tokens(tokenizer, [text for _, text in chunk],
+                     names=[f"--text-file {str(source.path)!r} line {line}" for line, _ in chunk])
 
-    stats = result.stats
-    cycles = stats["cycles"]
+
+def _numbered(texts, source):
+    yield from ((number, text) for number, text in enumerate(texts))
+    if source is not None:
+        yield from source.texts()
+
+
+def _run(encoder, texts, source, total, *, batch_size, output, compare_fp32, progress):
+    writer = EmbeddingWriter(output, total, encoder.hidden) if output is not None else None
+    try:
+        stats = encode_stream(encoder, _numbered(texts, source), total=total,
+                              batch_size=batch_size, writer=writer, compare_fp32=compare_fp32,
+                              progress=progress, keep=writer is None)
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    if writer is not None:
+        writer.commit()
+    embeddings, cosines = stats.pop("embeddings", None), stats.pop("cosines", None)
+    bert = encoder.bert
     s = bert.spec
-    per_text = []
-    for number, text in enumerate(texts):
-        vector = result.embedding[number]
-        per_text.append({"text": text, "tokens": int(mask[number].sum()),
-                         "norm": float(vector.norm()),
-                         "first": [float(v) for v in vector[:FIRST]],
-                         "cosine_fp32": float(cos[number]),
-                         "embedding": [float(v) for v in vector]})
-    used = cycles if cycles is not None else stats["est_cycles"]
-    return {
-        "model": name,
+    report = {
+        "model": bert.name,
         "spec": {"layers": s.layers, "hidden": s.hidden, "heads": s.heads,
                  "intermediate": s.intermediate, "max_positions": s.max_positions},
-        "config": cfg.name, "tag": cfg.tag, "clock_mhz": cfg.clock_mhz, "device": device,
-        "batch": stats["batch"], "seq": stats["seq"],
-        "texts": per_text,
-        "cycles": cycles, "est_cycles": stats["est_cycles"],
-        "ideal_cycles": stats["ideal_cycles"],
-        "cycles_from": ("tiler estimate" if cycles is None else "RTL simulation"
-                        if device == "rtl" else "cycle model"),
-        "model_cycles": reference.stats["cycles"] if device == "rtl" else cycles,
-        "utilization": stats["ideal_cycles"] / used if used else None,
-        "model_utilization": stats["model_macs"] / (cfg.macs_per_cycle * used) if used
-        else None,
-        "latency_ms": 1e3 * used / (cfg.clock_mhz * 1e6),
-        "macs": stats["macs"], "model_macs": stats["model_macs"],
-        "device_calls": stats["device_calls"], "instructions": stats["instructions"],
-        "data_beats": stats["data_beats"],
-        "bit_exact": bit_exact,
+        **stats,
+        "batch_size": batch_size,
+        "latency_ms": 1e3 * stats["latency_s"],
+        "cycles_from": "RTL simulation" if encoder.device == "rtl" else "cycle model",
         "quantization": bert.calibration,
-        "wall_s": {"compile": compiled - start, "run": ran - compiled,
-                   "total": time.perf_counter() - start},
+        "output": None if writer is None else str(writer.path),
     }
+    if embeddings is not None:
+        report["per_text"] = [
+            {"text": text, "norm": float((vector ** 2).sum() ** 0.5),
+             "first": [float(v) for v in vector[:FIRST]],
+             "cosine_fp32": None if cosines is None else float(cosines[number]),
+             "embedding": [float(v) for v in vector]}
+            for number, ((_, text), vector) in enumerate(zip(_numbered(texts, source),
+                                                              embeddings))]
+    return report
 
 
 def format_report(report):
@@ -162,33 +173,35 @@ def format_report(report):
                   f"{s['heads']} heads, intermediate {s['intermediate']})")
     line("config", f"{report['config']} ({report['tag']})")
     line("device", report["device"])
-    line("input", f"{len(report['texts'])} text(s), padded batch {report['batch']} x "
-                  f"{report['seq']} tokens")
-    for number, text in enumerate(report["texts"]):
-        prefix = f"[{number}] " if len(report["texts"]) > 1 else ""
+    line("input", f"{report['texts']} text(s) in {report['batches']} batch(es) of up to "
+                  f"{report['batch_size']}; {report['tokens']:,} tokens, "
+                  f"{report['padded_tokens']:,} with padding"
+                  + (f"; {report['blank_lines']} blank line(s) skipped"
+                     if report.get("blank_lines") else ""))
+    per_text = report.get("per_text") or []
+    for number, text in enumerate(per_text[:SHOWN]):
+        prefix = f"[{number}] " if len(per_text) > 1 else ""
         first = " ".join(f"{v:+.4f}" for v in text["first"])
         line("embedding", f"{prefix}norm {text['norm']:.4f}, first {first} ...")
-        line("vs FP32", f"{prefix}cosine similarity {text['cosine_fp32']:.5f} "
-                        f"({text['tokens']} tokens)")
-    when = report["cycles_from"]
-    if report["cycles"] is None:
-        line("cycles", f"- (the device does not count cycles); tiler estimate "
-                       f"{report['est_cycles']:,}, ideal {report['ideal_cycles']:,}")
-    elif when == "RTL simulation":
-        line("cycles", f"{report['cycles']:,} on the RTL (cycle model "
-                       f"{report['model_cycles']:,}, ideal {report['ideal_cycles']:,})")
-    else:
-        line("cycles", f"{report['cycles']:,} from the cycle model (ideal "
-                       f"{report['ideal_cycles']:,}, tiler estimate {report['est_cycles']:,})")
+        if text["cosine_fp32"] is not None:
+            line("vs FP32", f"{prefix}cosine similarity {text['cosine_fp32']:.5f}")
+    if len(per_text) > SHOWN:
+        line("", f"... {len(per_text) - SHOWN} more (--json or --output for all)")
+    if report.get("cosine_fp32"):
+        cos = report["cosine_fp32"]
+        line("vs FP32", f"cosine similarity min {cos['min']:.5f}, mean {cos['mean']:.5f}")
+    if report.get("output"):
+        line("output", report["output"])
+    line("cycles", f"{report['cycles']:,} from the {report['cycles_from']} (ideal "
+                   f"{report['ideal_cycles']:,})")
     line("latency", f"{report['latency_ms']:.2f} ms at {report['clock_mhz']:g} MHz")
     line("utilization", f"{100 * report['utilization']:.1f} % of the MACs run, "
                         f"{100 * report['model_utilization']:.1f} % counting only the "
                         f"model's MACs")
-    line("programs", f"{report['device_calls']} device calls, {report['instructions']:,} "
-                     f"instructions, {report['data_beats']:,} data beats")
     wall = report["wall_s"]
-    line("wall", f"{wall['total']:.1f} s (compile {wall['compile']:.1f} s, run "
-                 f"{wall['run']:.1f} s)")
+    line("wall", f"{wall['total']:.1f} s (load and compile {wall['load']:.1f} s, run "
+                 f"{wall['run']:.1f} s; {report['texts'] / max(wall['run'], 1e-9):.1f} "
+                 f"texts/s)")
     if report["bit_exact"] is not None:
         lines.append(f"bit-exact with the ref device: {'yes' if report['bit_exact'] else 'NO'}")
     return "\n".join(lines)

@@ -416,6 +416,7 @@ def test_cli_run_bad_input(tmp_path, capsys):
         (["run", "--text", "  "], "text 0 is empty (only white space)"),
         (["run"], "give the text to embed with --text or --text-file"),
         (["run", "--text-file", str(tmp_path / "none.txt")], "cannot read --text-file"),
+        (["run", "--text", "\x07\x01"], "text 0 has no token but the special ones"),
         (["run", "--text", "x", "--config", "9x9"], "unknown preset '9x9'"),
     ]
     for argv, message in cases:
@@ -447,9 +448,9 @@ def test_cli_run_on_a_model_folder(tmp_path, capsys, minilm):
     assert "text 2 has" in captured.err and "truncated to 24 tokens" in captured.err
     report = json.loads(captured.out)
     assert report["device"] == "ref" and report["config"] == "4x4"
-    assert [t["tokens"] for t in report["texts"]][2] == 24 and report["seq"] == 24
-    assert len(report["texts"]) == 3 and len(report["texts"][0]["embedding"]) == 64
-    assert min(t["cosine_fp32"] for t in report["texts"]) >= 0.99
+    assert report["texts"] == 3 and report["blank_lines"] == 1
+    assert len(report["per_text"]) == 3 and len(report["per_text"][0]["embedding"]) == 64
+    assert min(t["cosine_fp32"] for t in report["per_text"]) >= 0.99
     assert report["cycles"] >= report["ideal_cycles"] > 0 and report["latency_ms"] > 0
     assert main(["run", "--model", str(tmp_path), "--text", "Plain output.",
                  "--config", "4x4"]) == 0

@@ -1,0 +1,161 @@
+"""Compiled models on disk: calibration and quantisation once per checkpoint, config and
+settings, then seconds to start.
+
+A :class:`CompileCache` entry holds what :func:`~bertaccel.sw.bert.compile.compile_bert` derives
+from a checkpoint (the quantised layers, the embedding scales, the calibration facts) and,
+beside it, the stage timings of :class:`~bertaccel.sw.bert.timing.StageTimer`. Its key hashes
+the checkpoint's files, the config, the calibration settings and the compiler's own source, so
+a changed model, setting or compiler never reads a stale entry. Entries are written to a
+temporary file and renamed into place: a reader sees a whole entry or none.
+
+The folder is ``$BERTACCEL_CACHE`` when set, else ``$XDG_CACHE_HOME/bertaccel`` (by default
+``~/.cache/bertaccel``).
+"""
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+__all__ = ["CompileCache", "default_root", "CacheError"]
+
+#: The sources whose change invalidates a compiled entry (relative to the package's parent).
+_COMPILER_SOURCES = ("sw/bert/compile.py", "sw/bert/quant.py", "sw/bert/load.py",
+                     "sw/epilogue.py", "golden/intops.py", "golden/sentences.py")
+#: ... and a timing entry: the cycle model, the tiler, and the hardware it models.
+_TIMING_SOURCES = ("sw/cycles.py", "sw/tiler.py", "sw/sequence.py", "sw/bert/run.py")
+
+
+class CacheError(OSError):
+    """The cache folder cannot be used; the message names it and why."""
+
+
+def default_root():
+    """The cache folder when none is given (see the module docstring)."""
+    if os.environ.get("BERTACCEL_CACHE"):
+        return Path(os.environ["BERTACCEL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "bertaccel"
+
+
+def _source_root():
+    return Path(__file__).resolve().parents[2]
+
+
+def _hash_files(digest, paths, root):
+    for path in paths:
+        digest.update(str(Path(path).relative_to(root)).encode())
+        with open(path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+
+
+def checkpoint_digest(folder):
+    """sha256 of every file of a model folder (names and contents)."""
+    folder = Path(folder)
+    digest = hashlib.sha256()
+    _hash_files(digest, sorted(p for p in folder.rglob("*") if p.is_file()), folder)
+    return digest.hexdigest()
+
+
+def _sources_digest(names):
+    root = _source_root()
+    digest = hashlib.sha256()
+    _hash_files(digest, [root / name for name in names], root)
+    return digest.hexdigest()
+
+
+class CompileCache:
+    """Compiled models under ``root`` (see the module docstring).
+
+    Parameters
+    ----------
+    root : path, optional
+        The folder; :func:`default_root` by default. Made on first write.
+
+    Raises
+    ------
+    CacheError
+        From :meth:`check`: the folder cannot be made or written.
+    """
+
+    def __init__(self, root=None):
+        self.root = Path(root) if root is not None else default_root()
+
+    def check(self):
+        """Make the folder if needed and check that it can be written, before any work."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.root, prefix=".probe-"):
+                pass
+        except OSError as error:
+            raise CacheError(f"cannot use the cache folder {str(self.root)!r}: "
+                             f"{error.strerror or error}") from None
+        return self
+
+    def key(self, checkpoint, cfg, settings):
+        """The entry key of ``checkpoint`` (a model folder) compiled for ``cfg`` with the
+        calibration ``settings`` (a JSON-able dict)."""
+        digest = hashlib.sha256()
+        for part in (checkpoint_digest(checkpoint), cfg.to_json(),
+                     json.dumps(settings, sort_keys=True), _sources_digest(_COMPILER_SOURCES)):
+            digest.update(part.encode())
+        return digest.hexdigest()[:32]
+
+    def _path(self, key, suffix):
+        return self.root / f"{key}{suffix}"
+
+    def load(self, key):
+        """The entry ``key`` (a dict), or ``None`` if there is none or it cannot be read."""
+        path = self._path(key, ".pt")
+        if not path.is_file():
+            return None
+        try:
+            return torch.load(path, weights_only=False)
+        except Exception:  # noqa: BLE001 - an unreadable entry is a miss; it is rewritten
+            return None
+
+    def save(self, key, state):
+        """Write the entry ``key`` atomically."""
+        self._atomic(self._path(key, ".pt"), lambda file: torch.save(state, file))
+
+    def _atomic(self, path, write):
+        self.root.mkdir(parents=True, exist_ok=True)
+        handle, temp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
+        try:
+            with os.fdopen(handle, "wb") as file:
+                write(file)
+            os.replace(temp, path)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+
+    def timings(self, key):
+        """A persistent ``dict`` of stage timings for entry ``key`` (see :class:`Timings`)."""
+        digest = hashlib.sha256((key + _sources_digest(_TIMING_SOURCES)).encode())
+        from ...hw.verilog import source_key
+        digest.update(source_key().encode())
+        return Timings(self, self._path(digest.hexdigest()[:32], ".timings.json"))
+
+
+class Timings(dict):
+    """A dict saved to a JSON file on every new entry (atomically)."""
+
+    def __init__(self, cache, path):
+        super().__init__()
+        self._cache, self._path = cache, path
+        try:
+            self.update(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            pass
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        text = json.dumps(dict(self), sort_keys=True).encode()
+        try:
+            self._cache._atomic(self._path, lambda file: file.write(text))
+        except OSError:
+            pass  # timings are recomputed when they cannot be kept

@@ -1,0 +1,143 @@
+"""The fast functional path: a compiled BERT model run at the tensor level, bit-exact with the
+stage programs that the devices run.
+
+A stage program tiles a GEMM onto the array and drains it through a fused epilogue. Its int32
+accumulator rows are the exact products of its int8 operands (a tile's partial sums add in the
+accumulator, and integer addition does not care about the order), and its epilogue applies
+:mod:`bertaccel.golden.intops` with the integers that the compiler lowered the epilogue to
+(:func:`bertaccel.sw.epilogue.lower`: SET values and parameter-memory rows). So each stage here
+is one whole-matrix int8 GEMM (``torch._int_mm``; the per-head attention GEMMs batched over
+batch and heads) followed by :func:`bertaccel.sw.epilogue.apply_integer` with the same lowered
+epilogue, including what depends on the config (SOFTMAX's running maximum advances
+``cfg.ep_lanes`` columns at a time). The instruction-level software device stays the
+reference: the tests prove this path equal to it at every stage.
+"""
+
+import torch
+
+from ...hw.isa import EpOp
+from ..epilogue import Softmax, apply_integer, apply_registers, lower
+from .compile import STAGES
+
+__all__ = ["FastModel", "int_gemm", "batched_int_gemm"]
+
+#: Largest |a . b| partial sum that float32 holds exactly (every integer up to 2**24).
+_F32_EXACT = 1 << 24
+
+
+def int_gemm(a, b):
+    """``a @ b`` of int8 matrices as int32, exactly (``torch._int_mm``)."""
+    return torch._int_mm(a.contiguous(), b.contiguous())
+
+
+def batched_int_gemm(a, b):
+    """``a @ b`` over a batch of int8 matrices ``(P, m, k) @ (P, k, n)`` as int32, exactly.
+
+    Every partial sum of int8 products is an integer of at most ``k * 2**14``; float32 holds
+    those exactly up to ``k = 1024`` (attention's head size and sequence length), float64
+    beyond.
+    """
+    k = a.shape[-1]
+    dtype = torch.float32 if k * (1 << 14) <= _F32_EXACT else torch.float64
+    return torch.bmm(a.to(dtype), b.to(dtype)).to(torch.int32)
+
+
+def _mask_bias(in_scale, valid, cfg, k):
+    """The PMEM bias a SOFTMAX program of one batch row carries: its padding mask, lowered."""
+    seq = valid.numel()
+    lowered = lower(Softmax(in_scale=in_scale, mask=~valid.numpy()), cfg, n=seq, k=k)
+    return torch.from_numpy(lowered.bias[:seq].copy())
+
+
+class FastModel:
+    """A :class:`~bertaccel.sw.bert.compile.BertProgram` run stage by stage at the tensor level.
+
+    Parameters
+    ----------
+    bert : BertProgram
+
+    Notes
+    -----
+    The epilogues of the weight stages are lowered once; SOFTMAX's (its mask is the batch's
+    padding) and P.V's (its depth is the sequence length) per batch.
+    """
+
+    def __init__(self, bert):
+        self.bert = bert
+        self.cfg = bert.cfg
+        self.lanes = bert.cfg.ep_lanes
+        spec, k = bert.spec, bert.k
+        self._lowered = []
+        for q in bert.layers:
+            n_out = q.h.outliers.numel()
+            stages = {
+                "qkv": lower(q.qkv_ep, self.cfg, n=3 * spec.hidden, k=k["qkv"]),
+                "wo": lower(q.wo_ep, self.cfg, n=spec.hidden, k=k["wo"]),
+                "w1": lower(q.w1_ep, self.cfg, n=spec.intermediate - n_out, k=k["w1"]),
+                "w2": lower(q.w2_ep, self.cfg, n=spec.hidden, k=k["w2"]),
+            }
+            if n_out:
+                stages["w1_out"] = lower(q.w1_out_ep, self.cfg, n=n_out, k=k["w1"])
+            self._lowered.append(stages)
+
+    def _epilogue(self, lowered, c, r=None):
+        return apply_integer(lowered, c, r, cols=self.lanes).to(torch.int8)
+
+    def _attention(self, layer, q, k, v, mask):
+        """Stages ``qk`` and ``pv`` of every head: ``(probs (B*A, L, L), ctx (B*A, L, d))``
+        int8, in (batch, head) order."""
+        bert, cfg = self.bert, self.cfg
+        quant = bert.layers[layer]
+        batch, seq = mask.shape
+        heads, d = bert.spec.heads, bert.spec.head_dim
+        scores = batched_int_gemm(q.reshape(-1, seq, d), k.reshape(-1, seq, d).transpose(1, 2))
+        scores = scores.view(batch, heads * seq, seq)
+        masks = torch.stack([_mask_bias(quant.qk_scale, mask[b], cfg, d) for b in range(batch)])
+        softmax = lower(Softmax(in_scale=quant.qk_scale), cfg, n=seq, k=d)
+        bias = masks.unsqueeze(1).expand(batch, heads * seq, seq).reshape(-1, seq)
+        probs = apply_registers(EpOp.SOFTMAX, scores.reshape(-1, seq), regs=dict(softmax.sets),
+                                bias=bias, p1=None, p2=None, lanes=self.lanes).to(torch.int8)
+        probs = probs.view(batch * heads, seq, seq)
+        pv = lower(quant.pv_ep, cfg, n=d, k=seq)
+        ctx = batched_int_gemm(probs, v.reshape(-1, seq, d))
+        ctx = self._epilogue(pv, ctx.reshape(-1, d)).view(batch * heads, seq, d)
+        return probs, ctx
+
+    def layer(self, layer, x, mask, *, trace=None):
+        """Encoder layer ``layer`` on the int8 input ``x`` ``(B*L, hidden)`` with the valid-token
+        ``mask`` ``(B, L)`` bool: its int8 output ``(B*L, hidden)``, as
+        :func:`~bertaccel.sw.bert.run.run_layer` computes it on a device. With ``trace`` (a
+        dict), every stage's int8 output is kept under ``(layer, stage)``."""
+        spec = self.bert.spec
+        quant, ops, lowered = (self.bert.layers[layer], self.bert.operands[layer],
+                               self._lowered[layer])
+        batch, seq = mask.shape
+        heads, d, hid = spec.heads, spec.head_dim, spec.hidden
+        x = x.to(torch.int8)
+        out = {}
+        out["qkv"] = qkv = self._epilogue(lowered["qkv"], int_gemm(x[:, quant.qkv.index],
+                                                                   ops["qkv"]))
+        per_head = qkv.view(batch, seq, 3, heads, d).permute(2, 0, 3, 1, 4)   # (3, B, A, L, d)
+        probs, ctx = self._attention(layer, per_head[0], per_head[1], per_head[2], mask)
+        out["qk"] = probs
+        out["pv"] = ctx = ctx.view(batch, heads, seq, d).permute(0, 2, 1, 3).reshape(-1, hid)
+        a = torch.cat([ctx, x], dim=1)[:, quant.wo.index]
+        out["wo"] = x1 = self._epilogue(lowered["wo"], int_gemm(a, ops["wo"]), x)
+        a = x1[:, quant.w1.index]
+        parts = [self._epilogue(lowered["w1"], int_gemm(a, ops["w1_main"]))]
+        if "w1_out" in lowered:
+            parts.append(self._epilogue(lowered["w1_out"], int_gemm(a, ops["w1_out"])))
+        out["w1"] = h = torch.cat(parts, dim=1)
+        a = torch.cat([h, x1], dim=1)[:, quant.w2.index]
+        out["w2"] = x2 = self._epilogue(lowered["w2"], int_gemm(a, ops["w2"]), x1)
+        if trace is not None:
+            for stage in STAGES:
+                trace[(layer, stage)] = out[stage]
+        return x2
+
+    def encoder(self, x, mask, *, trace=None):
+        """Every encoder layer on the int8 embeddings ``x`` ``(B*L, hidden)``: the last
+        layer's int8 output ``(B*L, hidden)``."""
+        for layer in range(self.bert.spec.layers):
+            x = self.layer(layer, x, mask, trace=trace)
+        return x

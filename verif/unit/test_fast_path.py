@@ -1,0 +1,103 @@
+"""The fast functional path (sw/bert/fast.py) against the instruction-level software device:
+every stage's int8 output equal, bit for bit, and the stage timer's cycles equal to the cycles
+the device's cycle model counts, on all-MiniLM-L6-v2 and on random BERT models of odd shapes
+(hidden sizes and head sizes that are not multiples of the array, padded batches), on square
+and non-square configs."""
+
+import pytest
+import torch
+
+from bertaccel.golden import bert_ref, sentences
+from bertaccel.hw.config import PRESETS
+from bertaccel.sw import SoftwareDevice
+from bertaccel.sw.bert import STAGES, compile_bert, run_bert
+from bertaccel.sw.bert.fast import FastModel, batched_int_gemm
+from bertaccel.sw.bert.timing import StageTimer
+
+transformers = pytest.importorskip("transformers")
+
+SEED = 7
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _token_batch(gen, lengths, vocab):
+    seq = max(lengths)
+    ids = torch.randint(1, vocab, (len(lengths), seq), generator=gen)
+    mask = (torch.arange(seq)[None] < torch.tensor(lengths)[:, None]).long()
+    types = torch.randint(0, 2, (len(lengths), seq), generator=gen) * mask
+    return {"input_ids": ids * mask, "attention_mask": mask, "token_type_ids": types}
+
+
+def _fast_trace(bert, batch):
+    trace = {}
+    x = bert.embed_input(batch["input_ids"], batch["token_type_ids"])
+    out = FastModel(bert).encoder(x, batch["attention_mask"].bool(), trace=trace)
+    return out, trace
+
+
+def _check_equal(bert, batch):
+    """The fast path's stages and cycles against the software device's, for one batch."""
+    device = run_bert(SoftwareDevice(bert.cfg), bert, **batch, trace=True)
+    out, trace = _fast_trace(bert, batch)
+    assert set(trace) == set(device.trace)
+    for key in device.trace:
+        assert torch.equal(trace[key], device.trace[key]), f"stage {key} differs"
+    assert torch.equal(out.view_as(device.hidden_int8), device.hidden_int8)
+    size, seq = batch["input_ids"].shape
+    total, by_stage = StageTimer(bert).model(size, seq)
+    assert total == device.stats["cycles"]
+    assert set(by_stage) == set(STAGES)
+
+
+ODD_SHAPES = [
+    # hidden, heads, intermediate, layers: head sizes 10, 6 and 13, none a multiple of 4 or 8
+    (40, 4, 72, 2),
+    (30, 5, 50, 1),
+    (52, 4, 100, 1),
+]
+
+
+@pytest.mark.parametrize("config", ["4x8", "8x8", "4x4"])
+@pytest.mark.parametrize("shape", ODD_SHAPES, ids=lambda s: f"h{s[0]}a{s[1]}i{s[2]}")
+def test_random_models_of_odd_shapes(config, shape):
+    hidden, heads, intermediate, layers = shape
+    torch.manual_seed(SEED)
+    model = transformers.BertModel(transformers.BertConfig(
+        vocab_size=90, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        intermediate_size=intermediate, max_position_embeddings=48, type_vocab_size=2),
+        add_pooling_layer=False).eval()
+    gen = torch.Generator().manual_seed(SEED)
+    calibration = [_token_batch(gen, [21, 17, 9, 3], 90) for _ in range(3)]
+    bert = compile_bert(model, PRESETS[config], calibration=calibration)
+    _check_equal(bert, _token_batch(gen, [13, 7, 1], 90))
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return bert_ref.load()
+
+
+@pytest.mark.parametrize("config", ["8x8", "16x16"])
+def test_minilm(minilm, config):
+    tokenizer, model = minilm
+    bert = compile_bert(model, PRESETS[config], tokenizer=tokenizer)
+    batch = bert.encode(sentences.evaluation_sentences(3))
+    assert int(batch["attention_mask"].sum()) < batch["attention_mask"].numel()   # padded
+    _check_equal(bert, batch)
+
+
+def test_batched_int_gemm_is_exact():
+    gen = torch.Generator().manual_seed(SEED)
+    for k in (1, 37, 1024, 1500):   # 1500: past what float32 holds, float64 takes over
+        a = torch.randint(-128, 128, (3, 5, k), generator=gen, dtype=torch.int8)
+        b = torch.randint(-128, 128, (3, k, 4), generator=gen, dtype=torch.int8)
+        a[0] = -128
+        b[0] = -128
+        assert torch.equal(batched_int_gemm(a, b), torch.bmm(a.long(), b.long()).int())
