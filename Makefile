@@ -41,15 +41,14 @@ verilog: setup
 	$(BIN)/bertaccel verilog $(addprefix --config ,$(PRESETS)) -o build/verilog
 
 # Synthesis, place and route of every preset that fits an ECP5-85k (yosys and nextpnr from PyPI;
-# results cached in build/synth, table in bench/results/synth.json). See docs/fpga.md.
-# FPGA_JOBS runs side by side (each takes a core; with 2, about an hour in session 11).
+# results cached in build/synth, tables in bench/results/synth.md and .json). See docs/fpga.md.
+# FPGA_JOBS runs side by side, each taking a core; with 2, about 50 minutes on 2 cores.
 FPGA_JOBS ?= 2
 fpga: setup
 	$(BIN)/python bench/synth.py --target ecp5-85k --jobs $(FPGA_JOBS)
 
 # A ULX3S-85F bitstream of the core behind its UART bridge (minutes; not part of `make test`).
-# 2x2 builds in about 5 minutes; the 8x8 core, with `python bench/ulx3s.py --config 8x8
-# --board 85F --lut-mapper abc`, in about 30 (docs/fpga.md).
+# 2x2 builds in about 5 minutes; other presets: BITSTREAM_CONFIG=C (docs/fpga.md).
 BITSTREAM_CONFIG ?= 2x2
 bitstream: setup
 	$(BIN)/python bench/ulx3s.py --config $(BITSTREAM_CONFIG) --board 85F
