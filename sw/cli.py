@@ -409,6 +409,8 @@ def _cmd_seqpoint(args):
 def _parser():
     parser = _Parser(prog="bertaccel",
                      description="int8 BERT accelerator generator: Verilog, GEMMs, demo")
+    from .. import __version__
+    parser.add_argument("--version", action="version", version=f"bertaccel {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     verilog = commands.add_parser("verilog", help="write the core's Verilog and config JSON")

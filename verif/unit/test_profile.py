@@ -149,7 +149,7 @@ def test_main(tmp_path, capsys):
     assert prof.main([*argv[:-2], "--threads", "0"]) == 2
     assert "threads must be at least 1, not 0" in capsys.readouterr().err
     assert prof.main(["--model", str(tmp_path / "missing")]) == 2
-    assert "--model must be minilm, bert-base or a model folder" in capsys.readouterr().err
+    assert "--model must be minilm, bert-base or a BERT model folder" in capsys.readouterr().err
     assert prof.main([*argv[:2], "--seq", "65"]) == 2
     assert "seq must be from 1 to 64, not 65" in capsys.readouterr().err
     cycles.write_text(json.dumps({"cycles": {"matmul": 1}}))

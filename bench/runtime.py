@@ -1,0 +1,141 @@
+"""Inference over real text: FP32 PyTorch eager against the bit-exact paths, one thread.
+
+::
+
+    python bench/runtime.py [--sentences 1000] [--isa 32] [--memory 10000] [--json]
+
+The sentences are every distinct sentence of the Python standard library's docstrings
+(:func:`bertaccel.golden.corpus.corpus_sentences`, real prose this project did not write), in
+their order. Measured, on all-MiniLM-L6-v2 for the 8x8 preset, batches of ``--batch-size``:
+
+* ``fp32``: ``transformers.BertModel`` eager, mean-pooled (sentence-transformers' embedding);
+* ``ref``: :class:`bertaccel.Encoder` on the tensor-level bit-exact path, with the cycles of
+  every batch. It runs twice: ``cold`` times the stage programs of every new batch shape with
+  the cycle model, ``warm`` finds them timed (the compile cache keeps them between runs);
+* ``isa``: the instruction-level software device, on the first ``--isa`` sentences;
+* ``memory``: ``bertaccel run --text-file F --output F.npy`` on ``--memory`` sentences (the
+  corpus repeated) in a child process, its peak resident memory.
+
+Also checked: every ``ref`` embedding equal to the ``isa`` one where both ran, and the cosine
+of every ``ref`` embedding with FP32. Results go to ``bench/results/runtime.json``.
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertaccel import Encoder
+from bertaccel.golden import bert_ref
+from bertaccel.golden.corpus import corpus_sentences
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fp32_rate(texts, batch_size):
+    tokenizer, model = bert_ref.load()
+    begin = time.perf_counter()
+    emb = bert_ref.embed(model, tokenizer, texts, batch_size=batch_size)
+    return len(texts) / (time.perf_counter() - begin), emb
+
+
+def ref_rates(texts, batch_size, cache_dir):
+    encoder = Encoder("minilm", config="8x8", cache_dir=cache_dir)
+    out = {}
+    for label in ("cold", "warm"):
+        begin = time.perf_counter()
+        emb = encoder.encode(texts, batch_size=batch_size)
+        out[label] = len(texts) / (time.perf_counter() - begin)
+    return out, emb
+
+
+def isa_rate(texts, batch_size, cache_dir):
+    encoder = Encoder("minilm", config="8x8", device="isa", cache_dir=cache_dir)
+    begin = time.perf_counter()
+    emb = encoder.encode(texts, batch_size=batch_size)
+    return len(texts) / (time.perf_counter() - begin), emb
+
+
+def peak_memory(texts, count, batch_size, cache_dir):
+    """Peak RSS (MiB) of ``bertaccel run`` over ``count`` texts in a child process."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "texts.txt"
+        with open(path, "w") as file:
+            for number in range(count):
+                file.write(texts[number % len(texts)] + "\n")
+        command = [sys.executable, "-m", "bertaccel.sw.cli", "run", "--text-file", str(path),
+                   "--output", str(Path(folder) / "out.npy"), "--no-fp32", "--quiet",
+                   "--batch-size", str(batch_size), "--cache-dir", str(cache_dir), "--json"]
+        begin = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+        wall = time.perf_counter() - begin
+        rows = np.load(Path(folder) / "out.npy", mmap_mode="r").shape[0]
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_maxrss / 1024, wall, rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sentences", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--isa", type=int, default=32, help="sentences on the isa device")
+    parser.add_argument("--memory", type=int, default=10000,
+                        help="sentences of the peak-memory run (0: skip)")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "runtime.json"))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    pool = list(corpus_sentences())
+    if not 1 <= args.sentences <= len(pool):
+        parser.error(f"--sentences must be from 1 to {len(pool)}")
+    texts = pool[:args.sentences]
+    with tempfile.TemporaryDirectory() as cache_dir:
+        fp32, fp32_emb = fp32_rate(texts, args.batch_size)
+        ref, ref_emb = ref_rates(texts, args.batch_size, cache_dir)
+        isa, isa_emb = isa_rate(texts[:args.isa], args.batch_size, cache_dir)
+        memory = (peak_memory(pool, args.memory, args.batch_size, cache_dir)
+                  if args.memory else None)
+    cosine = torch.nn.functional.cosine_similarity(torch.from_numpy(np.asarray(ref_emb)).double(),
+                                                   fp32_emb.double(), dim=1)
+    report = {
+        "model": "all-MiniLM-L6-v2", "config": "8x8", "threads": 1,
+        "sentences": len(texts), "batch_size": args.batch_size,
+        "sentences_per_s": {"fp32": fp32, "ref_cold": ref["cold"], "ref_warm": ref["warm"],
+                            "isa": isa},
+        "ref_over_fp32": ref["warm"] / fp32,
+        "isa_sentences": len(isa_emb),
+        "isa_equal_ref": bool(np.array_equal(np.asarray(isa_emb),
+                                             np.asarray(ref_emb)[:len(isa_emb)])),
+        "cosine_fp32": {"min": float(cosine.min()), "mean": float(cosine.mean())},
+        "cycles": ref_emb.cycles, "utilization": ref_emb.utilization,
+        "memory": None if memory is None else {
+            "sentences": args.memory, "peak_rss_mib": memory[0], "wall_s": memory[1],
+            "rows_written": memory[2]},
+    }
+    Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        rates = report["sentences_per_s"]
+        print(f"{len(texts)} sentences, batches of {args.batch_size}, one thread")
+        for key, value in rates.items():
+            print(f"  {key:<10}{value:8.1f} sentences/s")
+        print(f"  ref / fp32  {report['ref_over_fp32']:.2f}x;  isa == ref on {len(isa_emb)}: "
+              f"{report['isa_equal_ref']};  cosine vs FP32 min {cosine.min():.4f}")
+        if memory:
+            print(f"  {args.memory} sentences through bertaccel run: peak {memory[0]:.0f} MiB, "
+                  f"{memory[1]:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
