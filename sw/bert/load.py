@@ -118,7 +118,10 @@ def check_tokens(tokenizer, texts, *, names=None):
     tokens: white space and control characters only, which the tokenizer drops. Such a text
     would embed only ``[CLS] [SEP]``, so it is refused like an empty one. ``names`` says how the
     message calls each text (``"text <number>"`` by default)."""
-    ids = tokenizer(list(texts), padding=False, truncation=False, verbose=False)["input_ids"]
+    texts = list(texts)
+    if not texts:
+        return []
+    ids = tokenizer(texts, padding=False, truncation=False, verbose=False)["input_ids"]
     special = set(tokenizer.all_special_ids)
     for number, row in enumerate(ids):
         if all(token in special for token in row):
