@@ -16,7 +16,7 @@ neither: a long single-pass stream is accepted at one beat a cycle, and SOFTMAX 
 STOREs whose rows have 8 strips or more are accepted without a single stall.
 
 This module is the pytest file and, inside the simulator, the cocotb test module. The seed is
-logged; ``BERTACCEL_SEED=<n> pytest verif/test_epilogue.py`` replays a run.
+logged; ``BERTACCEL_SEED=<n> pytest verif/block/test_epilogue.py`` replays a run.
 """
 
 import inspect

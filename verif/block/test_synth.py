@@ -53,6 +53,7 @@ def core(tmp_path_factory):
     return synth.map_blocks(CFG, "core", build_dir=tmp_path_factory.mktemp("core"))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_big_memories_are_block_ram(core):
     memories = core["memories"]
@@ -66,6 +67,7 @@ def test_big_memories_are_block_ram(core):
         f"only the small queues and FIFOs may be LUT RAM: {lut_ram}"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_block_ram_count_matches_estimate(core):
     # The estimate counts the two scratchpads and the accumulator; the rest is the parameter
@@ -73,6 +75,7 @@ def test_block_ram_count_matches_estimate(core):
     assert core["dp16kd"] >= synth.estimate(CFG)["dp16kd"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("dsp_primitives", [False, True], ids=["inferred", "instantiated"])
 def test_one_dsp_per_mac(core, dsp_primitives, tmp_path):
@@ -121,6 +124,7 @@ endmodule
        *(", ".join(reversed(pins)) for pins in (_A, _B, _P)))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("shape_a, shape_b, input_registers", [
     (signed(8), signed(8), True),            # a PE's MAC
@@ -166,6 +170,7 @@ endmodule
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_kept_registers_stay_apart(tmp_path):
     # The mesh's bank registers are delayed copies of one signal; without KEEP_REGISTERS yosys
@@ -187,6 +192,7 @@ def test_kept_registers_stay_apart(tmp_path):
     assert counts[True] > counts[False], counts
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_place_and_route_time_limit(tmp_path):
     # A run that outlives its limit stops with NotRouted, carrying yosys's counts, and the
@@ -324,6 +330,7 @@ def test_seed_table_lists_each_seed_and_the_lowest():
 
 # -- no_rw_check in a design read as RTLIL (the ULX3S flow) ------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("applied", [False, True])
 def test_rtlil_no_rw_check_leaves_nothing_after_the_rams(applied, tmp_path):
@@ -369,6 +376,7 @@ def _rtlil_memories(text):
     return memories
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", ["2x2", "8x8"])
 def test_rtlil_no_rw_check_selects_exactly_the_no_rw_check_memories(name):
@@ -556,6 +564,7 @@ def test_ramreg_command_copies_per_group(tmp_path, capsys):
     assert "--group must be at least 1" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_core_memories_take_their_output_registers(tmp_path):
     # The 2x2 core through synth_ecp5: every read port of the scratchpads, the accumulator and

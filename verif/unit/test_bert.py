@@ -388,6 +388,7 @@ def test_minilm_encode_errors(minilm):
         compile_bert(model, AccelConfig(rows=8, cols=8, acc_depth=64), tokenizer=tokenizer)
 
 
+@pytest.mark.slow
 def test_minilm_close_to_fp32(minilm):
     """Eight real sentences of mixed lengths in one padded batch: every embedding within
     cosine 0.99 of FP32 (the bench measures all 64 on 8x8)."""
