@@ -218,7 +218,7 @@ def _steps(plan, cfg):
 
 
 def _matmul_cycles(cfg, mlen):
-    # The execute unit's steady-state cost (hw/execute.py): the weight preload of the next
+    # The execute unit's steady-state cost (hw/execute/): the weight preload of the next
     # MATMUL (rows reads of scratchpad B) hides behind this one's stream when it has rows
     # operand rows; no weight bank waits to drain.
     return max(mlen, cfg.rows)
