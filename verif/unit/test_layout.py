@@ -25,6 +25,9 @@ def _modules():
     for folder, package in PACKAGES.items():
         for path in (ROOT / folder).rglob("*.py"):
             parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[0] == "_pkg":          # sw/_pkg is the top package, bertaccel itself
+                out["bertaccel"] = (path, True)
+                continue
             is_package = parts[-1] == "__init__"
             if is_package:
                 parts = parts[:-1]
@@ -130,3 +133,14 @@ def test_cocotb_modules_name_their_file():
                     wrong.append(f"{path.relative_to(ROOT)}: MODULE = "
                                  f"{ast.literal_eval(node.value)!r}, not {dotted!r}")
     assert not wrong, wrong
+
+
+def test_every_package_is_installed():
+    """Every product folder with an ``__init__.py`` is a package pyproject.toml installs."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])
+    for name, (path, is_package) in _modules().items():
+        if is_package:
+            assert name in listed, f"{path.relative_to(ROOT)}: {name} is not in pyproject.toml"
