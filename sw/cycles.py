@@ -423,7 +423,7 @@ class _ExecuteUnit(_Unit):
     timeline :attr:`CycleReport.breakdown` cuts. ``last`` is also the last MATMUL."""
 
     __slots__ = ("streams", "l2e", "e2l", "e2s", "s2e", "preload", "lat_acc", "acc_mask",
-                 "p_free", "s_end", "s_last_row")
+                 "p_free", "s_end", "s_last_row", "rows", "slots")
 
     def __init__(self, ledger, channels, cfg, timing):
         super().__init__(ledger)
@@ -433,6 +433,15 @@ class _ExecuteUnit(_Unit):
         self.preload = cfg.rows + PRELOAD_EXTRA
         self.lat_acc = timing["mesh_latency"] + ACC_WRITE_EXTRA
         self.acc_mask = (1 << cfg.acc_addr_width) - 1
+        # Operand rows streamed and zero-length slots, over the program: the ledger's
+        # "compute", "matmul_rows" and "zero_slots" (see close()).
+        self.rows = self.slots = 0
+
+    def close(self):
+        """Enter the rows and slots counted in the ledger, after the last run."""
+        self.totals["compute"] += self.rows
+        self.totals["zero_slots"] += self.slots
+        self.counts["matmul_rows"] += self.rows
 
     def begin(self, origin):
         super().begin(origin)
@@ -483,21 +492,19 @@ class _ExecuteUnit(_Unit):
             self._charge_gap(i, h, avail, l2e_at, l2e_by, s2e_at, s2e_by, room_at)
         m_len = ins.m_len
         acc_mask = self.acc_mask
-        totals = self.totals
         # The hand-over waits a cycle rather than stream a row right behind the row it
         # accumulates onto (hw/execute.py `clash`); then there was no gap.
         if (h == s_end and m_len > 0 and ins.accumulate
                 and ins.acc_addr & acc_mask == self.s_last_row):
-            totals["acc_hazard"] += 1
+            self.totals["acc_hazard"] += 1
             self.charged[i] += 1
             h += 1
         if m_len > 0:
             length = m_len
-            totals["compute"] += length
-            self.counts["matmul_rows"] += length
+            self.rows += length
         else:
             length = 1
-            totals["zero_slots"] += 1
+            self.slots += 1
         e = h + length
         self.charged[i] += length
         self.starts[i] = t
@@ -814,6 +821,7 @@ class CycleModel:
             chunk = self._drain(ledger, units, origin, present, first, stop)
             chunk_cycles.append(chunk)
             origin += chunk
+        execute.close()
         assert sum(ledger.totals.values()) == origin, (ledger.totals, origin)
         return self._report(instrs, ledger, units, chunk_cycles, regions, default_class)
 
