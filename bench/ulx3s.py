@@ -28,12 +28,10 @@ from pathlib import Path
 from bertaccel.hw.config import load_config
 from bertaccel.hw.dsp import KEEP_REGISTERS
 from bertaccel.hw.memory import RTLIL_NO_RW_CHECK
-from bertaccel.fpga.synth import (
-    CLASSIC_ABC_STEPS,
-    RAM_COPY_GROUP,
-    parse_nextpnr_report,
-    tool_versions,
-)
+from bertaccel.fpga.reports import parse_nextpnr_report
+from bertaccel.fpga.scripts import CLASSIC_ABC_STEPS
+from bertaccel.fpga.synth import RAM_COPY_GROUP
+from bertaccel.fpga.tools import tool_versions
 from bertaccel.fpga.ulx3s import ULX3STop
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -293,7 +293,9 @@ def _print_synth(report, file=sys.stdout):
 
 
 def _cmd_synth(args):
-    from ..fpga.synth import DoesNotFit, NotRouted, SynthError, synthesize, target
+    from ..fpga.errors import DoesNotFit, NotRouted, SynthError
+    from ..fpga.synth import synthesize
+    from ..fpga.targets import target
     cfg = _config(args.config)
     try:
         target(args.target)
@@ -556,7 +558,7 @@ def main(argv=None):
         print("bertaccel: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 - a device or build failure: report, exit 1
-        from ..fpga.synth import SynthError
+        from ..fpga.errors import SynthError
         from ..sim.build import SimulationError
         from .devices.base import DeviceError
         if isinstance(error, (DeviceError, SimulationError, SynthError)):

