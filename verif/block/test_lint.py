@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from bertaccel import hw
-from bertaccel.fpga import synth
 from bertaccel.fpga.tools import find_tool
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.core import BertAccelCore
