@@ -9,18 +9,14 @@ Per lane, stage by stage (the names are :class:`~.schedule.Schedule`'s)::
             r * rmul (LAYERNORM): four tiles
     PSUM    the tiles added
     SUM     LAYERNORM: x' * xmul + r * rmul
-    SHC SHF rounding shift, coarse (multiples of 8) then fine (see epilogue_ops)
+    SHC SHF rounding shift, coarse (multiples of 8) then fine (see :mod:`~.arith`)
     RND     the rounding add, narrow, and the saturation limits compared beside it
     SAT     REQUANT done (sat8); GELU z = clamp24, PHI lookup at clamp(t + 257, 0, 513);
             SOFTMAX t = clamp24 (pads: -2**23); LAYERNORM v = sat16 (pads: 0)
     PRE     PHI registered; SOFTMAX ceil(t / 256); LAYERNORM v * v
 
-Every product is cut into *tiles* of at most 17 x 18 bits (one MULT18X18D each) with registered
-operands and a registered product; adding the tiles takes the next stage. Operands and shift
-amounts that are the same for the whole row are still copied into every lane's registers, so
-no register drives the DSPs of all lanes. Each lane has a PHI table (514 x 17: golden's table
-with its two saturations, 0 and 2**16, at the ends), whose block RAM output goes straight into
-a register (its clock-to-output is most of a 150 MHz cycle on ECP5).
+Each lane has a PHI table (514 x 17: golden's table with its two saturations, 0 and 2**16, at
+the ends).
 
 Parameter ranges: every scale is a 16-bit multiplier (golden's convention) except LAYERNORM's
 ``rmul``, which is 32 bits: GELU's ``omul`` is the low 16 bits of ``mul1``. Shifts of 63 round as

@@ -60,19 +60,19 @@ class Intake(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         beat = self.i_beat.payload
+        accept = self.i_beat.valid & self.i_beat.ready
+        two_pass = (beat.op == EpOp.SOFTMAX) | (beat.op == EpOp.LAYERNORM)
         p1_slot = Signal()       # slot of the next first pass
         p2_slot = Signal()       # slot of the next second pass
-        waited = self._gap_timers(m, p1_slot)
-        two_pass = (beat.op == EpOp.SOFTMAX) | (beat.op == EpOp.LAYERNORM)
+        waited = self._gap_timers(m, p1_slot, accept & two_pass & beat.last & ~beat.second)
         stats_ok = ~(two_pass & beat.second) | Mux(p2_slot, waited[1], waited[0])
         credit_ok = ~beat.second | self.i_credit
         # With ratio > 1 a beat is held while its sub-beats enter, one a cycle: `phase` is the
         # sub-beat entering next (0: none held, the input is open).
         ratio = self._sch.ratio
         phase = Signal(range(ratio)) if ratio > 1 else Const(0, 1)
-        m.d.comb += self.i_beat.ready.eq(stats_ok & credit_ok & (phase == 0))
-        accept = self.i_beat.valid & self.i_beat.ready
-        m.d.comb += self.o_owe.eq(accept & beat.second)
+        m.d.comb += [self.i_beat.ready.eq(stats_ok & credit_ok & (phase == 0)),
+                     self.o_owe.eq(accept & beat.second)]
         with m.If(accept & two_pass & beat.last):
             with m.If(beat.second):
                 m.d.sync += p2_slot.eq(~p2_slot)
@@ -81,21 +81,19 @@ class Intake(wiring.Component):
         self._sequence(m, accept, phase, Mux(beat.second, p2_slot, p1_slot))
         return m
 
-    def _gap_timers(self, m, p1_slot):
-        """Per slot, a count of the cycles its second pass must still wait; returns the
-        ``waited`` flags (the count is zero)."""
-        sch, beat = self._sch, self.i_beat.payload
+    def _gap_timers(self, m, p1_slot, row_done):
+        """Per slot, a count of the cycles its second pass must still wait, started when a
+        row's last first-pass beat is accepted (``row_done``); returns the ``waited`` flags
+        (the count is zero)."""
+        sch, op = self._sch, self.i_beat.payload.op
         wait = [Signal(range(max(sch.gap.values()) + 1), name=f"wait{s}") for s in range(2)]
         # wait[s] == 0, in a register of its own (a timing choice, as the outlet's `owed`)
         waited = [Signal(init=1, name=f"waited{s}") for s in range(2)]
         for counter, zero in zip(wait, waited):
             with m.If(counter != 0):
                 m.d.sync += [counter.eq(counter - 1), zero.eq(counter == 1)]
-        # A row's last first-pass beat starts its slot's wait.
-        first_last = self.i_beat.valid & self.i_beat.ready & beat.last & ~beat.second
-        with m.If(first_last & ((beat.op == EpOp.SOFTMAX) | (beat.op == EpOp.LAYERNORM))):
-            gap = Mux(beat.op == EpOp.SOFTMAX, sch.gap[EpOp.SOFTMAX] - 1,
-                      sch.gap[EpOp.LAYERNORM] - 1)
+        with m.If(row_done):
+            gap = Mux(op == EpOp.SOFTMAX, sch.gap[EpOp.SOFTMAX] - 1, sch.gap[EpOp.LAYERNORM] - 1)
             with m.If(p1_slot):
                 m.d.sync += [wait[1].eq(gap), waited[1].eq(gap == 0)]
             with m.Else():

@@ -28,9 +28,16 @@ Implementation
 --------------
 One pipeline of :attr:`Schedule.depth` stages serves every op, with the same latency for all,
 so beats leave in the order they came, and it never stalls. Every stage is about one multiply,
-or one add with a comparison or a mux beside it; every table's block RAM output goes straight
-into a register. The pipeline is built by these parts, in the order a sub-beat meets them
-(each module describes its stages):
+or one add with a comparison or a mux beside it. Every product is cut into *tiles* of at most
+17 x 18 bits (one MULT18X18D each) with registered operands and a registered product; adding
+the tiles takes the next stage. Operands and shift amounts that are the same for the whole row
+are still copied into every lane's registers, so no register drives the DSPs of all lanes, and
+every table's block RAM output goes straight into a register (its clock-to-output is most of a
+150 MHz cycle on ECP5).
+
+The pipeline is built by these parts, in the order a sub-beat meets them (each module
+describes its stages, :mod:`~.schedule` numbers them and :mod:`~.lanes` builds their
+registers):
 
 * :class:`~.intake.Intake`: the credit check, the statistics gap, the slots, stage IN;
 * :class:`~.front.Front`: stages ADD to PRE, every op up to its row statistics;
