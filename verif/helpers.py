@@ -4,11 +4,10 @@ Test files import from here, never from one another.
 """
 
 import torch
-
 from bertaccel.hw import isa
 from bertaccel.sw.cycles import CycleModel, rtl_chunks
 
-__all__ = ["check_model_cycles", "check_outputs", "load", "matmul", "store", "two_pass_sets"]
+__all__ = ["check_model_cycles", "check_outputs", "load", "matmul", "store", "two_pass_sets", "pass_order"]
 
 
 def check_model_cycles(device, program, result, *, what=""):
@@ -73,3 +72,16 @@ def two_pass_sets(cfg, strips):
     """SETs that make a SOFTMAX / LAYERNORM STORE of ``strips`` strips legal."""
     return [isa.Set(index=isa.Param.ROW_LEN, value=strips * cfg.cols),
             isa.Set(index=isa.Param.SHIFT1, value=8)]
+
+
+def pass_order(rows, two_pass):
+    """``(row, second)`` in the order the store unit sends a STORE's rows to the epilogue:
+    once each, or for a two-pass op P1(0), P1(1), P2(0), P1(2), P2(1), ..., P2(R-1)."""
+    if not two_pass:
+        return [(r, True) for r in range(rows)]
+    order = [(0, False)] + ([(1, False)] if rows > 1 else [])
+    for r in range(rows):
+        order.append((r, True))
+        if r + 2 < rows:
+            order.append((r + 2, False))
+    return order

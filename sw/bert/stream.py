@@ -77,8 +77,12 @@ def check_output(path):
     folder = path.parent
     if not folder.is_dir():
         raise BertError(f"--output {str(path)!r}: the folder {str(folder)!r} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise BertError(f"--output {str(path)!r}: the folder {str(folder)!r} is not writable")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-"):
+            pass
+    except OSError as error:
+        raise BertError(f"--output {str(path)!r}: the folder {str(folder)!r} is not writable "
+                        f"({error.strerror or error})") from None
     return path
 
 

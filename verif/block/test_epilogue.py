@@ -41,6 +41,8 @@ from bertaccel.sim.build import build, run_cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
 
+from verif.helpers import pass_order
+
 __all__ = []
 
 MODULE = "verif.block.test_epilogue"
@@ -73,18 +75,6 @@ class Segment:
     name: str
     params: dict
     stores: list = field(default_factory=list)
-
-
-def pass_order(rows, two_pass):
-    """(row, second) in the order the store unit sends them."""
-    if not two_pass:
-        return [(r, True) for r in range(rows)]
-    order = [(0, False)] + ([(1, False)] if rows > 1 else [])
-    for r in range(rows):
-        order.append((r, True))
-        if r + 2 < rows:
-            order.append((r + 2, False))
-    return order
 
 
 def golden(job, params, cols):

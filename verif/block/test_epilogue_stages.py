@@ -35,7 +35,6 @@ import torch
 from amaranth import Value
 from amaranth.lib import data
 from amaranth.sim import Simulator
-
 from bertaccel.golden import intops
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.epilogue import Schedule
@@ -47,6 +46,8 @@ from bertaccel.hw.epilogue.intake import Intake
 from bertaccel.hw.epilogue.outlet import Outlet
 from bertaccel.hw.epilogue.stats import RowStats
 from bertaccel.hw.isa import EpOp
+
+from verif.helpers import pass_order
 
 __all__ = []
 
@@ -230,19 +231,6 @@ def sums_of(port):
 
 
 # -- STOREs: rows in the documented pass order --------------------------------------------------
-
-def pass_order(rows, two_pass):
-    """(row, second) in the order the store unit sends them: P1(0), P1(1), P2(0), P1(2), ...
-    (as verif/block/test_epilogue.py sends them)."""
-    if not two_pass:
-        return [(r, True) for r in range(rows)]
-    order = [(0, False)] + ([(1, False)] if rows > 1 else [])
-    for r in range(rows):
-        order.append((r, True))
-        if r + 2 < rows:
-            order.append((r + 2, False))
-    return order
-
 
 def store_subs(rng, cfg, op):
     """A STORE's sub-beats in order: ``(n, row_len, subs)``, each sub-beat a dict of its row,
