@@ -79,8 +79,11 @@ def write_verilog(cfg, out_dir):
 
 
 def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0,
-             build_root="build/sim", epilogue=None):
+             build_root="build/sim", epilogue=None, simulator="verilator", icarus_std="2012"):
     """Run a random ``m x k x n`` GEMM on ``device`` and check it; return a report dict.
+
+    ``simulator`` and ``icarus_std`` choose the simulator of the ``"rtl"`` device
+    (:class:`~bertaccel.sw.devices.rtl.RtlDevice`).
 
     The operands come from a torch generator seeded with ``seed``. The result is compared with
     the software device and with :func:`bertaccel.golden.ops.gemm`.
@@ -129,7 +132,8 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
     else:
         from .devices.rtl import RtlDevice
         with RtlDevice(cfg, build_root=build_root, seed=seed, src_idle=src_idle,
-                       sink_stall=sink_stall) as rtl:
+                       sink_stall=sink_stall, simulator=simulator,
+                       icarus_std=icarus_std) as rtl:
             result = rtl.run(program, **inputs)
             if plain is not None:
                 plain_result = rtl.run(plain, a=a, b=b)
@@ -144,6 +148,8 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
     stats = result.stats
     report = {
         "config": cfg.name, "tag": cfg.tag, "device": device,
+        "simulator": stats.get("simulator") if device == "rtl" else None,
+        "icarus_std": stats.get("icarus_std") if device == "rtl" else None,
         "m": m, "k": k, "n": n, "macs": macs, "seed": seed,
         "src_idle": stats.get("src_idle") if device == "rtl" else None,
         "sink_stall": stats.get("sink_stall") if device == "rtl" else None,
@@ -183,6 +189,8 @@ def _print_report(report, file=sys.stdout):
                  f"seed {report['seed']}")
     device = report["device"]
     if device == "rtl":
+        device += f", {report['simulator']}" + (f" -g{report['icarus_std']}"
+                                                if report["icarus_std"] else "")
         device += (f" (src_idle {report['src_idle']}/256, sink_stall {report['sink_stall']}/256"
                    f"{', %d chunks' % report['chunks'] if report['chunks'] != 1 else ''})")
     line("device", device)
@@ -228,13 +236,24 @@ def _cmd_gemm(args):
     sink_stall = _probability("sink_stall", args.sink_stall)
     if args.device == "ref" and (args.src_idle or args.sink_stall):
         raise _UsageError("--src-idle and --sink-stall apply to --device rtl only")
+    if args.device == "ref" and (args.simulator or args.icarus_std):
+        raise _UsageError("--simulator and --icarus-std apply to --device rtl only")
+    if args.icarus_std and args.simulator != "icarus":
+        raise _UsageError("--icarus-std applies to --simulator icarus only")
+    if args.simulator == "icarus":
+        from ..sim.build import SimulationError, iverilog_bin
+        try:
+            iverilog_bin()
+        except SimulationError as error:
+            raise _UsageError(str(error)) from None
     if not 0 <= args.seed < 1 << 32:
         raise _UsageError(f"--seed must be from 0 to 2**32-1, not {args.seed}")
     from .program import ProgramError
     try:
         report = run_gemm(cfg, m, k, n, device=args.device, seed=args.seed, src_idle=src_idle,
                           sink_stall=sink_stall, build_root=args.build_root,
-                          epilogue=args.epilogue)
+                          epilogue=args.epilogue, simulator=args.simulator or "verilator",
+                          icarus_std=args.icarus_std or "2012")
     except ProgramError as error:  # ScaleError is a ValueError, never raised by the seeded ones
         raise _UsageError(str(error)) from None
     if args.json:
@@ -423,13 +442,18 @@ def _parser():
     gemm.add_argument("--k", type=int, required=True)
     gemm.add_argument("--n", type=int, required=True)
     gemm.add_argument("--device", choices=("ref", "rtl"), default="ref",
-                      help="ref: the bit-exact software device; rtl: the Verilated RTL")
+                      help="ref: the bit-exact software device; rtl: the RTL, simulated")
     gemm.add_argument("--seed", type=int, default=0,
                       help="seeds the operands and the RTL stall generator (0)")
     gemm.add_argument("--src-idle", type=float, metavar="P",
                       help="rtl: probability of an idle cycle on the input streams")
     gemm.add_argument("--sink-stall", type=float, metavar="P",
                       help="rtl: probability of backpressure on the output stream")
+    gemm.add_argument("--simulator", choices=("verilator", "icarus"),
+                      help="rtl: the simulator (verilator); icarus needs iverilog on PATH and "
+                           "runs a small GEMM bit- and cycle-exact with verilator, far slower")
+    gemm.add_argument("--icarus-std", choices=("2005", "2012"),
+                      help="icarus: the language generation, iverilog -g2005 or -g2012 (2012)")
     gemm.add_argument("--epilogue", choices=("requant", "gelu", "softmax", "layernorm"),
                       help="fuse this epilogue (random realistic parameters from --seed; "
                            "layernorm adds a residual) and also run the plain GEMM to compare "
