@@ -2,7 +2,7 @@
 
 ::
 
-    bertaccel verilog --config 8x8 -o build/          # Verilog + config JSON of the core
+    bertaccel verilog --config 8x8 -o build/          # IP package: Verilog, FuseSoC core, CSRs
     bertaccel gemm --config 8x8 --m 256 --k 256 --n 256 --device rtl [--json]
     bertaccel gemm --config 8x8 --m 128 --k 64 --n 128 --device rtl --epilogue softmax --json
     bertaccel demo                                     # Verilog, then a GEMM on ref and rtl
@@ -14,7 +14,8 @@
 
 Bad arguments (an unknown preset, a dimension below 1, a stall probability out of range) give a
 one-line error on stderr and exit status 2 before anything is built or simulated (for ``synth``
-also an unknown target, or a config that does not fit the part). ``gemm`` exits
+also an unknown target, or a config that does not fit the part; for ``verilog`` and ``demo`` an
+output path that is not a writable directory). ``gemm`` exits
 with 1 when the result is not bit-exact, or when the device fails.
 """
 
@@ -23,7 +24,6 @@ import json
 import math
 import sys
 import time
-from pathlib import Path
 
 __all__ = ["main"]
 
@@ -63,19 +63,13 @@ def _probability(name, value):
     return value
 
 
-def write_verilog(cfg, out_dir):
-    """Write ``bertaccel_core_<tag>.v`` and ``.json`` for ``cfg`` into ``out_dir``; return the
-    paths."""
-    from ..hw.core import BertAccelCore
-    from ..hw.verilog import convert
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    v_path = out_dir / f"bertaccel_core_{cfg.tag}.v"
-    json_path = out_dir / f"bertaccel_core_{cfg.tag}.json"
-    text = convert(BertAccelCore(cfg), name="bertaccel_core")
-    v_path.write_text(text)
-    json_path.write_text(cfg.to_json() + "\n")
-    return v_path, json_path
+def _output_dir(spec):
+    """``spec`` made ready for writing, or a usage error."""
+    from ..fpga.ip import OutputDirError, check_output_dir
+    try:
+        return check_output_dir(spec)
+    except OutputDirError as error:
+        raise _UsageError(str(error)) from None
 
 
 def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0,
@@ -222,9 +216,11 @@ def _print_report(report, file=sys.stdout):
 # -- commands -------------------------------------------------------------------------------------
 
 def _cmd_verilog(args):
+    from ..fpga.ip import write_ip
     configs = [_config(spec) for spec in args.config]
+    out_dir = _output_dir(args.output)
     for cfg in configs:
-        for path in write_verilog(cfg, args.output):
+        for path in write_ip(cfg, out_dir):
             print(path)
     return 0
 
@@ -264,11 +260,12 @@ def _cmd_gemm(args):
 
 
 def _cmd_demo(args):
+    from ..fpga.ip import write_core
     from ..hw.config import preset
     cfg = preset("8x8")
-    out_dir = Path(args.output)
+    out_dir = _output_dir(args.output)
     print(f"== Verilog for {cfg.name} into {out_dir}")
-    for path in write_verilog(cfg, out_dir):
+    for path in write_core(cfg, out_dir):
         print(path)
     ok = True
     for device in ("ref", "rtl"):
@@ -429,7 +426,10 @@ def _parser():
                      description="int8 BERT accelerator generator: Verilog, GEMMs, demo")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    verilog = commands.add_parser("verilog", help="write the core's Verilog and config JSON")
+    verilog = commands.add_parser("verilog", help="write the IP package of a config: the core's "
+                                                  "and the AXI4 shell's Verilog, the config "
+                                                  "JSON, a FuseSoC core, the register map as C "
+                                                  "and Python, the shell's ports")
     verilog.add_argument("--config", action="append", required=True,
                          help="a preset (2x2, 4x4, 4x8, 8x8, 16x16, 32x32) or a .json written "
                               "by this command; may be repeated")

@@ -21,7 +21,7 @@ from amaranth.lib.wiring import In, Out
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
 
-from bertaccel.hw.verilog import compact_zero_init
+from bertaccel.hw.verilog import compact_zero_init, trigger_comb_at_start
 from bertaccel.hw.verilog import convert
 from bertaccel.sim.build import (SimulationError, SimulationTimeout,
                                    build, run_cocotb)
@@ -137,6 +137,19 @@ def test_compact_zero_init():
     out = compact_zero_init(text)
     assert "mem[0] = 8'd0" not in out and "< 3;" in out and "mem[bertaccel_zero_init_0] = 0" in out
     assert "rom[1] = 8'd5;" in out  # non-zero initialisers are left alone
+
+
+def test_trigger_comb_at_start():
+    trigger = r"\$auto$verilog_backend.cc:2355:dump_module$1 "
+    text = (f"module m(o);\n  reg {trigger} = 0;\n  reg keep = 0;\n  output reg o;\n"
+            f"  always @* begin\n    if ({trigger}) begin end\n    o = 1'h1;\n  end\n"
+            "endmodule\n")
+    out = trigger_comb_at_start(text)
+    assert f"reg {trigger} = 0;" not in out and f"  reg {trigger};\n" in out
+    assert f"initial {trigger} <= 1'h0;" in out      # a non-blocking update: after every start
+    assert "reg keep = 0;" in out                     # a register, not a trigger: left alone
+    assert out.count("lint_off INITIALDLY") == out.count("lint_on INITIALDLY") == 1
+    assert trigger_comb_at_start(out) == out
 
 
 def test_verilog_is_reproducible():
