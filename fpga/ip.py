@@ -30,7 +30,7 @@ from amaranth.lib.wiring import In
 
 from .. import hw
 from ..hw.axi import AxiShell, csr
-from ..hw.axi.signature import CACHE, DATA_ID, INSTR_ID, MAX_BURST
+from ..hw.axi.signature import CACHE, DATA_ID, INSTR_ID
 from ..hw.core import BertAccelCore
 from ..hw.verilog import convert
 from .synth import TARGETS
@@ -164,7 +164,6 @@ def interface(cfg, shell=None):
     shell = shell or AxiShell(cfg)
     ports = shell_ports(shell)
     sync = ClockDomain("sync")
-    tgt = TARGETS[ECP5_TARGET]
     return {
         "module": SHELL_MODULE,
         "verilog": _names(cfg)["shell_v"],
@@ -183,8 +182,8 @@ def interface(cfg, shell=None):
              "reset": "rst", "addr_width": cfg.axi_addr_width,
              "data_width": cfg.axi_data_width, "id_width": shell.axi_signature.id_width,
              "max_burst": shell.max_burst, "burst": "INCR", "cache": CACHE,
-             "ids": {str(INSTR_ID): "instruction reads (ARID); every write (AWID)",
-                     str(DATA_ID): "input data reads (ARID)"},
+             "ids": {f"ARID {INSTR_ID}": "instruction reads", f"ARID {DATA_ID}": "input data "
+                     "reads", "AWID 0": "every write"},
              "signals": _axi_signals(ports, "m_axi")},
             {"name": "irq", "protocol": "interrupt", "sensitivity": "level-high",
              "clock": "clk", "signals": {"IRQ": "irq"},
@@ -192,7 +191,6 @@ def interface(cfg, shell=None):
                      "CTRL.SOFT_RESET"},
         ],
         "ports": ports,
-        "ecp5": {"target": ECP5_TARGET, "part": tgt.part},
     }
 
 
@@ -217,7 +215,7 @@ def interface_markdown(desc):
         lines += [f"## `{bus['name']}`: {bus['protocol']} {bus.get('mode', '')}".rstrip()
                   + (f" ({facts})" if facts else ""), ""]
         if "ids" in bus:
-            lines += [f"IDs: " + "; ".join(f"{k}: {v}" for k, v in bus["ids"].items())
+            lines += ["IDs: " + "; ".join(f"{k}: {v}" for k, v in bus["ids"].items())
                       + f". Bursts INCR, AxCACHE `{bus['cache']:#06b}`.", ""]
         if "note" in bus:
             lines += [bus["note"] + ".", ""]

@@ -69,7 +69,7 @@ _ICARUS_TIMESCALE = ("1ns", "1ps")
 
 
 class SimulationError(RuntimeError):
-    """A Verilator build failed, or a cocotb test failed or ended abnormally."""
+    """A simulator build failed, or a cocotb test failed or ended abnormally."""
 
 
 class SimulationTimeout(SimulationError):
