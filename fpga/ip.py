@@ -380,18 +380,33 @@ def _yaml_list(items):
     return "[" + ", ".join(json.dumps(item) for item in items) + "]"
 
 
+def _edam_name(cfg):
+    """FuseSoC's name of the core's build (its VLNV with ``_`` for ``:``), which names the
+    netlist files in the work root."""
+    return f"bertaccel_accel_core_{cfg.tag}_{_VERSION}"
+
+
 def fusesoc_core(cfg):
     """The FuseSoC CAPI2 core file ``bertaccel_core_<tag>.core``.
 
     Targets: ``default`` (the shell's Verilog, top ``bertaccel_axi``); ``lint`` and
     ``lint_core`` (Verilator ``--lint-only -Wall`` of the shell and of the bare core, with the
-    waivers of ``hw/lint.vlt``); ``ecp5`` (edalize's trellis flow: yosys ``synth_ecp5``, then
-    ``nextpnr-ecp5`` on the part of :data:`ECP5_TARGET`, out of context: the shell's ports are
-    more than the package's pins, so they stay unplaced for the design around it).
+    waivers of ``hw/lint.vlt``); ``ecp5``: yosys ``synth_ecp5`` (edalize's generic flow with
+    its yosys tool), then, as a post-build hook, ``nextpnr-ecp5`` placing and routing the
+    netlist on the part of :data:`ECP5_TARGET` out of context, writing the routed design and
+    nextpnr's report (resources, Fmax).
+
+    Out of context, because the shell is a block for a design around it: its ports (385 bits
+    for 2x2 with a 64-bit master) are more than the package's 197 user I/Os, so they are left
+    unplaced. And not edalize's trellis flow: that always asks nextpnr for a bitstream
+    configuration (``--textcfg``), which nextpnr refuses out of context.
     """
     names = _names(cfg)
     tgt = TARGETS[ECP5_TARGET]
-    nextpnr = [*tgt.nextpnr_args, "--out-of-context"]
+    edam = _edam_name(cfg)
+    nextpnr = ["nextpnr-ecp5", *tgt.nextpnr_args, "--out-of-context", "--json", f"{edam}.json",
+               "--write", f"{edam}.routed.json", "--report", "nextpnr_report.json",
+               "-l", "nextpnr.log"]
     lint = ("    flow: lint\n"
             "    flow_options:\n"
             "      tool: verilator\n"
@@ -415,6 +430,10 @@ def fusesoc_core(cfg):
         f"    files: [{names['waivers']}]\n"
         "    file_type: vlt\n"
         "\n"
+        "scripts:\n"
+        "  nextpnr_ecp5_ooc:\n"
+        f"    cmd: {_yaml_list(nextpnr)}\n"
+        "\n"
         "targets:\n"
         "  default:\n"
         "    filesets: [shell]\n"
@@ -429,11 +448,15 @@ def fusesoc_core(cfg):
         "    filesets: [waivers, core]\n"
         f"    toplevel: {CORE_MODULE}\n" + lint +
         "  ecp5:\n"
-        f"    description: yosys and nextpnr-ecp5 ({tgt.part}, out of context)\n"
+        f"    description: yosys synth_ecp5, then nextpnr-ecp5 on the {tgt.part} out of "
+        "context\n"
         "    filesets: [shell]\n"
         f"    toplevel: {SHELL_MODULE}\n"
-        "    flow: trellis\n"
+        "    flow: generic\n"
         "    flow_options:\n"
-        f"      nextpnr_options: {_yaml_list(nextpnr)}\n"
+        "      tool: yosys\n"
+        "      arch: ecp5\n"
+        "      output_format: json\n"
+        "    hooks:\n"
+        "      post_build: [nextpnr_ecp5_ooc]\n"
     )
-

@@ -89,14 +89,16 @@ def test_fusesoc_lint(package, tmp_path, target):
 
 
 def test_fusesoc_ecp5_flow_is_set_up(package, tmp_path):
-    # The tools (yosys with Tcl, nextpnr-ecp5, ecppack) need not be here: --setup writes the
-    # flow's Makefile and yosys script only.
+    # The tools (yosys with Tcl, nextpnr-ecp5) need not be here: --setup writes the flow's
+    # Makefile and yosys script only. nextpnr runs after yosys, on its netlist.
     result = _fusesoc(package, "--setup", "--target", "ecp5", build_root=tmp_path)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     makefile = next(tmp_path.rglob("ecp5/Makefile")).read_text()
     part = ip.TARGETS[ip.ECP5_TARGET]
-    assert re.search(r"nextpnr-ecp5 .*" + re.escape(" ".join(part.nextpnr_args))
-                     + " --out-of-context", makefile), makefile
+    netlist = re.search(r"^(\S+\.json): edalize_yosys_template\.tcl", makefile, re.MULTILINE)
+    assert netlist, makefile
+    assert re.search(r"nextpnr-ecp5 " + re.escape(" ".join(part.nextpnr_args))
+                     + r" --out-of-context --json " + re.escape(netlist[1]), makefile), makefile
     script = "".join(path.read_text() for path in tmp_path.rglob("ecp5/*.tcl"))
     assert "synth_ecp5" in script and f"set top {ip.SHELL_MODULE}" in script
     assert f"bertaccel_axi_{CFG.tag}.v" in script

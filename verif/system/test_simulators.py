@@ -28,6 +28,7 @@ from bertaccel.hw.config import PRESETS
 from bertaccel.hw.verilog import convert
 from bertaccel.sw import SoftwareDevice, compile_gemm
 from bertaccel.sw import epilogue as ep_mod
+from bertaccel.sw.devices.rtl import RtlDevice
 
 __all__ = []
 
@@ -114,14 +115,26 @@ def verilator_runs(request, rtl_device):
     return cfg, runs
 
 
+@pytest.fixture(scope="module")
+def icarus_devices(verilator_runs, sim_root):
+    """``{(simulator, stall): RtlDevice}`` under Icarus for the config, closed after it."""
+    cfg, _ = verilator_runs
+    devices = {(simulator, stall): RtlDevice(cfg, build_root=sim_root, seed=seed,
+                                              src_idle=idle, sink_stall=backpressure,
+                                              simulator="icarus", icarus_std=std)
+               for simulator, std in ICARUS.items()
+               for stall, (seed, idle, backpressure) in STALLS.items()}
+    yield devices
+    for device in devices.values():
+        device.close()
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("stall", list(STALLS))
 @pytest.mark.parametrize("simulator", list(ICARUS))
-def test_icarus_equals_verilator(verilator_runs, rtl_device, simulator, stall):
+def test_icarus_equals_verilator(verilator_runs, icarus_devices, simulator, stall):
     cfg, runs = verilator_runs
-    seed, idle, backpressure = STALLS[stall]
-    device = rtl_device(cfg, seed=seed, src_idle=idle, sink_stall=backpressure,
-                        simulator="icarus", icarus_std=ICARUS[simulator])
+    device = icarus_devices[simulator, stall]
     for name in PROGRAMS:
         program, inputs, want = runs[stall, name]
         got = device.run(program, **inputs)
