@@ -280,3 +280,27 @@ def test_rtl_device_refuses_oversized_instruction():
         harness_chunks(instrs, (64, 256, 64))
     assert harness_chunks(instrs * 3, (64, 1024, 64)) == [(0, 3, 900, 0)]
     assert harness_chunks(instrs * 3, (2, 1024, 64)) == [(0, 2, 600, 0), (2, 3, 300, 0)]
+
+
+def test_simulator_choices_are_checked(tmp_path, capsys):
+    from bertaccel.hw.config import PRESETS
+    from bertaccel.sw import cli
+    from bertaccel.sw.devices.rtl import RtlDevice
+
+    with pytest.raises(ValueError, match="simulator must be one of verilator, icarus, not 'vcs'"):
+        build("module m; endmodule\n", name="m", build_dir=tmp_path, simulator="vcs")
+    with pytest.raises(ValueError, match="icarus_std must be one of 2005, 2012, not '2017'"):
+        build("module m; endmodule\n", name="m", build_dir=tmp_path, simulator="icarus",
+              icarus_std="2017")
+    with pytest.raises(ValueError, match="simulator must be"):
+        RtlDevice(PRESETS["2x2"], simulator="vcs")
+    with pytest.raises(ValueError, match="icarus_std must be"):
+        RtlDevice(PRESETS["2x2"], simulator="icarus", icarus_std=2012)
+    gemm_args = ["gemm", "--config", "2x2", "--m", "2", "--k", "2", "--n", "2"]
+    for extra, message in ((["--simulator", "icarus"], "apply to --device rtl only"),
+                           (["--device", "rtl", "--icarus-std", "2005"],
+                            "applies to --simulator icarus only"),
+                           (["--device", "rtl", "--simulator", "vcs"], "invalid choice")):
+        assert cli.main(gemm_args + extra) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err

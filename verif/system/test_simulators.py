@@ -13,6 +13,7 @@ Icarus runs the harness at about a thousandth of Verilator's speed, so the shape
 Verilator devices are the session's, shared with the other system tests.
 """
 
+import json
 import shutil
 import subprocess
 
@@ -142,3 +143,14 @@ def test_icarus_equals_verilator(verilator_runs, icarus_devices, simulator, stal
         assert torch.equal(got.outputs["c"], want.outputs["c"]), f"outputs differ: {what}"
         assert got.cycles == want.cycles, f"cycles {got.cycles} != {want.cycles}: {what}"
         assert got.stats["simulator"] == "icarus"
+
+
+@pytest.mark.parametrize("std", list(ICARUS.values()))
+def test_cli_gemm_on_icarus(sim_root, capsys, std):
+    from bertaccel.sw import cli
+    assert cli.main(["gemm", "--config", "2x2", "--m", "3", "--k", "5", "--n", "3", "--device",
+                     "rtl", "--simulator", "icarus", "--icarus-std", std, "--json",
+                     "--build-root", str(sim_root)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["simulator"], report["icarus_std"], report["bit_exact"]) == ("icarus", std,
+                                                                                True)
