@@ -380,10 +380,9 @@ def _yaml_list(items):
     return "[" + ", ".join(json.dumps(item) for item in items) + "]"
 
 
-def _edam_name(cfg):
-    """FuseSoC's name of the core's build (its VLNV with ``_`` for ``:``), which names the
-    netlist files in the work root."""
-    return f"bertaccel_accel_core_{cfg.tag}_{_VERSION}"
+def _vlnv(cfg):
+    """The FuseSoC name of the core of ``cfg``."""
+    return f"bertaccel:accel:core_{cfg.tag}:{_VERSION}"
 
 
 def fusesoc_core(cfg):
@@ -403,7 +402,7 @@ def fusesoc_core(cfg):
     """
     names = _names(cfg)
     tgt = TARGETS[ECP5_TARGET]
-    edam = _edam_name(cfg)
+    edam = _vlnv(cfg).replace(":", "_")  # FuseSoC's name of the build: it names the netlist
     nextpnr = ["nextpnr-ecp5", *tgt.nextpnr_args, "--out-of-context", "--json", f"{edam}.json",
                "--write", f"{edam}.routed.json", "--report", "nextpnr_report.json",
                "-l", "nextpnr.log"]
@@ -415,7 +414,7 @@ def fusesoc_core(cfg):
         "CAPI=2:\n"
         f"# bertaccel {cfg.name} ({cfg.tag}), written by `bertaccel verilog`. Ports: "
         f"{names['interface_md']}.\n"
-        f"name: bertaccel:accel:core_{cfg.tag}:{_VERSION}\n"
+        f"name: {_vlnv(cfg)}\n"
         f"description: int8 BERT inference accelerator, {cfg.rows}x{cfg.cols} array, behind an "
         f"AXI4-Lite register slave and an AXI4 DMA master\n"
         "\n"
