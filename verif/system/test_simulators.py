@@ -9,8 +9,8 @@ simulator, free-running and with idle source cycles and output backpressure (the
 the same stalls); the outputs must be equal bit for bit (and to the software device's) and the
 cycle counts equal.
 
-Icarus runs the harness at about a thousandth of Verilator's speed, so the shapes are tiny. The
-Verilator devices are the session's, shared with the other system tests.
+Icarus simulates the harness about a hundred times slower than Verilator, so the shapes are
+tiny. The Verilator devices are the session's, shared with the other system tests.
 """
 
 import json
