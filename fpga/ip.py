@@ -152,16 +152,15 @@ def _axi_signals(ports, prefix):
             if port["name"].startswith(prefix + "_")}
 
 
-def interface(cfg, shell=None):
+def interface(cfg, shell):
     """The description of the shell's ports that :func:`write_ip` writes as JSON: a dict.
 
     Parameters
     ----------
     cfg : AccelConfig
-    shell : AxiShell, optional
-        The shell to describe; ``AxiShell(cfg)`` by default.
+    shell : AxiShell
+        The shell of ``cfg`` to describe (the one that is converted to Verilog).
     """
-    shell = shell or AxiShell(cfg)
     ports = shell_ports(shell)
     sync = ClockDomain("sync")
     return {
