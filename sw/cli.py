@@ -2,7 +2,7 @@
 
 ::
 
-    bertaccel verilog --config 8x8 -o build/          # Verilog + config JSON of the core
+    bertaccel verilog --config 8x8 -o build/          # IP package: Verilog, FuseSoC core, CSRs
     bertaccel gemm --config 8x8 --m 256 --k 256 --n 256 --device rtl [--json]
     bertaccel gemm --config 8x8 --m 128 --k 64 --n 128 --device rtl --epilogue softmax --json
     bertaccel demo                                     # Verilog, then a GEMM on ref and rtl
@@ -14,7 +14,8 @@
 
 Bad arguments (an unknown preset, a dimension below 1, a stall probability out of range) give a
 one-line error on stderr and exit status 2 before anything is built or simulated (for ``synth``
-also an unknown target, or a config that does not fit the part). ``gemm`` exits
+also an unknown target, or a config that does not fit the part; for ``verilog`` and ``demo`` an
+output path that is not a writable directory). ``gemm`` exits
 with 1 when the result is not bit-exact, or when the device fails.
 """
 
@@ -24,7 +25,6 @@ import math
 import sys
 import time
 import warnings
-from pathlib import Path
 
 __all__ = ["main"]
 
@@ -64,24 +64,21 @@ def _probability(name, value):
     return value
 
 
-def write_verilog(cfg, out_dir):
-    """Write ``bertaccel_core_<tag>.v`` and ``.json`` for ``cfg`` into ``out_dir``; return the
-    paths."""
-    from ..hw.core import BertAccelCore
-    from ..hw.verilog import convert
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    v_path = out_dir / f"bertaccel_core_{cfg.tag}.v"
-    json_path = out_dir / f"bertaccel_core_{cfg.tag}.json"
-    text = convert(BertAccelCore(cfg), name="bertaccel_core")
-    v_path.write_text(text)
-    json_path.write_text(cfg.to_json() + "\n")
-    return v_path, json_path
+def _output_dir(spec):
+    """``spec`` made ready for writing, or a usage error."""
+    from ..fpga.ip import OutputDirError, check_output_dir
+    try:
+        return check_output_dir(spec)
+    except OutputDirError as error:
+        raise _UsageError(str(error)) from None
 
 
 def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0,
-             build_root="build/sim", epilogue=None):
+             build_root="build/sim", epilogue=None, simulator="verilator", icarus_std="2012"):
     """Run a random ``m x k x n`` GEMM on ``device`` and check it; return a report dict.
+
+    ``simulator`` and ``icarus_std`` choose the simulator of the ``"rtl"`` device
+    (:class:`~bertaccel.sw.devices.rtl.RtlDevice`).
 
     The operands come from a torch generator seeded with ``seed``. The result is compared with
     the software device and with :func:`bertaccel.golden.ops.gemm`.
@@ -130,7 +127,8 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
     else:
         from .devices.rtl import RtlDevice
         with RtlDevice(cfg, build_root=build_root, seed=seed, src_idle=src_idle,
-                       sink_stall=sink_stall) as rtl:
+                       sink_stall=sink_stall, simulator=simulator,
+                       icarus_std=icarus_std) as rtl:
             result = rtl.run(program, **inputs)
             if plain is not None:
                 plain_result = rtl.run(plain, a=a, b=b)
@@ -145,6 +143,8 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
     stats = result.stats
     report = {
         "config": cfg.name, "tag": cfg.tag, "device": device,
+        "simulator": stats.get("simulator") if device == "rtl" else None,
+        "icarus_std": stats.get("icarus_std") if device == "rtl" else None,
         "m": m, "k": k, "n": n, "macs": macs, "seed": seed,
         "src_idle": stats.get("src_idle") if device == "rtl" else None,
         "sink_stall": stats.get("sink_stall") if device == "rtl" else None,
@@ -184,6 +184,8 @@ def _print_report(report, file=sys.stdout):
                  f"seed {report['seed']}")
     device = report["device"]
     if device == "rtl":
+        device += f", {report['simulator']}" + (f" -g{report['icarus_std']}"
+                                                if report["icarus_std"] else "")
         device += (f" (src_idle {report['src_idle']}/256, sink_stall {report['sink_stall']}/256"
                    f"{', %d chunks' % report['chunks'] if report['chunks'] != 1 else ''})")
     line("device", device)
@@ -215,9 +217,11 @@ def _print_report(report, file=sys.stdout):
 # -- commands -------------------------------------------------------------------------------------
 
 def _cmd_verilog(args):
+    from ..fpga.ip import write_ip
     configs = [_config(spec) for spec in args.config]
+    out_dir = _output_dir(args.output)
     for cfg in configs:
-        for path in write_verilog(cfg, args.output):
+        for path in write_ip(cfg, out_dir):
             print(path)
     return 0
 
@@ -229,13 +233,24 @@ def _cmd_gemm(args):
     sink_stall = _probability("sink_stall", args.sink_stall)
     if args.device == "ref" and (args.src_idle or args.sink_stall):
         raise _UsageError("--src-idle and --sink-stall apply to --device rtl only")
+    if args.device == "ref" and (args.simulator or args.icarus_std):
+        raise _UsageError("--simulator and --icarus-std apply to --device rtl only")
+    if args.icarus_std and args.simulator != "icarus":
+        raise _UsageError("--icarus-std applies to --simulator icarus only")
+    if args.simulator == "icarus":
+        from ..sim.build import SimulationError, iverilog_bin
+        try:
+            iverilog_bin()
+        except SimulationError as error:
+            raise _UsageError(str(error)) from None
     if not 0 <= args.seed < 1 << 32:
         raise _UsageError(f"--seed must be from 0 to 2**32-1, not {args.seed}")
     from .program import ProgramError
     try:
         report = run_gemm(cfg, m, k, n, device=args.device, seed=args.seed, src_idle=src_idle,
                           sink_stall=sink_stall, build_root=args.build_root,
-                          epilogue=args.epilogue)
+                          epilogue=args.epilogue, simulator=args.simulator or "verilator",
+                          icarus_std=args.icarus_std or "2012")
     except ProgramError as error:  # ScaleError is a ValueError, never raised by the seeded ones
         raise _UsageError(str(error)) from None
     if args.json:
@@ -246,11 +261,12 @@ def _cmd_gemm(args):
 
 
 def _cmd_demo(args):
+    from ..fpga.ip import write_core
     from ..hw.config import preset
     cfg = preset("8x8")
-    out_dir = Path(args.output)
+    out_dir = _output_dir(args.output)
     print(f"== Verilog for {cfg.name} into {out_dir}")
-    for path in write_verilog(cfg, out_dir):
+    for path in write_core(cfg, out_dir):
         print(path)
     ok = True
     for device in ("ref", "rtl"):
@@ -415,7 +431,10 @@ def _parser():
     parser.add_argument("--version", action="version", version=f"bertaccel {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    verilog = commands.add_parser("verilog", help="write the core's Verilog and config JSON")
+    verilog = commands.add_parser("verilog", help="write the IP package of a config: the core's "
+                                                  "and the AXI4 shell's Verilog, the config "
+                                                  "JSON, a FuseSoC core, the register map as C "
+                                                  "and Python, the shell's ports")
     verilog.add_argument("--config", action="append", required=True,
                          help="a preset (2x2, 4x4, 4x8, 8x8, 16x16, 32x32) or a .json written "
                               "by this command; may be repeated")
@@ -428,13 +447,18 @@ def _parser():
     gemm.add_argument("--k", type=int, required=True)
     gemm.add_argument("--n", type=int, required=True)
     gemm.add_argument("--device", choices=("ref", "rtl"), default="ref",
-                      help="ref: the bit-exact software device; rtl: the Verilated RTL")
+                      help="ref: the bit-exact software device; rtl: the RTL, simulated")
     gemm.add_argument("--seed", type=int, default=0,
                       help="seeds the operands and the RTL stall generator (0)")
     gemm.add_argument("--src-idle", type=float, metavar="P",
                       help="rtl: probability of an idle cycle on the input streams")
     gemm.add_argument("--sink-stall", type=float, metavar="P",
                       help="rtl: probability of backpressure on the output stream")
+    gemm.add_argument("--simulator", choices=("verilator", "icarus"),
+                      help="rtl: the simulator (verilator); icarus needs iverilog on PATH and "
+                           "runs a small GEMM bit- and cycle-exact with verilator, far slower")
+    gemm.add_argument("--icarus-std", choices=("2005", "2012"),
+                      help="icarus: the language generation, iverilog -g2005 or -g2012 (2012)")
     gemm.add_argument("--epilogue", choices=("requant", "gelu", "softmax", "layernorm"),
                       help="fuse this epilogue (random realistic parameters from --seed; "
                            "layernorm adds a residual) and also run the plain GEMM to compare "

@@ -10,7 +10,9 @@ running across runs::
 
 The simulator is :class:`bertaccel.hw.harness.SimHarness` (the core plus instruction, data-in and
 data-out memories and gateware stream engines), driven by the cocotb test
-:func:`bertaccel.sim.rtl_server.serve`, which talks to this object over a Unix socket.
+:func:`bertaccel.sim.rtl_server.serve`, which talks to this object over a Unix socket. It is
+Verilated by default; ``RtlDevice(cfg, simulator="icarus", icarus_std="2012")`` runs the same
+Verilog and the same server under Icarus Verilog instead, bit- and cycle-exact and far slower.
 
 Programs larger than the harness memories are run in consecutive chunks of whole instructions.
 That is exact: the core keeps its scratchpads, accumulator and token counts between runs, and every
@@ -110,7 +112,8 @@ class RtlDevice(Device):
         The build to simulate.
     build_root : path
         Where build folders go; this device's is ``<build_root>/bertaccel_harness-<cfg.tag>-
-        i<instr>d<data>o<out>``. Relative paths are taken from the current directory.
+        i<instr>d<data>o<out>``, with ``-icarus<std>`` added for Icarus. Relative paths are
+        taken from the current directory.
     seed : int
         Seed of the harness's stall generator (0..2**32-1), the same for every run, so a run is
         reproducible; it is logged in the simulator log.
@@ -125,6 +128,12 @@ class RtlDevice(Device):
         Wall-clock seconds one run (or chunk) may take; by default from ``max_cycles``.
     instr_depth, data_depth, out_depth : int, optional
         Harness memory depths (powers of two); :func:`harness_depths` by default.
+    simulator : str
+        ``"verilator"`` (the default) or ``"icarus"``: Icarus Verilog (``iverilog`` on
+        ``PATH``), bit- and cycle-exact with Verilator and far slower; for small programs.
+    icarus_std : str
+        With ``simulator="icarus"``: ``"2012"`` (``iverilog -g2012``, SystemVerilog event
+        semantics) or ``"2005"`` (``-g2005``).
 
     Members
     -------
@@ -148,8 +157,15 @@ class RtlDevice(Device):
 
     def __init__(self, cfg, *, build_root="build/sim", seed=0, src_idle=0, sink_stall=0,
                  max_cycles=None, startup_timeout=300.0, run_timeout=None, instr_depth=None,
-                 data_depth=None, out_depth=None):
+                 data_depth=None, out_depth=None, simulator="verilator", icarus_std="2012"):
         super().__init__(cfg)
+        from ...sim.build import ICARUS_STDS, SIMULATORS
+        if simulator not in SIMULATORS:
+            raise ValueError(f"simulator must be one of {', '.join(SIMULATORS)}, "
+                             f"not {simulator!r}")
+        if icarus_std not in ICARUS_STDS:
+            raise ValueError(f"icarus_std must be one of {', '.join(ICARUS_STDS)}, "
+                             f"not {icarus_std!r}")
         if not (isinstance(seed, int) and 0 <= seed < 1 << 32):
             raise ValueError(f"seed must be an int from 0 to 2**32-1, not {seed!r}")
         if max_cycles is not None and not (isinstance(max_cycles, int) and max_cycles > 0):
@@ -166,8 +182,12 @@ class RtlDevice(Device):
         self.max_cycles = max_cycles
         self.startup_timeout = float(startup_timeout)
         self.run_timeout = run_timeout
+        self.simulator = simulator
+        self.icarus_std = icarus_std if simulator == "icarus" else None
         instr, data, out = self.depths
-        self.build_dir = Path(build_root) / f"{_TOPLEVEL}-{cfg.tag}-i{instr}d{data}o{out}"
+        suffix = f"-icarus{icarus_std}" if simulator == "icarus" else ""
+        self.build_dir = (Path(build_root)
+                          / f"{_TOPLEVEL}-{cfg.tag}-i{instr}d{data}o{out}{suffix}")
         self.build = None
         self.log_file = None
         self._lock = threading.Lock()
@@ -195,7 +215,8 @@ class RtlDevice(Device):
         self.build = build(
             lambda: SimHarness(cfg, instr_depth=instr, data_depth=data, out_depth=out),
             name=_TOPLEVEL, build_dir=self.build_dir,
-            source_key=source_key(cfg.to_json(), self.depths))
+            source_key=source_key(cfg.to_json(), self.depths), simulator=self.simulator,
+            icarus_std=self.icarus_std or "2012")
 
         session.tmpdir = tempfile.mkdtemp(prefix="bertaccel-")  # short: sun_path has 108 bytes
         path = os.path.join(session.tmpdir, "sock")
@@ -365,9 +386,11 @@ class RtlDevice(Device):
             "sim_run_s": totals["run_s"],
             "sim_cycles_per_s": cycles / totals["run_s"] if totals["run_s"] > 0 else None,
             "seed": self.seed, "src_idle": self.src_idle, "sink_stall": self.sink_stall,
+            "simulator": self.simulator, "icarus_std": self.icarus_std,
         }
 
     def __repr__(self):
         state = "running" if self._session.alive() else "stopped"
-        return (f"<RtlDevice {self.cfg.name} ({self.cfg.tag}) seed={self.seed} "
+        sim = self.simulator + (f" -g{self.icarus_std}" if self.icarus_std else "")
+        return (f"<RtlDevice {self.cfg.name} ({self.cfg.tag}) {sim} seed={self.seed} "
                 f"src_idle={self.src_idle} sink_stall={self.sink_stall} {state}>")

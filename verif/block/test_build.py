@@ -24,7 +24,7 @@ from amaranth.lib.wiring import In, Out
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
 
-from bertaccel.hw.verilog import compact_zero_init
+from bertaccel.hw.verilog import compact_zero_init, trigger_comb_at_start
 from bertaccel.hw.verilog import convert
 from bertaccel.sim.build import (SimulationError, SimulationTimeout,
                                    build, run_cocotb)
@@ -143,6 +143,19 @@ def test_compact_zero_init():
     assert "rom[1] = 8'd5;" in out  # non-zero initialisers are left alone
 
 
+def test_trigger_comb_at_start():
+    trigger = r"\$auto$verilog_backend.cc:2355:dump_module$1 "
+    text = (f"module m(o);\n  reg {trigger} = 0;\n  reg keep = 0;\n  output reg o;\n"
+            f"  always @* begin\n    if ({trigger}) begin end\n    o = 1'h1;\n  end\n"
+            "endmodule\n")
+    out = trigger_comb_at_start(text)
+    assert f"reg {trigger} = 0;" not in out and f"  reg {trigger};\n" in out
+    assert f"initial {trigger} <= 1'h0;" in out      # a non-blocking update: after every start
+    assert "reg keep = 0;" in out                     # a register, not a trigger: left alone
+    assert out.count("lint_off INITIALDLY") == out.count("lint_on INITIALDLY") == 1
+    assert trigger_comb_at_start(out) == out
+
+
 def test_verilog_is_reproducible():
     first = convert(RunningSum(), name="running_sum")
     assert first == convert(RunningSum(), name="running_sum")
@@ -181,3 +194,27 @@ def test_timeout_is_reported(smoke_build, tmp_path):
     with pytest.raises(SimulationTimeout, match="killed after 3 s"):
         run_cocotb(smoke_build, MODULE, "running_sum", timeout=3,
                    extra_env=_env(BERTACCEL_SMOKE_HANG="1"), log_file=tmp_path / "sim.log")
+
+
+def test_simulator_choices_are_checked(tmp_path, capsys):
+    from bertaccel.hw.config import PRESETS
+    from bertaccel.sw import cli
+    from bertaccel.sw.devices.rtl import RtlDevice
+
+    with pytest.raises(ValueError, match="simulator must be one of verilator, icarus, not 'vcs'"):
+        build("module m; endmodule\n", name="m", build_dir=tmp_path, simulator="vcs")
+    with pytest.raises(ValueError, match="icarus_std must be one of 2005, 2012, not '2017'"):
+        build("module m; endmodule\n", name="m", build_dir=tmp_path, simulator="icarus",
+              icarus_std="2017")
+    with pytest.raises(ValueError, match="simulator must be"):
+        RtlDevice(PRESETS["2x2"], simulator="vcs")
+    with pytest.raises(ValueError, match="icarus_std must be"):
+        RtlDevice(PRESETS["2x2"], simulator="icarus", icarus_std=2012)
+    gemm_args = ["gemm", "--config", "2x2", "--m", "2", "--k", "2", "--n", "2"]
+    for extra, message in ((["--simulator", "icarus"], "apply to --device rtl only"),
+                           (["--device", "rtl", "--icarus-std", "2005"],
+                            "applies to --simulator icarus only"),
+                           (["--device", "rtl", "--simulator", "vcs"], "invalid choice")):
+        assert cli.main(gemm_args + extra) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
