@@ -8,10 +8,17 @@ free-running and reproducible from its seed; their words come from and go to fil
 goes (:mod:`bertaccel.hw.filestream`), so a program of any size runs in one piece, with the
 cycles of the hardware running it from a stream that never runs dry.
 
-Files, not memories: a memory deep enough for a large program (a BERT layer's weights) costs
-Amaranth seconds a Mbit to convert and the testbench a Python call a word to fill through a
-port (about 20 us a word under Verilator: 1.4 s of the 3.3 s a 256^3 GEMM took on the 8x8
-harness); a file costs the host milliseconds to write and the simulator one buffered read a word.
+Files, not memories, by measurement (8x8 harness, a 256^3 GEMM: 2,098 instruction words,
+57,344 data beats, 8,192 output beats). Memories that hold a program must be filled before the
+run: through a host port that is a Python call a word (about 20 us a word under Verilator, 1.4
+s of the GEMM's 3.2 s), and Amaranth converts a memory's initialiser bit by bit (seconds a
+Mbit: 29 s to convert an 8x8 harness with 3.5 Mbit of memories, 13 s without). Verilog
+memories loaded with ``$readmemh`` would load as fast as a file is written, but their depth is
+fixed when the simulator is built, so a larger program would still need rebuilding or runs in
+pieces (each draining the pipeline, a few cycles the hardware does not spend); and a ring
+buffer refilled by the testbench during the run needs Python to wake up and gateware to track
+the fill levels. The files need neither: the host writes the GEMM's in a few ms, the
+simulator reads them through its buffered file I/O, and there is no limit on a program's size.
 """
 
 from amaranth import Module, Mux, Signal
@@ -27,8 +34,8 @@ __all__ = ["SimHarness", "STREAM_FILES", "harness_verilog"]
 
 #: The files of a run, relative to the simulator's working folder: instruction words
 #: (``INSTR_WIDTH // 8`` bytes each, most significant first), data-in beats (``cfg.lanes``
-#: bytes each, lane ``cfg.lanes - 1`` first) and output beats (one line of ``cfg.cols * 8`` hex
-#: digits each, lane ``cfg.cols - 1`` first).
+#: bytes each, lane ``cfg.lanes - 1`` first) and output beats (one line of hex digits each,
+#: ``cfg.acc_width // 4`` a lane, lane ``cfg.cols - 1`` first).
 STREAM_FILES = {"instr": "bertaccel_instr.bin", "data": "bertaccel_data.bin",
                 "out": "bertaccel_out.hex"}
 

@@ -349,7 +349,7 @@ def _save_runtime(build_dir, runtime):
 
 def _converted_before(build_dir, name, source_key):
     """The Verilog of ``source_key`` from a sibling build folder (the same design built for
-    another simulator), or None: converting a harness takes seconds a Mbit of memory."""
+    another simulator), or None: converting a large harness takes minutes (32x32: two)."""
     if source_key is None:
         return None
     for v_path in sorted(build_dir.parent.glob(f"*/{name}.v")):

@@ -335,6 +335,26 @@ class RtlDevice(Device):
         slow = 256 / (256 - max(self.src_idle, self.sink_stall))
         return int(10_000 + 8 * work * slow)
 
+    def _check(self, reply, n_instr, n_data, n_out, max_cycles):
+        """Raise :class:`DeviceError` unless ``reply`` is a clean run of the program."""
+        where = (f"RtlDevice({self.cfg.name}, seed={self.seed}, src_idle={self.src_idle}, "
+                 f"sink_stall={self.sink_stall}), {n_instr}-instruction program")
+        if reply["timed_out"]:
+            raise DeviceError(f"{where}: not done after {max_cycles} cycles "
+                              f"({reply['n_out']} of {n_out} output beats, "
+                              f"{reply['data_used']} of {n_data} data beats); "
+                              f"log: {self.log_file}")
+        if reply["error"]:
+            raise DeviceError(f"{where}: the core flagged an illegal instruction")
+        if reply["file_error"]:
+            raise DeviceError(f"{where}: the harness could not open a stream file in "
+                              f"{self._session.tmpdir} or read enough words from it; "
+                              f"log: {self.log_file}")
+        if reply["data_used"] != n_data or reply["n_out"] != n_out:
+            raise DeviceError(f"{where}: the core consumed {reply['data_used']} data beats "
+                              f"and produced {reply['n_out']} output beats; the program "
+                              f"has {n_data} and {n_out}")
+
     def _execute(self, program, data_beats):
         cfg = self.cfg
         if data_beats.dtype != torch.int8 or data_beats.dim() != 2 \
@@ -347,8 +367,6 @@ class RtlDevice(Device):
         n_out = sum(instr.count for instr in instrs if isinstance(instr, isa.Store))
         max_cycles = self.max_cycles or self._cycle_bound(instrs)
         timeout = self.run_timeout or 120.0 + max_cycles * 1e-3
-        where = (f"RtlDevice({cfg.name}, seed={self.seed}, src_idle={self.src_idle}, "
-                 f"sink_stall={self.sink_stall}), {len(instrs)}-instruction program")
         with self._lock:
             self._start()
             begin = time.perf_counter()
@@ -366,20 +384,7 @@ class RtlDevice(Device):
                 "max_cycles": max_cycles, "tag": f"{len(instrs)}-instruction program for "
                                                  f"{cfg.name}"})
             reply = self._receive(timeout, "run")
-            if reply["timed_out"]:
-                raise DeviceError(f"{where}: not done after {max_cycles} cycles "
-                                  f"({reply['n_out']} of {n_out} output beats, "
-                                  f"{reply['data_used']} of {n_data} data beats); "
-                                  f"log: {self.log_file}")
-            if reply["error"]:
-                raise DeviceError(f"{where}: the core flagged an illegal instruction")
-            if reply["file_error"]:
-                raise DeviceError(f"{where}: the harness could not open a stream file in "
-                                  f"{folder} or read enough words from it; log: {self.log_file}")
-            if reply["data_used"] != n_data or reply["n_out"] != n_out:
-                raise DeviceError(f"{where}: the core consumed {reply['data_used']} data beats "
-                                  f"and produced {reply['n_out']} output beats; the program "
-                                  f"has {n_data} and {n_out}")
+            self._check(reply, len(instrs), n_data, n_out, max_cycles)
             ran = time.perf_counter()
             out_beats = _read_out(folder / STREAM_FILES["out"], reply["n_out"], cfg)
             end = time.perf_counter()
