@@ -154,7 +154,6 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
         "utilization": ideal / cycles if cycles else None,
         "bit_exact": bit_exact,
         "sim_cycles_per_s": stats.get("sim_cycles_per_s"),
-        "chunks": stats.get("chunks"),
         "device_wall_s": result.wall_s, "wall_s": wall,
     }
     if fused is not None:
@@ -186,8 +185,7 @@ def _print_report(report, file=sys.stdout):
     if device == "rtl":
         device += f", {report['simulator']}" + (f" -g{report['icarus_std']}"
                                                 if report["icarus_std"] else "")
-        device += (f" (src_idle {report['src_idle']}/256, sink_stall {report['sink_stall']}/256"
-                   f"{', %d chunks' % report['chunks'] if report['chunks'] != 1 else ''})")
+        device += (f" (src_idle {report['src_idle']}/256, sink_stall {report['sink_stall']}/256)")
     line("device", device)
     line("program", f"{report['instructions']} instructions, {report['data_beats']} data beats, "
                     f"{report['out_beats']} output beats")

@@ -21,7 +21,7 @@ The timing rules, with the gateware that makes them
 ----------------------------------------------------
 Cycle 0 is the first cycle after the clock edge that samples ``start``.
 
-* Harness (hw/harness.py): each source reads its memory in cycle 0, so instruction word 0 (and data
+* Harness (hw/harness.py): each source reads its file in cycle 0, so instruction word 0 (and data
   beat 0) is on offer from cycle 1, and the next word one cycle after a word is taken. ``cycles``
   counts every edge while running, including the one that raises ``done``; ``done`` rises at the
   first cycle where every instruction was taken and ``o_busy`` is low. So a run takes
@@ -115,11 +115,10 @@ import numpy as np
 from ..hw import isa
 from ..hw.config import AccelConfig
 from ..hw.epilogue import Schedule
-from ..hw.harness import SimHarness, harness_chunks
 from ..hw.store import StoreUnit
 
 __all__ = ["CycleModel", "CycleReport", "BREAKDOWN", "OP_CLASSES", "EPILOGUE_CLASS",
-           "STAGE_CLASSES", "rtl_chunks", "model_cycles", "FIRST_INSTRUCTION", "QUEUE_LATENCY",
+           "STAGE_CLASSES", "model_cycles", "FIRST_INSTRUCTION", "QUEUE_LATENCY",
            "TOKEN_DELAY", "DONE_CYCLES", "STORE_READ_TO_FIFO", "PRELOAD_EXTRA", "ACC_WRITE_EXTRA"]
 
 #: The classes of :attr:`CycleReport.breakdown`, in report order.
@@ -140,8 +139,8 @@ EPILOGUE_CLASS = {isa.EpOp.SOFTMAX: "softmax", isa.EpOp.LAYERNORM: "layernorm",
 STAGE_CLASSES = {"qkv": "gemm", "qk": "attn_matmul", "pv": "attn_matmul", "wo": "gemm",
                  "w1": "gemm", "w2": "gemm"}
 
-#: The cycle in which instruction word 0 is first on offer (the harness's source reads its
-#: memory in cycle 0; the read port has one cycle of latency).
+#: The cycle in which instruction word 0 is first on offer (the harness's source reads it
+#: from its file in cycle 0, a clocked read with one cycle of latency).
 FIRST_INSTRUCTION = 1
 #: SyncFIFOBuffered: an entry written in cycle W is at the output in cycle W + 2.
 QUEUE_LATENCY = 2
@@ -760,11 +759,11 @@ class CycleModel:
         ----------
         program : Program or sequence of instructions
         chunks : sequence of (first, end), optional
-            Run the instructions ``[first, end)`` of each entry as a separate harness run (as
-            :class:`~bertaccel.sw.devices.rtl.RtlDevice` does with programs larger than its
-            memories; :func:`rtl_chunks` gives its boundaries): each starts with empty pipelines
-            and queues and keeps the token counts the earlier ones left. The entries must cover
-            the program in order. One run by default.
+            Run the instructions ``[first, end)`` of each entry as a separate harness run (a
+            program run piecewise, one ``start`` each): each starts with empty pipelines and
+            queues and keeps the token counts the earlier ones left. The entries must cover
+            the program in order. One run by default, as
+            :class:`~bertaccel.sw.devices.rtl.RtlDevice` runs every program.
         regions : sequence of (first, end, op_class), optional
             Op class (:data:`OP_CLASSES`) of the instructions ``[first, end)``, for
             :attr:`CycleReport.by_class`; instructions in no region are ``default_class``.
@@ -948,18 +947,6 @@ def _by_class(instrs, charged, nonlinear, regions, default_class, cycles):
     return out
 
 
-def rtl_chunks(program, depths=None):
-    """The ``(first, end)`` instruction ranges that :class:`~bertaccel.sw.devices.rtl.RtlDevice`
-    runs separately, for harness memories of ``depths`` (``(instr, data, out)``; the defaults of
-    ``program.cfg`` when ``None``)."""
-    instrs = program.instrs if hasattr(program, "instrs") else list(program)
-    if depths is None:
-        depths = SimHarness.default_depths(program.cfg)
-    return [(first, end) for first, end, _, _ in harness_chunks(instrs, tuple(depths))]
-
-
-def model_cycles(program, *, depths=None, chunked=True):
-    """Cycles of ``program`` on the RTL device: the model run in the device's chunks."""
-    model = CycleModel(program.cfg)
-    chunks = rtl_chunks(program, depths) if chunked else None
-    return model.run(program, chunks=chunks).cycles
+def model_cycles(program):
+    """Cycles of ``program`` on the RTL device (one free-running run)."""
+    return CycleModel(program.cfg).run(program).cycles
