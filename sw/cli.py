@@ -26,6 +26,8 @@ import sys
 import time
 import warnings
 
+from .paths import PathError, check_folder
+
 __all__ = ["main"]
 
 
@@ -65,12 +67,14 @@ def _probability(name, value):
 
 
 def _output_dir(spec):
-    """``spec`` made ready for writing, or a usage error."""
-    from ..fpga.ip import OutputDirError, check_output_dir
-    try:
-        return check_output_dir(spec)
-    except OutputDirError as error:
-        raise _UsageError(str(error)) from None
+    """``spec`` made ready for writing (a :class:`~bertaccel.sw.paths.PathError` if it cannot
+    be: :func:`main` reports it in one line)."""
+    return check_folder(spec, what="output folder")
+
+
+def _build_root(spec):
+    """The simulator's (or the synthesis') build folder, made ready for writing."""
+    return check_folder(spec, what="build folder")
 
 
 def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0,
@@ -142,7 +146,7 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
     cycles = result.cycles
     stats = result.stats
     report = {
-        "config": cfg.name, "tag": cfg.tag, "device": device,
+        "config": cfg.label, "tag": cfg.tag, "device": device,
         "simulator": stats.get("simulator") if device == "rtl" else None,
         "icarus_std": stats.get("icarus_std") if device == "rtl" else None,
         "m": m, "k": k, "n": n, "macs": macs, "seed": seed,
@@ -245,6 +249,8 @@ def _cmd_gemm(args):
             raise _UsageError(str(error)) from None
     if not 0 <= args.seed < 1 << 32:
         raise _UsageError(f"--seed must be from 0 to 2**32-1, not {args.seed}")
+    if args.device == "rtl":
+        _build_root(args.build_root)
     from .program import ProgramError
     try:
         report = run_gemm(cfg, m, k, n, device=args.device, seed=args.seed, src_idle=src_idle,
@@ -264,6 +270,7 @@ def _cmd_demo(args):
     from ..fpga.ip import write_core
     from ..hw.config import preset
     cfg = preset("8x8")
+    _build_root(args.build_root)
     out_dir = _output_dir(args.output)
     print(f"== Verilog for {cfg.name} into {out_dir}")
     for path in write_core(cfg, out_dir):
@@ -323,6 +330,7 @@ def _cmd_synth(args):
         raise _UsageError(f"--freq must be from 1 to 1000 MHz, not {args.freq}")
     if args.timeout <= 0:
         raise _UsageError(f"--timeout must be a positive number of minutes, not {args.timeout}")
+    _build_root(args.build_root)
     progress = (lambda text: print(f"bertaccel: {text}", file=sys.stderr)) if not args.json \
         else None
     try:
@@ -357,6 +365,8 @@ def _cmd_run(args):
     cfg = _config(args.config)
     if args.batch_size < 1:
         raise _UsageError(f"--batch-size must be at least 1, not {args.batch_size}")
+    if args.device == "rtl":
+        _build_root(args.build_root)
     log = None if args.quiet else (lambda text: print(f"bertaccel: {text}", file=sys.stderr))
     try:
         report = run_texts(args.model, cfg=cfg, texts=args.text, text_file=args.text_file,
@@ -398,7 +408,7 @@ def _cmd_bench_bert(args):
     log = _stderr_log(args)
     try:
         if log:
-            log(f"compiling a random-weight {args.shape} for {cfg.name}")
+            log(f"compiling a random-weight {args.shape} for {cfg.label}")
         bert = compile_shape(args.shape, cfg, seed=args.seed)
         report = bench_bert(bert, seq=args.seq, batch=args.batch,
                             every_layer=not args.one_layer, log=log)
@@ -575,7 +585,7 @@ def main(argv=None):
     try:
         args = _parser().parse_args(argv)
         return args.func(args)
-    except _UsageError as error:
+    except (_UsageError, PathError) as error:
         print(f"bertaccel: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

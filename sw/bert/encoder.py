@@ -311,7 +311,7 @@ class RunStats:
         ideal = math.ceil(self.macs / cfg.macs_per_cycle)
         cycles = self.cycles
         return {
-            "device": self.encoder.device, "config": cfg.name, "tag": cfg.tag,
+            "device": self.encoder.device, "config": cfg.label, "tag": cfg.tag,
             "cycles": cycles, "ideal_cycles": ideal, "macs": self.macs,
             "model_macs": self.model_macs,
             "utilization": ideal / cycles if cycles else None,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..paths import PathError, check_file
 from .load import BertError
 
 __all__ = ["TextFile", "EmbeddingWriter", "OUTPUT_SUFFIXES", "check_output", "encode_stream",
@@ -68,22 +69,12 @@ class TextFile:
 
 
 def check_output(path):
-    """Refuse an output path that cannot be written, before any work: one line naming it."""
-    path = Path(path)
-    if path.suffix not in OUTPUT_SUFFIXES:
-        raise BertError(f"--output {str(path)!r} must end in {' or '.join(OUTPUT_SUFFIXES)}")
-    if path.is_dir():
-        raise BertError(f"--output {str(path)!r} is a folder")
-    folder = path.parent
-    if not folder.is_dir():
-        raise BertError(f"--output {str(path)!r}: the folder {str(folder)!r} does not exist")
+    """Refuse an output path that cannot be written, before any work: one line naming it
+    (:func:`bertaccel.sw.paths.check_file`; its folder must exist)."""
     try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-"):
-            pass
-    except OSError as error:
-        raise BertError(f"--output {str(path)!r}: the folder {str(folder)!r} is not writable "
-                        f"({error.strerror or error})") from None
-    return path
+        return check_file(path, what="--output", suffixes=OUTPUT_SUFFIXES, make_folder=False)
+    except PathError as error:
+        raise BertError(str(error)) from None
 
 
 class EmbeddingWriter:

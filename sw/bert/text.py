@@ -95,7 +95,7 @@ def run_texts(model, *, cfg, texts=None, text_file=None, device="ref", batch_siz
     if cache:
         CompileCache(cache_dir).check()
     if log:
-        log(f"compiling {model} for {cfg.name} (or reading it from the compile cache)")
+        log(f"compiling {model} for {cfg.label} (or reading it from the compile cache)")
     encoder = Encoder(model, config=cfg, device=device, cache=cache, cache_dir=cache_dir,
                       build_root=build_root)
     loaded = time.perf_counter()
