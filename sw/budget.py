@@ -8,15 +8,15 @@
 What a compiled program costs comes from its size (:func:`bertaccel.sw.tiler.program_size`, in
 closed form: nothing is compiled to know it). The costs per unit were calibrated on the peak
 resident set (``ru_maxrss``) of ``bertaccel gemm`` on the ref device, less the interpreter's and
-the imports' (287 MiB), over 18 shapes from 8 x 8 x 8 to 2048 x 2048 x 2048, 8192 x 64 x 8192
-and 100 x 100 x 100000 on the 2x2 to 32x32 presets, with and without epilogues: the estimate is
-1.03x (2048 x 2048 x 2048 on 8x8, where the pack index dominates) to 1.7x (many small
-instructions, or a small GEMM and the fixed part) the measured peak. It errs on the side of
-refusing. ``python bench/gemm_memory.py`` measures it again and writes
-``bench/results/gemm_memory.json``. For BERT the same costs are summed over the stage programs
-of a batch: for 32 texts of 63 tokens on 8x8 (ref device, no compile cache) the estimate is
-3.8 GiB, and the whole process peaked at 3.1 GiB, model and imports included; for 8 texts of 38
-tokens on the isa device, 0.8 GiB and 1.2 GiB.
+the imports' (287 MiB): ``python bench/gemm_memory.py`` runs 16 shapes from 8 x 8 x 8 to
+2048 x 2048 x 2048 and 8192 x 64 x 8192 on the 2x2 to 32x32 presets, with and without epilogues,
+and writes ``bench/results/gemm_memory.json``. The estimate is 1.03x the measured peak for
+2048 x 2048 x 2048 on 8x8 (where the pack index dominates), 1.1x to 1.7x for the others, and up
+to 2.2x for small GEMMs, where the fixed part dominates: it errs on the side of refusing.
+For BERT the same costs are summed over the stage programs of a batch: for 32 texts of 63 tokens
+on 8x8 (ref device, no compile cache) the estimate is 3.8 GiB, and the whole process peaked at
+3.1 GiB, model and imports included; for 8 texts of 38 tokens on the isa device, 0.8 GiB and
+1.2 GiB.
 """
 
 import re
@@ -150,16 +150,17 @@ def bert_memory(bert, batch, seq, *, layers=1):
     return _FIXED + shared + layers * per_layer
 
 
-def check_memory(need, *, limit=None, what="this run"):
+def check_memory(need, *, limit=None, what="this run", hint=""):
     """Refuse a run that needs ``need`` bytes, more than ``limit`` (``--max-memory``) or, when
-    no limit is given, than :func:`available_memory`: a :class:`BudgetError` naming both."""
+    no limit is given, than :func:`available_memory`: a :class:`BudgetError` naming both, and
+    ending in ``hint`` (what would need less)."""
     if limit is not None:
         if need > limit:
             raise BudgetError(f"{what} needs about {format_size(need)} of memory, more than "
-                              f"--max-memory {format_size(limit)}")
+                              f"--max-memory {format_size(limit)}{hint}")
         return
     available = available_memory()
     if available is not None and need > available:
         raise BudgetError(f"{what} needs about {format_size(need)} of memory, more than this "
                           f"machine has available ({format_size(available)}; --max-memory "
-                          f"sets another bound)")
+                          f"sets another bound){hint}")

@@ -314,10 +314,10 @@ def _max_memory(args):
         raise _UsageError(str(error)) from None
 
 
-def _check_memory(need, args, what):
+def _check_memory(need, args, what, hint=""):
     from .budget import BudgetError, check_memory
     try:
-        check_memory(need, limit=_max_memory(args), what=what)
+        check_memory(need, limit=_max_memory(args), what=what, hint=hint)
     except BudgetError as error:
         raise _UsageError(str(error)) from None
 
@@ -525,7 +525,8 @@ def _cmd_bench_bert(args):
         bert = compile_shape(args.shape, cfg, seed=args.seed)
         if args.seq <= bert.max_seq:                # else bench_bert says why not
             _check_memory(bert_memory(bert, args.batch, args.seq), args,
-                          f"{args.shape} with {args.batch} x {args.seq} tokens on {cfg.label}")
+                          f"{args.shape} with {args.batch} x {args.seq} tokens on {cfg.label}",
+                          "; a smaller --batch or --seq needs less")
         report = bench_bert(bert, seq=args.seq, batch=args.batch,
                             every_layer=not args.one_layer, log=log)
     except BertError as error:

@@ -139,7 +139,8 @@ def _check_memory(encoder, batch, longest, limit):
     seq = min(longest, bert.max_seq, bert.spec.max_positions)
     layers = 1 if encoder.device == "ref" else bert.spec.layers
     check_memory(bert_memory(bert, batch, seq, layers=layers), limit=limit,
-                 what=f"a batch of {batch} texts of {seq} tokens on {encoder.cfg.label}")
+                 what=f"a batch of {batch} texts of {seq} tokens on {encoder.cfg.label}",
+                 hint="; a smaller --batch-size needs less" if batch > 1 else "")
 
 
 def _numbered(texts, source):

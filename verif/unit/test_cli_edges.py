@@ -237,7 +237,7 @@ def test_run_beyond_its_memory_is_refused(capsys, tiny_model):
 @pytest.mark.slow
 def test_bench_bert_beyond_its_memory_is_refused(capsys):
     assert cli.main(["bench", "bert", "--shape", "minilm", "--seq", "64", "--batch", "2",
-                     "--config", "8x8", "--max-memory", "100M"]) == 2
+                     "--config", "8x8", "--max-memory", "100M", "--json"]) == 2
     one_line_error(capsys, "minilm with 2 x 64 tokens on 8x8 needs about ",
                    "more than --max-memory 100.0 MiB")
 
