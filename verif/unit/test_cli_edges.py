@@ -302,7 +302,7 @@ def tiny_model(tmp_path_factory):
     config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=64,
                                      num_hidden_layers=2, num_attention_heads=4,
                                      intermediate_size=128, max_position_embeddings=40)
-    transformers.BertModel(config, add_pooling_layer=False).save_pretrained(folder)
+    transformers.BertModel(config).save_pretrained(folder)     # with its pooler: no warning
     tokenizer.save_pretrained(folder)
     return folder
 
