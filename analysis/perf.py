@@ -330,7 +330,7 @@ def bench_bert(bert, *, seq, batch=1, every_layer=True, log=None):
         "model": bert.name,
         "shape": {"layers": spec.layers, "hidden": spec.hidden, "heads": spec.heads,
                   "intermediate": spec.intermediate},
-        "config": cfg.name, "tag": cfg.tag, "rows": cfg.rows, "cols": cfg.cols,
+        "config": cfg.label, "tag": cfg.tag, "rows": cfg.rows, "cols": cfg.cols,
         "clock_mhz": cfg.clock_mhz, "seq": seq, "batch": batch,
         "cycles": cycles, "ideal_cycles": ideal, "utilization": ideal / cycles,
         "latency_s": latency, "latency_us": latency * 1e6, "macs": macs,

@@ -187,7 +187,7 @@ def seqpoint(bert, lengths, *, ks=range(1, 11), log=None):
     array = np.asarray(lengths)
     return {
         "schema": "bertaccel-seqpoint/1",
-        "model": bert.name, "config": bert.cfg.name, "tag": bert.cfg.tag,
+        "model": bert.name, "config": bert.cfg.label, "tag": bert.cfg.tag,
         "inputs": len(lengths), "distinct_lengths": len(values),
         "length_stats": {"min": int(array.min()), "max": int(array.max()),
                          "mean": float(array.mean()), "median": float(np.median(array))},

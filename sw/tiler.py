@@ -84,7 +84,7 @@ from ..hw.config import AccelConfig
 from .epilogue import lower, pmem_bytes
 from .program import Program, ProgramError
 
-__all__ = ["TilePlan", "plan_gemm", "compile_gemm", "rebind"]
+__all__ = ["TilePlan", "plan_gemm", "compile_gemm", "program_size", "rebind"]
 
 #: Cycles of fixed cost assumed for every step (token hand-over between the units).
 _STEP_OVERHEAD = 2
@@ -649,6 +649,53 @@ def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None):
     writer = _GemmWriter(cfg, plan, ep, lowered)
     writer.write()
     return writer.program()
+
+
+def program_size(cfg, plan, *, epilogue=None):
+    """The size of the program :func:`compile_gemm` writes for ``plan``, in closed form (without
+    writing it: a bound on memory and time before any work).
+
+    Returns
+    -------
+    dict
+        ``instructions`` (``len(program.instrs)``), ``matmuls``, ``data_beats``
+        (``program.n_data_beats``) and ``out_beats`` (``program.n_out_beats``).
+    """
+    rows, cols = cfg.rows, cfg.cols
+    m, k, n = plan.m, plan.k, plan.n
+    kt_total = -(-k // rows)
+    nt_total = -(-n // cols)
+    n_mb = len(_m_blocks(m, plan.mb, plan.tail))
+    n_kb = -(-kt_total // plan.kb)
+    n_nb = -(-nt_total // plan.nb)
+    n_tiles = n_mb * n_nb
+    a_beats, b_beats = _operand_beats(m, kt_total, nt_total * rows, n_mb, n_kb, n_nb,
+                                      plan.order)
+    loads = _operand_loads(n_mb, n_kb, n_nb, plan.order)
+    instructions = n_mb * kt_total * nt_total + sum(loads) + n_tiles
+    data_beats = a_beats + b_beats
+    if epilogue is not None:
+        ep = _Epilogue.of(epilogue)
+        per_row = cfg.pmem_beats_per_row
+        whole = nt_total <= cfg.pmem_depth
+        data_beats += nt_total * per_row * (1 if whole else n_mb)
+        instructions += (1 if whole else n_tiles) + len(lower(epilogue, cfg, n=n, k=k).sets)
+        if ep.residual:
+            data_beats += m * nt_total
+            instructions += n_tiles
+    return {"instructions": instructions, "matmuls": n_mb * kt_total * nt_total,
+            "data_beats": data_beats, "out_beats": m * nt_total}
+
+
+def _operand_loads(n_mb, n_kb, n_nb, order):
+    """``(a_loads, b_loads)``: the LOADs of each operand (see :func:`_steps`: an operand is
+    reloaded at every step unless its block stays the same from one step to the next)."""
+    n_steps = n_mb * n_kb * n_nb
+    if order == "m":
+        return (n_mb if n_kb == 1 else n_steps,
+                1 if n_kb == 1 and n_nb == 1 else n_steps)
+    return (1 if n_kb == 1 and n_mb == 1 else n_steps,
+            n_nb if n_kb == 1 else n_steps)
 
 
 def _aux_loads(steps, ep, layout, nt_total):

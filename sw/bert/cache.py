@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from ..paths import PathError, check_folder
+
 __all__ = ["CompileCache", "default_root", "CacheError"]
 
 #: The sources whose change invalidates a compiled entry (relative to the package's parent).
@@ -88,12 +90,9 @@ class CompileCache:
     def check(self):
         """Make the folder if needed and check that it can be written, before any work."""
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=self.root, prefix=".probe-"):
-                pass
-        except OSError as error:
-            raise CacheError(f"cannot use the cache folder {str(self.root)!r}: "
-                             f"{error.strerror or error}") from None
+            check_folder(self.root, what="cache folder")
+        except PathError as error:
+            raise CacheError(str(error)) from None
         return self
 
     def key(self, checkpoint, cfg, settings):
