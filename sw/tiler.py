@@ -176,16 +176,19 @@ def _check_dim(name, value):
 
 
 def _blocks(total, size):
-    """``(start, length)`` of the blocks of ``size`` covering ``range(total)``."""
-    return [(start, min(size, total - start)) for start in range(0, total, size)]
+    """``(starts, lengths)`` (int64 arrays) of the blocks of ``size`` covering
+    ``range(total)``."""
+    starts = np.arange(0, total, size, dtype=np.int64)
+    return starts, np.minimum(size, total - starts)
 
 
 def _m_blocks(m, mb, tail):
-    """``(start, length)`` of the M blocks: ``m - tail`` rows in blocks of ``mb``, then
+    """``(starts, lengths)`` of the M blocks: ``m - tail`` rows in blocks of ``mb``, then
     ``tail`` rows (when ``tail`` is not 0)."""
+    starts, lengths = _blocks(m - tail, mb)
     if tail:
-        return _blocks(m - tail, mb) + [(m - tail, tail)]
-    return _blocks(m, mb)
+        return np.append(starts, m - tail), np.append(lengths, tail)
+    return starts, lengths
 
 
 # The planner scores many blockings at once on numpy arrays with the same functions that work
@@ -274,10 +277,10 @@ def _step_table(plan, cfg):
     when its block differs from the one the step before used, into the other half."""
     kt_total = -(-plan.k // cfg.rows)
     nt_total = -(-plan.n // cfg.cols)
-    m_blocks = np.array(_m_blocks(plan.m, plan.mb, plan.tail), dtype=np.int64)
-    k_blocks = np.array(_blocks(kt_total, plan.kb), dtype=np.int64)
-    n_blocks = np.array(_blocks(nt_total, plan.nb), dtype=np.int64)
-    n_mb, n_kb, n_nb = len(m_blocks), len(k_blocks), len(n_blocks)
+    m0, mlen = _m_blocks(plan.m, plan.mb, plan.tail)
+    kt0, ktlen = _blocks(kt_total, plan.kb)
+    nt0, ntlen = _blocks(nt_total, plan.nb)
+    n_mb, n_kb, n_nb = len(m0), len(kt0), len(nt0)
     tiles = np.arange(n_mb * n_nb, dtype=np.int64)
     if plan.order == "m":
         mi, ni = np.divmod(tiles, n_nb)
@@ -293,10 +296,9 @@ def _step_table(plan, cfg):
 
     load_a, a_half = loads(mi, ki)
     load_b, b_half = loads(ki, ni)
-    columns = {"tile": np.repeat(tiles, n_kb), "m0": m_blocks[mi, 0], "mlen": m_blocks[mi, 1],
-               "kt0": k_blocks[ki, 0], "ktlen": k_blocks[ki, 1], "nt0": n_blocks[ni, 0],
-               "ntlen": n_blocks[ni, 1], "load_a": load_a, "a_half": a_half,
-               "load_b": load_b, "b_half": b_half, "first_k": ki == 0,
+    columns = {"tile": np.repeat(tiles, n_kb), "m0": m0[mi], "mlen": mlen[mi], "kt0": kt0[ki],
+               "ktlen": ktlen[ki], "nt0": nt0[ni], "ntlen": ntlen[ni], "load_a": load_a,
+               "a_half": a_half, "load_b": load_b, "b_half": b_half, "first_k": ki == 0,
                "last_k": ki == n_kb - 1}
     return _StepTable({name: np.asarray(value, dtype=np.int64)
                        for name, value in columns.items()}, len(tiles))
@@ -393,29 +395,46 @@ def _timeline(plan, cfg, ep=None):
     compute = _STEP_OVERHEAD + ktlen * ntlen * _matmul_cycles(cfg, mlen)
     waits = (c["first_k"] * (c["tile"] >= 2)).astype(bool)
     drains = passes * ntlen * mlen
+    # A step that neither waits for a store nor ends a tile moves only the load and execute
+    # timelines, and a run of equal ones settles: once a step moved both by the same cycles as
+    # the one before it, every later step of the run does too, and the rest of the run is
+    # jumped over. The loop runs over runs of equal steps (all other runs are one step long).
+    plain = ~(waits | last_k.astype(bool))
+    alike = np.zeros(len(plain), dtype=bool)        # step i repeats step i - 1
+    alike[1:] = (plain[1:] & plain[:-1] & (beats[1:] == beats[:-1])
+                 & (compute[1:] == compute[:-1]))
+    heads = np.flatnonzero(~alike)
+    runs = zip(*(column[heads].tolist() for column in (beats, compute, waits, c["tile"],
+                                                       last_k, drains)),
+               np.diff(np.append(heads, len(plain))).tolist())
     load_free = exec_free = store_free = 0
-    exec_end = [0, 0]                   # the steps before step 0 end at 0
-    store_end = [0, 0]                  # ... and the tiles before tile 0
+    before = 0                          # exec_free of the step before the last
+    store_end = [0, 0]                  # the tiles before tile 0 end at 0
     mesh_latency = cfg.mesh_latency
     # max() written out: this loop is most of the planner's time.
-    for beat, cost, wait, tile, last, drain in zip(
-            beats.tolist(), compute.tolist(), waits.tolist(), c["tile"].tolist(),
-            last_k.tolist(), drains.tolist()):
-        start = exec_end[-2]
-        if load_free > start:
-            start = load_free
-        load_free = start + beat
-        start = exec_free if exec_free > load_free else load_free
-        if wait and store_end[tile] > start:
-            start = store_end[tile]
-        exec_free = start + cost
-        exec_end.append(exec_free)
-        if last:
-            start = exec_free + mesh_latency
-            if store_free > start:
-                start = store_free
-            store_free = start + drain
-            store_end.append(store_free)
+    for beat, cost, wait, tile, last, drain, count in runs:
+        gap = None                      # the timelines' distances after the step before
+        for done in range(1, count + 1):
+            start = before if before > load_free else load_free
+            load_free = start + beat
+            start = exec_free if exec_free > load_free else load_free
+            if wait and store_end[tile] > start:
+                start = store_end[tile]
+            before, exec_free = exec_free, start + cost
+            if last:
+                start = exec_free + mesh_latency
+                if store_free > start:
+                    start = store_free
+                store_free = start + drain
+                store_end.append(store_free)
+            if done < count:
+                now = (load_free - exec_free, before - exec_free)
+                if now == gap:
+                    jump = (count - done) * (exec_free - before)
+                    load_free, exec_free, before = (load_free + jump, exec_free + jump,
+                                                     before + jump)
+                    break
+                gap = now
     return store_free + latency
 
 
@@ -833,14 +852,17 @@ class GemmGroups:
     The program is the groups in order (:meth:`instrs`). Group ``g`` (a :class:`_Group` in
     row ``g`` of :attr:`codes`) is made of *pieces*, in order: its LOADs (the head group's
     with the SETs before them), one *row* of ``ntlen`` MATMULs for each of its ``ktlen`` K
-    tiles, and its STORE. Two rows of a group whose :meth:`row_kind` is the same differ only
-    in :data:`PLACEMENT` fields, as do two groups whose codes differ only in the
-    :data:`PLACEMENT` columns.
+    tiles, and its STORE. Pieces differ only in *placement* (where data lives in scratchpads
+    A and B and PMEM) and in the SETs' values when their keys (:meth:`loads_key`,
+    :meth:`row_key`, :meth:`store_key`) are equal, and groups do when their codes differ only
+    in the :data:`PLACEMENT` columns.
 
     Parameters
     ----------
     cfg, m, k, n, plan, epilogue
         As for :func:`compile_gemm` (and checked the same way).
+    lowered : Lowered, optional
+        ``lower(epilogue, cfg, n=n, k=k)`` when the caller has it.
 
     Members
     -------
@@ -859,14 +881,14 @@ class GemmGroups:
     PLACEMENT = ("a_addr", "b_addr", "pmem_addr", "res_addr", "a_base", "b_base",
                  "param_addr", "aux_addr")
 
-    def __init__(self, cfg, m, k, n, *, plan=None, epilogue=None):
+    def __init__(self, cfg, m, k, n, *, plan=None, epilogue=None, lowered=None):
         if not isinstance(cfg, AccelConfig):
             raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
         m, k, n = _check_dim("m", m), _check_dim("k", k), _check_dim("n", n)
         self.cfg = cfg
         self.lowered = ep = None
         if epilogue is not None:
-            self.lowered = lower(epilogue, cfg, n=n, k=k)
+            self.lowered = lowered or lower(epilogue, cfg, n=n, k=k)
             ep = _Epilogue.of(epilogue)
         if plan is None:
             plan = plan_gemm(cfg, m, k, n, epilogue=epilogue)
@@ -894,14 +916,15 @@ class GemmGroups:
     def loads(self, group):
         """The LOADs of ``group`` (the head group's after its SETs); the first pops ``e2l``
         (from step 2), the last pushes ``l2e``."""
-        loads = [isa.Load(target=target, addr=addr, count=count) for target, addr, count in (
+        loads = [(target, addr, count) for target, addr, count in (
             (isa.Target.SPAD_A, group.a_addr, group.a_count),
             (isa.Target.SPAD_B, group.b_addr, group.b_count),
             (isa.Target.PMEM, group.pmem_addr, group.pmem_count),
             (isa.Target.SPAD_B, group.res_addr, group.res_count)) if count]
-        if loads:
-            loads[0] = loads[0].with_deps(pop_next=bool(group.pop_e2l))
-            loads[-1] = loads[-1].with_deps(push_next=True)
+        last = len(loads) - 1
+        loads = [isa.Load(target=target, addr=addr, count=count,
+                          pop_next=number == 0 and bool(group.pop_e2l), push_next=number == last)
+                 for number, (target, addr, count) in enumerate(loads)]
         return self.sets + loads if group.sets else loads
 
     def row(self, group, kt):
@@ -909,23 +932,37 @@ class GemmGroups:
         ``l2e`` (and ``s2e`` when it starts C tile 2 or later), its last pushes ``e2l`` and,
         ending its tile, ``e2s``."""
         rows, mlen, ntlen = self.cfg.rows, group.mlen, group.ntlen
-        out = [isa.Matmul(a_addr=group.a_base + kt * mlen,
-                          b_addr=group.b_base + (kt * ntlen + nt) * rows,
-                          acc_addr=group.c_base + nt * mlen, m_len=mlen,
-                          accumulate=not (group.first_k and kt == 0)) for nt in range(ntlen)]
-        if kt == 0:
-            out[0] = out[0].with_deps(pop_prev=True, pop_next=bool(group.pop_s2e))
-        if kt == group.ktlen - 1:
-            out[-1] = out[-1].with_deps(push_prev=bool(group.push_e2l),
-                                        push_next=bool(group.store))
-        return out
+        first = kt == 0                           # the step's first MATMUL is this row's first
+        last = kt == group.ktlen - 1              # ... and its last this row's last
+        return [isa.Matmul(a_addr=group.a_base + kt * mlen,
+                           b_addr=group.b_base + (kt * ntlen + nt) * rows,
+                           acc_addr=group.c_base + nt * mlen, m_len=mlen,
+                           accumulate=not (group.first_k and first),
+                           pop_prev=first and nt == 0,
+                           pop_next=first and nt == 0 and bool(group.pop_s2e),
+                           push_prev=last and nt == ntlen - 1 and bool(group.push_e2l),
+                           push_next=last and nt == ntlen - 1 and bool(group.store))
+                for nt in range(ntlen)]
+
+    def loads_key(self, group):
+        """What :meth:`loads` makes the LOADs of ``group`` from, but placement (their
+        ``addr``) and the SETs' values: LOADs of equal keys differ only there."""
+        return (group.sets and tuple(instr.index for instr in self.sets), group.a_count,
+                group.b_count, group.pmem_count, group.res_count, group.pop_e2l)
 
     @staticmethod
-    def row_kind(group, kt):
-        """``0`` for the first row of ``group``, ``2`` for the last, ``3`` for a row that is
-        both, ``1`` for the others: rows of one kind differ only in placement (``a_addr``
-        and ``b_addr``)."""
-        return (kt == 0) + 2 * (kt == group.ktlen - 1)
+    def row_key(group, kt):
+        """What :meth:`row` makes row ``kt`` of ``group`` from, but placement (``a_addr`` and
+        ``b_addr``): rows of equal keys differ only there."""
+        first, last = kt == 0, kt == group.ktlen - 1
+        return (group.mlen, group.ntlen, group.c_base, first, last, first and group.first_k,
+                first and group.pop_s2e, last and group.push_e2l, last and group.store)
+
+    def store_key(self, group):
+        """What :meth:`store` makes the STORE of ``group`` from, but placement
+        (``param_addr`` and ``aux_addr``): STOREs of equal keys differ only there."""
+        return group.store and (self.ep is not None and self.ep.op, group.mlen, group.ntlen,
+                                group.c_base, group.push_s2e)
 
     def store(self, group):
         """The STORE of ``group`` (``None`` when it has none): it drains its tile row by row,

@@ -32,11 +32,13 @@ over from call to call (another batch shape meets the same groups again).
 
 The keys are what makes this exact:
 
-* a piece's key is its group's key and its place in the group (the LOADs, a row of
-  :meth:`~bertaccel.sw.tiler.GemmGroups.row_kind`, the STORE);
+* a piece's key is the tiler's (:meth:`~bertaccel.sw.tiler.GemmGroups.loads_key`,
+  :meth:`~bertaccel.sw.tiler.GemmGroups.row_key`, :meth:`~bertaccel.sw.tiler.GemmGroups.
+  store_key`: what the piece is made from, but where it puts data), and whether
+  :func:`~bertaccel.sw.sequence.concat` opens or closes it;
 * a group's key is its row of :attr:`~bertaccel.sw.tiler.GemmGroups.codes` without the
   :attr:`~bertaccel.sw.tiler.GemmGroups.PLACEMENT` columns (addresses the model does not
-  read), with the epilogue op and, for the head group, the SETs;
+  read), with the epilogue op and, for the head group, the SETs' indices;
 * a part's key is the GEMM's shape, op and SETs (they decide its plan and so its groups), and
   whether :func:`~bertaccel.sw.sequence.concat` opens and closes it.
 
@@ -66,9 +68,13 @@ __all__ = ["GemmTimer"]
 #: The columns of GemmGroups.codes that a group's key keeps.
 _TIMED = [number for number, name in enumerate(GemmGroups.FIELDS)
           if name not in GemmGroups.PLACEMENT]
-_SETS = GemmGroups.FIELDS.index("sets")
+_SETS_COLUMN = _TIMED.index(GemmGroups.FIELDS.index("sets"))
 #: Pieces of a group.
 _LOADS, _ROW, _STORE = 0, 1, 2
+#: Entries remembered before a timer starts afresh (some 200 bytes each).
+_MEMO_LIMIT = 2_000_000
+#: Epilogue lowerings :meth:`GemmTimer.lowered` keeps.
+_KEPT_LOWERINGS = 256
 #: A fixed odd multiplier a column, to hash code rows (collisions are checked, not assumed).
 _HASH = np.random.default_rng(0x5EED).integers(1, 1 << 62, size=64, dtype=np.int64) * 2 + 1
 
@@ -99,35 +105,41 @@ class _Walk:
 
 
 class _Part:
-    """One GEMM of a program, as the walk needs it: its groups and their keys (made on the
-    first miss of the part)."""
+    """One part of a program, as the walk needs it: a GEMM (its key, and its groups and their
+    keys, made on the part's first miss) or a given :class:`~bertaccel.sw.program.Program`."""
 
-    def __init__(self, timer, m, k, n, epilogue, lowered, key):
-        self.timer = timer
-        self.shape = (m, k, n, epilogue, lowered)
-        self.key = key
+    def __init__(self, timer, m=None, k=None, n=None, epilogue=None, *, part=None):
+        self.timer, self.program = timer, part
+        if part is not None:
+            self.key = ("program", tuple(timing_view(instr) for instr in part.instrs))
+            return
+        self.shape = (m, k, n, epilogue)
+        # The shape and op decide the plan, and with the SETs every instruction's timing view.
+        self.lowered = None if epilogue is None else timer.lowered(epilogue, n, k)
+        self.key = ("gemm", m, k, n, None) if epilogue is None else \
+            ("gemm", m, k, n, self.lowered.op, tuple(index for index, _ in self.lowered.sets))
         self._groups = None
 
     def groups(self):
         """``(GemmGroups, [group key id of each group])``."""
         if self._groups is None:
-            m, k, n, epilogue, _ = self.shape
+            m, k, n, epilogue = self.shape
             timer = self.timer
             groups = GemmGroups(timer.cfg, m, k, n, plan=timer.plan(m, k, n, epilogue),
-                                epilogue=epilogue)
+                                epilogue=epilogue, lowered=self.lowered)
             distinct, inverse = _unique_rows(np.ascontiguousarray(groups.codes[:, _TIMED]))
             op = groups.ep.op if groups.ep is not None else isa.EpOp.RAW
-            heads = len(groups.sets)
-            ids = np.array([timer.group_id((op, heads if row[_TIMED.index(_SETS)] else 0,
-                                            *row)) for row in distinct.tolist()],
-                           dtype=np.int64)
+            sets = tuple(instr.index for instr in groups.sets)
+            ids = np.array([timer.group_id((op, row[_SETS_COLUMN] and sets, *row))
+                            for row in distinct.tolist()], dtype=np.int64)
             self._groups = groups, ids[inverse].tolist()
         return self._groups
 
 
 class GemmTimer:
     """Exact cycles of compiled GEMMs and of programs joined from them, on one config (see the
-    module docstring). What it learns is kept for its later calls.
+    module docstring). What it learns is kept for its later calls (up to
+    :data:`_MEMO_LIMIT` entries, then it starts afresh). Not for concurrent use.
 
     Parameters
     ----------
@@ -143,14 +155,20 @@ class GemmTimer:
     def __init__(self, cfg):
         self.cfg = cfg
         self._stepper = CycleStepper(cfg)
+        self._plans = {}            # (m, k, n, op) -> TilePlan
+        self._lowered = {}          # (id(epilogue), n, k) -> (epilogue, Lowered)
+        self.stats = {"pieces_run": 0, "instructions_run": 0}
+        self._forget()
+
+    def _forget(self):
+        """Start what is remembered afresh."""
         self._states, self._state_ids = [], {}
-        state, ref = self._stepper.state()
+        state, ref = CycleStepper(self.cfg).state()
         self._start = (self._intern(state), ref)   # the empty machine
         self._memo = {}             # (state id, key) -> (state id after, reference shift)
-        self._views = {}            # piece key -> the timing view of its instructions
+        self._written = {}          # piece key -> the first instructions written under it
         self._group_ids = {}        # group key -> id
-        self._plans = {}            # (m, k, n, op) -> TilePlan
-        self.stats = {"pieces_run": 0, "instructions_run": 0}
+        self._plans.clear()
 
     # -- the public calls ------------------------------------------------------------------------
 
@@ -172,9 +190,9 @@ class GemmTimer:
         -------
         int
         """
-        parts = [self._part(part) for part in parts]
-        if not parts:
-            raise ValueError("concat needs at least one part")
+        if len(self._memo) > _MEMO_LIMIT:
+            self._forget()
+        parts = self._parts(parts)
         walk = _Walk(*self._start)
         last = len(parts) - 1
         for number, part in enumerate(parts):
@@ -183,6 +201,11 @@ class GemmTimer:
         stepper.resume(self._states[walk.sid], walk.ref)
         return stepper.cycles()
 
+    def key(self, parts):
+        """What decides the cycles of :meth:`concat` of ``parts``, as a tuple: equal keys,
+        equal cycles."""
+        return tuple(part.key for part in self._parts(parts))
+
     def plan(self, m, k, n, epilogue):
         """:func:`~bertaccel.sw.tiler.plan_gemm`'s plan (kept: it depends on the op only)."""
         key = (m, k, n, None if epilogue is None else epilogue.op)
@@ -190,6 +213,19 @@ class GemmTimer:
         if plan is None:
             plan = self._plans[key] = plan_gemm(self.cfg, m, k, n, epilogue=epilogue)
         return plan
+
+    def lowered(self, epilogue, n, k):
+        """``lower(epilogue, cfg, n=n, k=k)``, kept for the last :data:`_KEPT_LOWERINGS`
+        epilogue objects (a per-channel REQUANT takes milliseconds to lower); an entry holds
+        its object, so that the ``id`` it is found by is not reused while it is kept."""
+        key = (id(epilogue), n, k)
+        kept = self._lowered.pop(key, None)
+        if kept is None:
+            kept = (epilogue, lower(epilogue, self.cfg, n=n, k=k))
+        self._lowered[key] = kept                 # the newest last
+        if len(self._lowered) > _KEPT_LOWERINGS:
+            del self._lowered[next(iter(self._lowered))]
+        return kept[1]
 
     def group_id(self, key):
         """A small int for a group key."""
@@ -207,24 +243,31 @@ class GemmTimer:
             self._states.append(state)
         return number
 
-    def _part(self, part):
-        if isinstance(part, Program):
-            if part.cfg != self.cfg:
-                raise ValueError(f"a part is compiled for {part.cfg.tag}, not {self.cfg.tag}")
-            return part
-        m, k, n, epilogue = part
-        lowered = None if epilogue is None else lower(epilogue, self.cfg, n=n, k=k)
-        key = (m, k, n, None) if lowered is None else \
-            (m, k, n, lowered.op, tuple(index for index, _ in lowered.sets))
-        return _Part(self, m, k, n, epilogue, lowered, key)
+    def _parts(self, parts):
+        """The :class:`_Part` of each of ``parts`` (a GEMM given twice with one epilogue object
+        is made once)."""
+        made, out = {}, []
+        for part in parts:
+            if isinstance(part, Program):
+                if part.cfg != self.cfg:
+                    raise ValueError(f"a part is compiled for {part.cfg.tag}, not "
+                                     f"{self.cfg.tag}")
+                out.append(_Part(self, part=part))
+                continue
+            m, k, n, epilogue = part
+            identity = (m, k, n, id(epilogue))
+            if identity not in made:
+                made[identity] = _Part(self, m, k, n, epilogue)
+            out.append(made[identity])
+        if not out:
+            raise ValueError("concat needs at least one part")
+        return out
 
     def _walk_part(self, walk, part, opened, closed):
-        if isinstance(part, Program):
-            key = ("program", tuple(timing_view(instr) for instr in part.instrs), opened,
-                   closed)
-            self._piece(walk, key, lambda: _joined(list(part.instrs), opened, closed))
+        key = (part.key, opened, closed)
+        if part.program is not None:
+            self._piece(walk, key, lambda: _joined(list(part.program.instrs), opened, closed))
             return
-        key = ("part", part.key, opened, closed)
         memo = self._memo
         hit = memo.get((walk.sid, key))
         if hit is not None:
@@ -252,14 +295,14 @@ class GemmTimer:
         """Walk group ``g`` of ``groups`` (key ``gid``) piece by piece, and remember it."""
         sid, ref = walk.sid, walk.ref
         group = groups.group(g)
-        self._piece(walk, (gid, _LOADS),
+        self._piece(walk, (_LOADS, groups.loads_key(group), opened),
                     lambda: _joined(groups.loads(group), opened, False))
         for kt in range(group.ktlen):
-            self._piece(walk, (gid, _ROW, groups.row_kind(group, kt)),
-                        lambda: groups.row(group, kt))
+            self._piece(walk, (_ROW, groups.row_key(group, kt)), lambda: groups.row(group, kt))
         store = groups.store(group)
         if store is not None:
-            self._piece(walk, (gid, _STORE), lambda: _joined([store], False, closed))
+            self._piece(walk, (_STORE, groups.store_key(group), closed),
+                        lambda: _joined([store], False, closed))
         elif closed:        # a GEMM ends with its last tile's STORE
             raise AssertionError(f"the last group of {groups.plan} has no STORE")
         self._memo[(sid, gid)] = (walk.sid, walk.ref - ref)
@@ -287,9 +330,11 @@ class GemmTimer:
         walk.sid, walk.ref, walk.live = sid, ref, True
 
     def _check(self, key, instrs):
-        view = tuple(timing_view(instr) for instr in instrs)
-        known = self._views.setdefault(key, view)
-        if known != view:
+        """Raise unless ``instrs`` read as the first piece written under ``key`` does."""
+        known = self._written.setdefault(key, instrs)
+        if known is instrs or known == instrs:
+            return
+        if [timing_view(instr) for instr in known] != [timing_view(instr) for instr in instrs]:
             raise RuntimeError(f"two pieces under the timing key {key!r} differ in what the "
                                f"cycle model reads: the key misses a field")
 
