@@ -72,6 +72,7 @@ step-by-step timeline ranks the best few.
 """
 
 import dataclasses
+import functools
 import heapq
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -469,9 +470,11 @@ def _score(cfg, m, kt_total, nt_total, mb, kb, nb, order):
     return cycles, n_steps, n_mb * n_nb
 
 
+@functools.lru_cache(maxsize=4096)
 def _sizes(total, cap, extra=10):
     """Block sizes worth trying for ``total`` items under ``cap``: the balanced splits
-    ``ceil(total / j)`` from the largest that fits, plus the powers of two."""
+    ``ceil(total / j)`` from the largest that fits, plus the powers of two (a tuple: the
+    planner asks for the same sizes many times)."""
     cap = min(cap, total)
     out = set()
     j = -(-total // cap)
@@ -485,7 +488,7 @@ def _sizes(total, cap, extra=10):
     while power <= cap:
         out.add(power)
         power *= 2
-    return sorted(out)
+    return tuple(sorted(out))
 
 
 def _plan_plain(cfg, m, k, n):
@@ -519,19 +522,22 @@ def _plan_plain(cfg, m, k, n):
     near = [c for c in candidates if c[0] <= best_score * (1 + _CYCLES_SLACK)]
     chosen = set(heapq.nsmallest(_TIMED_CANDIDATES, candidates))
     chosen.update(heapq.nsmallest(_TIMED_CANDIDATES, near, key=lambda c: (c[1], c[0])))
-    timed = []
-    for cycles, n_steps, mb, nb, kb, order, n_tiles in sorted(chosen):
-        plan = TilePlan(m=m, k=k, n=n, mb=-mb, kb=-kb, nb=-nb, order=order, n_steps=n_steps,
-                        n_tiles=n_tiles, est_cycles=cycles, macs_per_cycle=cfg.macs_per_cycle)
-        if n_steps <= _TIMED_MAX_STEPS:
-            plan = dataclasses.replace(plan, est_cycles=_timeline(plan, cfg))
-        timed.append(plan)
-    # Within a hair of the fastest, prefer fewer steps: fewer instructions, and the estimate
-    # is not that precise.
+    return _pick(cfg, [TilePlan(m=m, k=k, n=n, mb=-mb, kb=-kb, nb=-nb, order=order,
+                                n_steps=n_steps, n_tiles=n_tiles, est_cycles=cycles,
+                                macs_per_cycle=cfg.macs_per_cycle)
+                       for cycles, n_steps, mb, nb, kb, order, n_tiles in sorted(chosen)])
+
+
+def _pick(cfg, plans, ep=None):
+    """Of ``plans`` (sorted by their closed-form estimate), the one to use: each is timed step
+    by step (:func:`_timeline`; past ``_TIMED_MAX_STEPS`` steps its closed form stands), and
+    of those within ``_CYCLES_SLACK`` of the fastest, the one with fewest steps (fewer
+    instructions, and the estimate is not that precise)."""
+    timed = [dataclasses.replace(plan, est_cycles=_timeline(plan, cfg, ep))
+             if plan.n_steps <= _TIMED_MAX_STEPS else plan for plan in plans]
     fastest = min(plan.est_cycles for plan in timed)
-    best = min((plan for plan in timed if plan.est_cycles <= fastest * (1 + _CYCLES_SLACK)),
+    return min((plan for plan in timed if plan.est_cycles <= fastest * (1 + _CYCLES_SLACK)),
                key=lambda plan: (plan.n_steps, plan.est_cycles))
-    return best
 
 
 def plan_gemm(cfg, m, k, n, *, epilogue=None):
@@ -622,17 +628,11 @@ def _plan_epilogue(cfg, m, k, n, ep):
     near = [c for c in candidates if c[0] <= best_score * (1 + _CYCLES_SLACK)]
     chosen = set(heapq.nsmallest(2 * _TIMED_CANDIDATES, candidates))
     chosen.update(heapq.nsmallest(_TIMED_CANDIDATES, near, key=lambda c: (c[1], c[0])))
-    timed = []
-    for cycles, n_steps, mb, nb, kb, order, tail, n_tiles in sorted(chosen):
-        plan = TilePlan(m=m, k=k, n=n, mb=-mb, kb=-kb, nb=-nb, order=order, n_steps=n_steps,
-                        n_tiles=n_tiles, est_cycles=cycles, macs_per_cycle=cfg.macs_per_cycle,
-                        tail=tail, op=name)
-        if n_steps <= _TIMED_MAX_STEPS:
-            plan = dataclasses.replace(plan, est_cycles=_timeline(plan, cfg, ep))
-        timed.append(plan)
-    fastest = min(plan.est_cycles for plan in timed)
-    return min((plan for plan in timed if plan.est_cycles <= fastest * (1 + _CYCLES_SLACK)),
-               key=lambda plan: (plan.n_steps, plan.est_cycles))
+    return _pick(cfg, [TilePlan(m=m, k=k, n=n, mb=-mb, kb=-kb, nb=-nb, order=order,
+                                n_steps=n_steps, n_tiles=n_tiles, est_cycles=cycles,
+                                macs_per_cycle=cfg.macs_per_cycle, tail=tail, op=name)
+                       for cycles, n_steps, mb, nb, kb, order, tail, n_tiles in sorted(chosen)],
+                 ep)
 
 
 def _score_blockings(cfg, m, k, n, ep, blockings):
