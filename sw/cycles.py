@@ -9,6 +9,9 @@ in the simulation harness (:class:`bertaccel.hw.harness.SimHarness`) with free-r
     report.breakdown               # {"compute": .., "preload": .., "load_wait": .., ...}
     report.start, report.end       # per instruction, in cycles after ``start``
 
+:class:`CycleStepper` runs the same units on a program piece by piece and reads their state
+between two pieces, normalised: what :mod:`bertaccel.sw.timing` builds its exact shortcuts on.
+
 It works instruction by instruction, not cycle by cycle: every unit is in-order and every
 constraint between units is "not before cycle X", so each time is a ``max`` of earlier times (a
 max-plus recurrence evaluated in program order; a legal program never pops a token that a later
@@ -118,8 +121,8 @@ from ..hw.epilogue import Schedule
 from ..hw.harness import SimHarness, harness_chunks
 from ..hw.store import StoreUnit
 
-__all__ = ["CycleModel", "CycleReport", "CycleStepper", "TIMED_FIELDS", "timing_view", "BREAKDOWN", "OP_CLASSES", "EPILOGUE_CLASS",
-           "STAGE_CLASSES", "rtl_chunks", "model_cycles", "FIRST_INSTRUCTION", "QUEUE_LATENCY",
+__all__ = ["CycleModel", "CycleReport", "CycleStepper", "TIMED_FIELDS", "timing_view",
+           "BREAKDOWN", "OP_CLASSES", "EPILOGUE_CLASS", "STAGE_CLASSES", "rtl_chunks", "model_cycles", "FIRST_INSTRUCTION", "QUEUE_LATENCY",
            "TOKEN_DELAY", "DONE_CYCLES", "STORE_READ_TO_FIFO", "PRELOAD_EXTRA", "ACC_WRITE_EXTRA"]
 
 #: The classes of :attr:`CycleReport.breakdown`, in report order.
@@ -1057,7 +1060,8 @@ class CycleStepper:
         self._ran = self._ran or n > 0
 
     def state(self):
-        """``(key, ref)``: the normalised state (a tuple of ints) and its reference cycle."""
+        """``(key, ref)``: the normalised state (a hashable tuple) and its reference
+        cycle."""
         floor, last_pop = self._clock
         rings, filled = self._queues
         depth = len(rings[0])
@@ -1079,8 +1083,8 @@ class CycleStepper:
         rings, filled = self._queues
         depth = len(rings[0])
         for q, ring in enumerate(rings):
-            # entry depth - 1 comes next: entries 0..depth-2 are the ones it and the next wait
-            # for
+            # The queue as if it held depth - 1 entries: the next one (entry depth - 1) and
+            # those after it wait for entries 0, 1, ... to reach the output.
             part = waits[q * (depth - 1):(q + 1) * (depth - 1)]
             ring[:depth - 1] = [ref + t for t in part]
             filled[q] = depth - 1
@@ -1093,10 +1097,11 @@ class CycleStepper:
         self._ran = ran
 
     def cycles(self):
-        """Cycles of the program run so far, as :meth:`CycleModel.run` counts them."""
-        present = self._clock[0]
-        last_busy = max(unit.end for unit in self._units)
-        last_busy = max(last_busy, -1, present if self._ran else -1)
+        """Cycles of the program run so far, as :meth:`CycleModel.run` counts them (the
+        harness is done after the last busy cycle and once every instruction was taken)."""
+        last_busy = max(max(unit.end for unit in self._units), -1)
+        if self._ran:
+            last_busy = max(last_busy, self._clock[0])
         return last_busy + DONE_CYCLES
 
 

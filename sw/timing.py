@@ -148,8 +148,9 @@ class GemmTimer:
     Members
     -------
     stats : dict
-        ``pieces_run`` (pieces written and run on the stepper), ``instructions_run`` (their
-        instructions), ``states`` (distinct states met), ``memo`` (entries remembered).
+        ``pieces_run`` (pieces written and run on the stepper) and ``instructions_run`` (their
+        instructions), over the timer's life; :attr:`counts` adds the sizes of what it
+        remembers.
     """
 
     def __init__(self, cfg):
@@ -340,7 +341,8 @@ class GemmTimer:
 
     @property
     def counts(self):
-        """``stats`` with the sizes of what is remembered."""
+        """:attr:`stats` with ``states`` (distinct states met) and ``memo`` (entries
+        remembered)."""
         return dict(self.stats, states=len(self._states), memo=len(self._memo))
 
 
