@@ -122,8 +122,9 @@ from ..hw.harness import SimHarness, harness_chunks
 from ..hw.store import StoreUnit
 
 __all__ = ["CycleModel", "CycleReport", "CycleStepper", "TIMED_FIELDS", "timing_view",
-           "BREAKDOWN", "OP_CLASSES", "EPILOGUE_CLASS", "STAGE_CLASSES", "rtl_chunks", "model_cycles", "FIRST_INSTRUCTION", "QUEUE_LATENCY",
-           "TOKEN_DELAY", "DONE_CYCLES", "STORE_READ_TO_FIFO", "PRELOAD_EXTRA", "ACC_WRITE_EXTRA"]
+           "BREAKDOWN", "OP_CLASSES", "EPILOGUE_CLASS", "STAGE_CLASSES", "rtl_chunks",
+           "model_cycles", "FIRST_INSTRUCTION", "QUEUE_LATENCY", "TOKEN_DELAY", "DONE_CYCLES",
+           "STORE_READ_TO_FIFO", "PRELOAD_EXTRA", "ACC_WRITE_EXTRA"]
 
 #: The classes of :attr:`CycleReport.breakdown`, in report order.
 BREAKDOWN = ("compute", "zero_slots", "preload", "load_wait", "store_wait", "dispatch",
