@@ -58,10 +58,10 @@ import numpy as np
 
 from ..hw import isa
 from .cycles import CycleStepper, timing_view
+from .epilogue import lower
 from .program import Program
 from .sequence import close_part, open_part
 from .tiler import GemmGroups, plan_gemm
-from .epilogue import lower
 
 __all__ = ["GemmTimer"]
 
