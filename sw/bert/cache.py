@@ -27,8 +27,9 @@ __all__ = ["CompileCache", "default_root", "CacheError"]
 #: The sources whose change invalidates a compiled entry (relative to the package's parent).
 _COMPILER_SOURCES = ("sw/bert/compile.py", "sw/bert/quant.py", "sw/bert/load.py",
                      "sw/epilogue.py", "golden/intops.py", "golden/sentences.py")
-#: ... and a timing entry: the cycle model, the tiler, and the hardware it models.
-_TIMING_SOURCES = ("sw/cycles.py", "sw/tiler.py", "sw/sequence.py", "sw/bert/run.py")
+#: ... and a timing entry: the cycle model and its timer, the tiler, and the hardware it models.
+_TIMING_SOURCES = ("sw/cycles.py", "sw/tiler.py", "sw/sequence.py", "sw/timing.py",
+                   "sw/bert/run.py", "sw/bert/timing.py")
 
 
 class CacheError(OSError):
