@@ -537,13 +537,15 @@ def _cmd_seqpoint(args):
     _quiet_transformers()
     from ..analysis.seqpoint import format_report, seqpoint_text_set
     from .bert import BertError
+    from .bert.cache import CacheError, CompileCache
     cfg = _config(args.config)
     if args.k < 1:
         raise _UsageError(f"--k must be at least 1, not {args.k}")
     try:
+        cache = None if args.no_cache else CompileCache(args.cache_dir).check()
         report, _ = seqpoint_text_set(args.model, cfg, args.texts, ks=range(1, args.k + 1),
-                                      seed=args.seed, log=_stderr_log(args))
-    except BertError as error:
+                                      seed=args.seed, cache=cache, log=_stderr_log(args))
+    except (BertError, CacheError) as error:
         raise _UsageError(str(error)) from None
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0
@@ -686,6 +688,10 @@ def _parser():
                                "a line (stdlib)")
     seqpoint.add_argument("--k", type=int, default=10, help="try k = 1 .. K points (10)")
     seqpoint.add_argument("--seed", type=int, default=0, help="seeds random weights (0)")
+    seqpoint.add_argument("--no-cache", action="store_true",
+                          help="compile the model afresh and keep nothing on disk")
+    seqpoint.add_argument("--cache-dir", metavar="D",
+                          help="compile cache folder ($BERTACCEL_CACHE or ~/.cache/bertaccel)")
     seqpoint.add_argument("--json", action="store_true", help="print one JSON object")
     seqpoint.set_defaults(func=_cmd_seqpoint)
 
