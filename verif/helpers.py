@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import torch
 from bertaccel.hw import isa
-from bertaccel.sw.bert import BertProgram
+from bertaccel.sw.bert import BertProgram, compile_bert
 from bertaccel.sw.bert.quant import SplitB, split_rows
 from bertaccel.sw.cycles import CycleModel
 from bertaccel.sw.multitask.ondevice import base_ints, delta_columns, task_layer
@@ -16,7 +16,7 @@ from bertaccel.sw.multitask.rowdelta import (WEIGHT_STAGES, RowDelta, TaskDelta,
                                              base_fingerprint, stage_shape)
 
 __all__ = ["check_model_cycles", "check_outputs", "load", "matmul", "store", "two_pass_sets",
-           "pass_order", "random_task_delta", "merged_program"]
+           "pass_order", "token_batch", "random_bert", "random_task_delta", "merged_program"]
 
 
 def check_model_cycles(device, program, result, *, what=""):
@@ -97,6 +97,31 @@ def pass_order(rows, two_pass):
 
 
 # Multi-task: a random task on a compiled base, and the merged-weight model it must equal.
+
+def token_batch(gen, lengths, vocab):
+    """A padded batch of random token ids, one sequence of each of ``lengths``."""
+    seq = max(lengths)
+    ids = torch.randint(1, vocab, (len(lengths), seq), generator=gen)
+    mask = (torch.arange(seq)[None] < torch.tensor(lengths)[:, None]).long()
+    return {"input_ids": ids * mask, "attention_mask": mask,
+            "token_type_ids": torch.zeros_like(ids)}
+
+
+def random_bert(cfg, *, seed, hidden=40, heads=4, intermediate=72, layers=2, lengths=(11, 6)):
+    """A random ``transformers`` BertModel compiled for ``cfg`` (calibrated on random tokens),
+    and a padded batch of random tokens with ``lengths``: ``(bert, batch)``."""
+    import transformers
+
+    torch.manual_seed(seed)
+    model = transformers.BertModel(transformers.BertConfig(
+        vocab_size=90, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        intermediate_size=intermediate, max_position_embeddings=48, type_vocab_size=2),
+        add_pooling_layer=False).eval()
+    gen = torch.Generator().manual_seed(seed)
+    calibration = [token_batch(gen, [21, 17, 9, 3], 90) for _ in range(3)]
+    bert = compile_bert(model, cfg, calibration=calibration, name="small")
+    return bert, token_batch(gen, list(lengths), 90)
+
 
 def _perturbed(gen, value, spread):
     value = np.asarray(value, dtype=np.float64)

@@ -26,7 +26,7 @@ from bertaccel.sw.multitask.ondevice import (apply_task, base_ints, model_bytes,
                                              switch_bytes)
 from bertaccel.sw.multitask.rowdelta import (DeltaError, RowDelta, TaskDelta,
                                              base_fingerprint, load_delta)
-from verif.helpers import merged_program, random_task_delta
+from verif.helpers import merged_program, random_bert, random_task_delta, token_batch
 
 transformers = pytest.importorskip("transformers")
 
@@ -41,26 +41,8 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def _tokens(gen, lengths, vocab):
-    seq = max(lengths)
-    ids = torch.randint(1, vocab, (len(lengths), seq), generator=gen)
-    mask = (torch.arange(seq)[None] < torch.tensor(lengths)[:, None]).long()
-    return {"input_ids": ids * mask, "attention_mask": mask,
-            "token_type_ids": torch.zeros_like(ids)}
-
-
-def small_bert(config, *, hidden=40, heads=4, intermediate=72, layers=2):
-    """A random BertModel compiled for ``config`` (calibrated on random tokens) and a padded
-    batch."""
-    torch.manual_seed(SEED)
-    model = transformers.BertModel(transformers.BertConfig(
-        vocab_size=90, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        intermediate_size=intermediate, max_position_embeddings=48, type_vocab_size=2),
-        add_pooling_layer=False).eval()
-    gen = torch.Generator().manual_seed(SEED)
-    calibration = [_tokens(gen, [21, 17, 9, 3], 90) for _ in range(3)]
-    bert = compile_bert(model, PRESETS[config], calibration=calibration, name="small")
-    return bert, _tokens(gen, [11, 6], 90)
+def small_bert(config, **shape):
+    return random_bert(PRESETS[config], seed=SEED, **shape)
 
 
 @pytest.fixture(scope="module", params=["8x8", "4x8"])
@@ -107,7 +89,7 @@ def test_base_ints_match_weight_ints():
         vocab_size=90, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
         intermediate_size=64, max_position_embeddings=48), add_pooling_layer=False).eval()
     gen = torch.Generator().manual_seed(SEED)
-    bert = compile_bert(model, PRESETS["8x8"], calibration=[_tokens(gen, [20, 9], 90)])
+    bert = compile_bert(model, PRESETS["8x8"], calibration=[token_batch(gen, [20, 9], 90)])
     quant, layer = bert.layers[0], model.encoder.layer[0]
     self_attn = layer.attention.self
     w_qkv = torch.cat([m.weight.detach().double().t()
