@@ -99,8 +99,9 @@ def _config(name, fractions, log):
             cycles, merged = timer.model(b, SEQ)[0], merged_timer.model(b, SEQ)[0]
             row[f"b{b}"] = {"cycles": cycles, "merged_cycles": merged, "base_cycles": base[b],
                             "overhead": cycles / merged - 1}
+        one = row["b1"]
         log(f"{name} rows {fraction:.0%}: +{row['delta_rows']} K-rows; cycles (1 x {SEQ}) "
-            f"{row['b1']['cycles']} vs merged {row['b1']['merged_cycles']}: {row['b1']['overhead']:+.2%}; "
+            f"{one['cycles']} vs merged {one['merged_cycles']}: {one['overhead']:+.2%}; "
             f"batch 8 {row['b8']['overhead']:+.2%}; switch "
             f"{row['switch_bytes']['total']} B ({row['switch_bytes']['rows']} B rows + "
             f"{row['switch_bytes']['vectors']} B vectors) vs whole model {whole['total']} B: "
