@@ -24,8 +24,7 @@ from bertaccel.sw.bert.quant import weight_ints
 from bertaccel.sw.bert.timing import StageTimer
 from bertaccel.sw.multitask.ondevice import (apply_task, base_ints, model_bytes,
                                              switch_bytes)
-from bertaccel.sw.multitask.rowdelta import (DeltaError, RowDelta, TaskDelta,
-                                             base_fingerprint, load_delta)
+from bertaccel.sw.multitask.rowdelta import DeltaError, RowDelta, base_fingerprint, load_delta
 from verif.helpers import merged_program, random_bert, random_task_delta, token_batch
 
 transformers = pytest.importorskip("transformers")
