@@ -11,7 +11,7 @@ from bertaccel.hw import isa
 from bertaccel.sw.bert import BertProgram, compile_bert
 from bertaccel.sw.bert.quant import SplitB, split_rows
 from bertaccel.sw.cycles import CycleModel
-from bertaccel.sw.multitask.ondevice import base_ints, delta_columns, task_layer
+from bertaccel.sw.multitask.ondevice import base_ints, delta_columns, task_epilogues
 from bertaccel.sw.multitask.rowdelta import (WEIGHT_STAGES, RowDelta, TaskDelta,
                                              base_fingerprint, stage_shape)
 
@@ -187,11 +187,12 @@ def merged_program(bert, delta):
     task's epilogue vectors. Returns ``(program, extra)``: ``extra`` counts the rows that
     splitting the merged weights added beyond the base's own split rows."""
     layers, extra = [], 0
-    vectors_only = dataclasses.replace(delta, rows={})
     for layer in range(bert.spec.layers):
-        quant = task_layer(bert, layer, vectors_only)
+        quant = bert.layers[layer]
         changes = {}
         for stage in WEIGHT_STAGES:
+            if delta.vectors.get((layer, stage)):
+                changes.update(task_epilogues(quant, stage, delta.vectors[(layer, stage)]))
             part = delta.rows.get((layer, stage))
             if part is None:
                 continue
@@ -202,7 +203,7 @@ def merged_program(bert, delta):
             columns = delta_columns(quant, stage, torch.arange(k))
             b, index = split_rows(_in_order(q, columns), torch.arange(k))
             extra += b.shape[0] - split_rows(_in_order(base, columns), torch.arange(k))[0].shape[0]
-            split = getattr(bert.layers[layer], stage)
+            split = getattr(quant, stage)
             own = split.index < k
             changes[stage] = SplitB(b=torch.cat([b, split.b[~own]]),
                                     index=torch.cat([index, split.index[~own]]))

@@ -24,6 +24,8 @@ are the bytes a device that keeps its weights resident would move.)
 """
 
 import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import torch
 
@@ -32,8 +34,9 @@ from ..bert.compile import BertProgram
 from ..bert.quant import SplitB
 from .rowdelta import WEIGHT_STAGES, stage_shape
 
-__all__ = ["apply_task", "task_layer", "base_ints", "delta_columns", "switch_bytes",
-           "model_bytes", "PMEM_WORD_BYTES"]
+__all__ = ["apply_task", "TaskProgram", "StackedB", "TaskOperands", "task_layer",
+           "task_epilogues", "base_ints", "delta_columns", "switch_bytes", "model_bytes",
+           "PMEM_WORD_BYTES"]
 
 #: Bytes of one column's epilogue parameters in the parameter memory.
 PMEM_WORD_BYTES = PmemWord.size // 8
@@ -70,8 +73,72 @@ def base_ints(bert, layer, stage):
     return summed[delta_columns(quant, stage, torch.arange(k))]
 
 
-def _epilogues(quant, stage, fields):
-    """The stage's epilogues with the task's ``fields`` in place of the base's."""
+@dataclass
+class StackedB:
+    """A task's B operand of one stage: the base's (shared, never copied) with the delta's rows
+    below it. It stands where the compiler puts a :class:`~bertaccel.sw.bert.quant.SplitB`.
+
+    Members
+    -------
+    base : SplitB
+        The base's operand (padded as the base program pads it).
+    rows : torch.Tensor
+        ``(r, n)`` int8: the delta's values (and zero rows where the program pads).
+    columns : torch.Tensor
+        ``(r,)`` int64: the A column each of ``rows`` multiplies.
+    index : torch.Tensor
+        ``(k,)`` int64: the A column of every row, the base's then ``columns``.
+    """
+
+    base: SplitB
+    rows: torch.Tensor
+    columns: torch.Tensor
+    index: torch.Tensor = field(init=False)
+
+    def __post_init__(self):
+        self.index = torch.cat([self.base.index, self.columns])
+
+    @property
+    def k(self):
+        return self.base.k + self.rows.shape[0]
+
+    @property
+    def b(self):
+        """``(k, n)`` int8, stacked when read (for a device call, then dropped)."""
+        return torch.cat([self.base.b, self.rows])
+
+    def padded(self, k):
+        """The same operand with zero rows (after the delta's) up to ``k`` rows."""
+        extra = k - self.k
+        if extra <= 0:
+            return self
+        n = self.rows.shape[1]
+        return StackedB(self.base, torch.cat([self.rows, torch.zeros((extra, n),
+                                                                     dtype=torch.int8)]),
+                        torch.cat([self.columns, torch.zeros(extra, dtype=torch.int64)]))
+
+
+class TaskOperands(Mapping):
+    """A task layer's B operands by name (as :class:`~bertaccel.sw.bert.compile.BertProgram`
+    names them): the base's tensors with the delta's rows stacked below them when read."""
+
+    def __init__(self, base, rows):
+        self.base = base
+        self.rows = rows
+
+    def __getitem__(self, name):
+        return torch.cat([self.base[name], self.rows[name]])
+
+    def __iter__(self):
+        return iter(self.base)
+
+    def __len__(self):
+        return len(self.base)
+
+
+def task_epilogues(quant, stage, fields):
+    """The stage's epilogues of the base layer ``quant`` with the task's ``fields`` in place of
+    the base's: ``{QuantLayer field: epilogue}``."""
     fields = {name: torch.as_tensor(value, dtype=torch.float64).numpy()
               for name, value in fields.items()}
     if stage != "w1":
@@ -86,30 +153,64 @@ def _epilogues(quant, stage, fields):
 
 
 def task_layer(bert, layer, delta):
-    """Layer ``layer`` of ``bert`` with the task ``delta``'s rows appended to its B operands
-    and its epilogue vectors in place: a :class:`~bertaccel.sw.bert.quant.QuantLayer` whose
-    B operands begin with the base's rows, unchanged."""
+    """Layer ``layer`` of ``bert`` with the task ``delta``'s rows below its B operands
+    (:class:`StackedB`, every weight stage, with no rows where the delta has none) and its
+    epilogue vectors in place."""
     quant = bert.layers[layer]
     changes = {}
     for stage in WEIGHT_STAGES:
-        rows = delta.rows.get((layer, stage))
-        if rows is None or rows.rows.size == 0:
-            continue
-        split = getattr(quant, stage)
-        changes[stage] = SplitB(
-            b=torch.cat([split.b, torch.from_numpy(rows.values)]),
-            index=torch.cat([split.index, delta_columns(quant, stage, rows.rows)]))
-    for stage in WEIGHT_STAGES:
+        part = delta.rows.get((layer, stage))
+        n = stage_shape(bert.spec, stage)[1]
+        rows = torch.zeros((0, n), dtype=torch.int8) if part is None \
+            else torch.from_numpy(part.values)
+        columns = torch.zeros(0, dtype=torch.int64) if part is None \
+            else delta_columns(quant, stage, part.rows)
+        changes[stage] = StackedB(getattr(quant, stage), rows, columns)
         fields = delta.vectors.get((layer, stage))
         if fields:
-            changes.update(_epilogues(quant, stage, fields))
-    return dataclasses.replace(quant, **changes) if changes else quant
+            changes.update(task_epilogues(quant, stage, fields))
+    return dataclasses.replace(quant, **changes)
+
+
+class TaskProgram(BertProgram):
+    """A task on the compiled base: the base's program with the delta's rows below every B
+    operand and the task's epilogue vectors. Every device, the fast path and the stage timer
+    run it as they run the base. It holds the delta's rows and shares everything else with the
+    base (the B operands are stacked only when a device call reads them).
+
+    Parameters
+    ----------
+    base : BertProgram
+    delta : TaskDelta
+
+    Raises
+    ------
+    DeltaError
+        The delta does not fit ``base`` (:meth:`~.rowdelta.TaskDelta.check`).
+    BertError
+        The deeper GEMMs do not fit the config.
+    """
+
+    def __init__(self, base, delta):
+        delta.check(base)
+        self.base, self.delta = base, delta
+        layers = [task_layer(base, layer, delta) for layer in range(base.spec.layers)]
+        super().__init__(base.cfg, base.spec, layers, x_embed=base.x_embed,
+                         calibration=base.calibration, embeddings=base.embeddings,
+                         tokenizer=base.tokenizer, name=f"{base.name}+{delta.name}")
+        self.check_fit()
+
+    def _layer_operands(self, number, layer):
+        w1 = layer.w1.rows
+        return TaskOperands(self.base.operands[number], {
+            "qkv": layer.qkv.rows, "wo": layer.wo.rows, "w2": layer.w2.rows,
+            "w1_main": w1[:, layer.h_keep].contiguous(),
+            "w1_out": w1[:, layer.h.outliers].contiguous()})
 
 
 def apply_task(bert, delta):
     """The task ``delta`` (a :class:`~.rowdelta.TaskDelta`) on the compiled base ``bert``: a
-    :class:`~bertaccel.sw.bert.compile.BertProgram` that every device, the fast path and the
-    stage timer run as they run the base.
+    :class:`TaskProgram`.
 
     Raises
     ------
@@ -118,13 +219,7 @@ def apply_task(bert, delta):
     BertError
         The deeper GEMMs do not fit the config.
     """
-    delta.check(bert)
-    layers = [task_layer(bert, layer, delta) for layer in range(bert.spec.layers)]
-    task = BertProgram(bert.cfg, bert.spec, layers, x_embed=bert.x_embed,
-                       calibration=bert.calibration, embeddings=bert.embeddings,
-                       tokenizer=bert.tokenizer, name=f"{bert.name}+{delta.name}")
-    task.check_fit()
-    return task
+    return TaskProgram(bert, delta)
 
 
 def _pmem_bytes(cfg, n):

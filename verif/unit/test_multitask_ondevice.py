@@ -62,11 +62,15 @@ def test_task_equals_merged_on_device_and_fast_path(small, fits):
     gen = torch.Generator().manual_seed(SEED + fits)
     delta = random_task_delta(bert, gen, fits=fits)
     task = apply_task(bert, delta)
-    for base_q, task_q in zip(bert.layers, task.layers):
-        for stage in ("qkv", "wo", "w1", "w2"):     # the base's rows, unchanged, come first
-            base_b = getattr(base_q, stage).b
-            assert torch.equal(getattr(task_q, stage).b[:base_b.shape[0]], base_b)
-            assert task.k[stage] >= bert.k[stage] + 1
+    for number, (base_q, task_q) in enumerate(zip(bert.layers, task.layers)):
+        for stage in ("qkv", "wo", "w1", "w2"):
+            # The task holds the base's operand itself (shared, not a copy) and the delta's
+            # rows; a device call reads them stacked, the base's rows first.
+            stacked = getattr(task_q, stage)
+            assert stacked.base.b is getattr(base_q, stage).b
+            assert stacked.rows.shape[0] == task.k[stage] - bert.k[stage] >= 1
+            assert torch.equal(stacked.b[:bert.k[stage]], stacked.base.b)
+        assert task.operands[number].base is bert.operands[number]
     device = run_bert(SoftwareDevice(bert.cfg), task, **batch, trace=True)
     out, trace = _fast(task, batch)
     for key, want in device.trace.items():
