@@ -79,8 +79,7 @@ def peak_memory(texts, count, batch_size, cache_dir):
                    "--output", str(Path(folder) / "out.npy"), "--no-fp32", "--quiet",
                    "--batch-size", str(batch_size), "--cache-dir", str(cache_dir), "--json"]
         begin = time.perf_counter()
-        subprocess.run(command, check=True, capture_output=True,
-                       env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+        _child(command)
         wall = time.perf_counter() - begin
         rows = np.load(Path(folder) / "out.npy", mmap_mode="r").shape[0]
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -108,9 +107,16 @@ print(torch.cat(parts).shape)
 
 def _wall(command):
     begin = time.perf_counter()
-    subprocess.run(command, check=True, capture_output=True,
-                   env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    _child(command)
     return time.perf_counter() - begin
+
+
+def _child(command):
+    """Run ``command`` with one thread; its stderr in the error when it fails."""
+    done = subprocess.run(command, capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    if done.returncode:
+        raise SystemExit(f"{' '.join(command[:4])} ... failed: {done.stderr.strip()}")
 
 
 def cli_walls(texts, cache_dir):
