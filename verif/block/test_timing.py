@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from bertaccel.fpga import synth
+from bertaccel.fpga.depth import main as depth_main
 from bertaccel.fpga.depth import wide_enables
 from bertaccel.fpga.tools import find_tool
 from bertaccel.hw.config import PRESETS
@@ -96,3 +97,16 @@ def test_enable_depth_counts_levels_to_the_flip_flops():
     found = wide_enables(netlist, "top", min_fanout=32)
     assert [(net["depth"], net["fanout"]) for net in found] == [(2, 40), (2, 40)]
     assert {net["flip_flop"] for net in found} == {"wide0", "chain0"}
+
+
+def test_depth_command_refuses_bad_input(tmp_path, capsys):
+    # One line on stderr and exit status 2, before any work.
+    assert depth_main([str(tmp_path / "missing.json")]) == 2
+    assert "depth: cannot read" in capsys.readouterr().err
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"modules": {"top": {"cells": {}}}}))
+    assert depth_main([str(other)]) == 2
+    assert "has no module bertaccel_synth_top" in capsys.readouterr().err
+    assert depth_main([str(other), "--min-fanout", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--min-fanout must be at least 1, not 0" in err
