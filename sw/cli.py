@@ -609,9 +609,12 @@ def _parser():
     synth.add_argument("--config", default="8x8", help="a preset or a .json (8x8)")
     synth.add_argument("--target", default="ecp5-85k",
                        help="the FPGA part: ecp5-25k, ecp5-45k, ecp5-85k (ecp5-85k)")
-    synth.add_argument("--design", choices=("core", "mesh", "datapath"), default="core",
+    synth.add_argument("--design", choices=("core", "mesh", "datapath", "store", "handshakes"),
+                       default="core",
                        help="what to place: the core (default); the PE array alone; the "
-                            "execute unit with the scratchpads and the accumulator")
+                            "execute unit with the scratchpads and the accumulator; the store "
+                            "unit and its epilogue behind the controller; the same with only "
+                            "the epilogue's handshakes (the fast timing check)")
     synth.add_argument("--seed", type=int, default=1, help="nextpnr placement seed (1)")
     synth.add_argument("--freq", type=float, default=150.0,
                        help="clock constraint in MHz that nextpnr works towards (150)")
