@@ -164,6 +164,7 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
         report.update({
             "epilogue": epilogue,
             "plan": {"mb": plan.mb, "kb": plan.kb, "nb": plan.nb, "tail": plan.tail,
+                     "taper": plan.taper,
                      "order": plan.order, "n_tiles": plan.n_tiles, "n_steps": plan.n_steps,
                      "est_cycles": plan.est_cycles},
             "plain_cycles": plain_cycles,

@@ -33,6 +33,13 @@ Program order. The loads of step ``s + 1`` are placed before the MATMULs of step
 dispatcher with small queues still hands the load unit its next work while the execute unit
 runs; the STORE of a tile follows its last MATMUL. Executed sequentially this order is legal.
 
+High rows. The first ``k_high`` rows of ``K`` may be *high* rows, whose products are worth
+``2**MATMUL_SHIFT`` times the others' (``C = (A[:, :k_high] @ B[:k_high] << 6) + A[:, k_high:] @
+B[k_high:]``): the high digits of 12-bit softmax probabilities (attention's P V takes ``A =
+[P_high | P_low]`` and ``B = [V; V]``), or of weights too large for int8. The high rows and the
+others are tiled into K tiles of their own (``ceil(k_high / rows) + ceil((k - k_high) / rows)``
+of them), and the MATMULs of the high K tiles have ``shift`` set.
+
 Epilogues. With an epilogue (:mod:`bertaccel.sw.epilogue`) every STORE applies its op, and the
 program carries the op's integers: SETs of the store unit's registers at the start (the store
 unit runs SETs and STOREs in program order, so they precede every STORE in any interleaving),
@@ -40,7 +47,11 @@ the parameter-memory rows (one per N strip, ``cfg.pmem_beats_per_row`` beats eac
 program's constant ``"params"``) and, for LayerNorm, the residual ``r``. SOFTMAX and LAYERNORM
 tiles hold whole rows (``Nb`` = every N strip) and their last M block is kept small
 (:attr:`TilePlan.tail`), because its two-pass drain (each row read twice) is the one drain not
-hidden behind compute.
+hidden behind compute. A tile's drain runs while the next tile computes, but a SOFTMAX drain
+takes ``2 * ep_ratio`` cycles a beat, against ``ceil(k / rows)`` MATMUL rows a beat (attention's
+``Q K^T`` on 8x8: 4 against 8), so a small last tile cannot hide the drain of a large one
+before it: the blocks before the tail may grow by halves (:attr:`TilePlan.taper`: ``..., 4t,
+2t, t``), each drain then hidden behind the next, smaller tile's compute.
 
 Where the epilogue data lives, and why the tokens protect it. The store unit reads PMEM and the
 residual but pushes nothing the load unit pops: the only way to hold back a LOAD is ``e2l``,
@@ -121,11 +132,16 @@ class TilePlan:
         Estimated cycles from the first data beat to the last output beat.
     macs_per_cycle : int
         ``rows * cols`` of the build, for :attr:`utilization`.
+    k_high : int
+        The high rows of ``K`` (see "High rows" in the module docstring).
     tail : int
         Rows of the last M block when it is not cut like the others (0: every M block has
         ``mb`` rows but the edge one). Plans for SOFTMAX and LAYERNORM keep the last C tile
         small, because its two-pass drain is not hidden behind compute: ``m - tail`` rows are
         cut into blocks of ``mb``, then the last ``tail`` rows make one block.
+    taper : int
+        Blocks of ``tail * 2**taper`` down to ``2 * tail`` rows before the tail (0: none): the
+        rows before them are cut into blocks of ``mb``.
     op : str
         The epilogue the plan was made for (an ``isa.EpOp`` name; ``"RAW"``: none).
     """
@@ -143,6 +159,13 @@ class TilePlan:
     macs_per_cycle: int
     tail: int = 0
     op: str = "RAW"
+    k_high: int = 0
+    taper: int = 0
+
+    @property
+    def ends(self):
+        """The sizes of the last M blocks, from the tail's taper to the tail."""
+        return [self.tail << i for i in range(self.taper, -1, -1)] if self.tail else []
 
     @property
     def utilization(self):
@@ -168,6 +191,20 @@ class _Step:
     last_k: bool
 
 
+def _k_tiles(rows, k, k_high):
+    """K tiles of a GEMM of depth ``k`` with ``k_high`` high rows: each part tiled alone."""
+    return -(-k_high // rows) + -(-(k - k_high) // rows)
+
+
+def _k_rows(rows, k, k_high, kt):
+    """``(first, end)``: the rows of ``K`` that K tiles ``kt`` (an array) hold, from ``first``
+    while below ``end``; and whether each is a high K tile."""
+    kt_high = -(-k_high // rows)
+    high = kt < kt_high
+    first = np.where(high, kt * rows, k_high + (kt - kt_high) * rows)
+    return first, np.where(high, k_high, k), high
+
+
 def _check_dim(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"GEMM dimension {name} must be an int of at least 1, not {value!r}")
@@ -179,20 +216,23 @@ def _blocks(total, size):
     return [(start, min(size, total - start)) for start in range(0, total, size)]
 
 
-def _m_blocks(m, mb, tail):
-    """``(start, length)`` of the M blocks: ``m - tail`` rows in blocks of ``mb``, then
-    ``tail`` rows (when ``tail`` is not 0)."""
-    if tail:
-        return _blocks(m - tail, mb) + [(m - tail, tail)]
-    return _blocks(m, mb)
+def _m_blocks(m, mb, ends):
+    """``(start, length)`` of the M blocks: the rows before the last blocks ``ends`` (the
+    plan's :attr:`TilePlan.ends`) in blocks of ``mb``, then those."""
+    start = m - sum(ends)
+    out = _blocks(start, mb)
+    for length in ends:
+        out.append((start, length))
+        start += length
+    return out
 
 
 def _steps(plan, cfg):
     """The steps of ``plan``, in program order."""
     rows, cols = cfg.rows, cfg.cols
-    kt_total = -(-plan.k // rows)
+    kt_total = _k_tiles(rows, plan.k, plan.k_high)
     nt_total = -(-plan.n // cols)
-    m_blocks = _m_blocks(plan.m, plan.mb, plan.tail)
+    m_blocks = _m_blocks(plan.m, plan.mb, plan.ends)
     k_blocks = _blocks(kt_total, plan.kb)
     n_blocks = _blocks(nt_total, plan.nb)
     if plan.order == "m":
@@ -215,6 +255,12 @@ def _steps(plan, cfg):
             yield _Step(index, tile, m0, mlen, kt0, ktlen, nt0, ntlen, load_a, a_version % 2,
                         load_b, b_version % 2, ki == 0, ki == len(k_blocks) - 1)
             index += 1
+
+
+def _store_cycles(cfg, passes, beats):
+    """Cycles of a STORE of ``beats`` beats: the epilogue takes one every ``ep_ratio`` cycles,
+    each beat ``passes`` times."""
+    return passes * cfg.ep_ratio * beats
 
 
 def _matmul_cycles(cfg, mlen):
@@ -271,9 +317,9 @@ def _layout(cfg, plan, ep):
     if ep is None:
         return _Layout(b_half=half_spad, slots=0, res_base=0, res_rows=0, pmem_whole=True,
                        pmem_rows=0)
-    kt_total = -(-plan.k // cfg.rows)
+    kt_total = _k_tiles(cfg.rows, plan.k, plan.k_high)
     nt_total = -(-plan.n // cfg.cols)
-    m_blocks = _m_blocks(plan.m, plan.mb, plan.tail)
+    m_blocks = _m_blocks(plan.m, plan.mb, plan.ends)
     n_kb = -(-kt_total // plan.kb)
     n_tiles = len(m_blocks) * -(-nt_total // plan.nb)
     slots = _aux_slots(n_kb, n_tiles)
@@ -317,7 +363,7 @@ def _timeline(plan, cfg, ep=None):
         exec_end.append(exec_free)
         if step.last_k:
             start = max(store_free, exec_free + cfg.mesh_latency)
-            store_free = start + passes * step.ntlen * step.mlen
+            store_free = start + _store_cycles(cfg, passes, step.ntlen * step.mlen)
             store_end.append(store_free)
     return store_free + latency
 
@@ -348,9 +394,9 @@ def _score(cfg, m, kt_total, nt_total, mb, kb, nb, order):
         * kt_total * nt_total + _STEP_OVERHEAD * n_steps
     a_beats, b_beats = _operand_beats(m, kt_total, nt_total * rows, n_mb, n_kb, n_nb, order)
     first = min(mb, m) * min(kb, kt_total) + min(kb, kt_total) * min(nb, nt_total) * rows
-    stored = m * nt_total
+    stored = _store_cycles(cfg, 1, m * nt_total)
     cycles = (first + max(compute, a_beats + b_beats - first, stored)
-              + last_m * last_n + cfg.mesh_latency)
+              + _store_cycles(cfg, 1, last_m * last_n) + cfg.mesh_latency)
     return cycles, n_steps, n_mb * n_nb
 
 
@@ -373,10 +419,10 @@ def _sizes(total, cap, extra=10):
     return sorted(out)
 
 
-def _plan_plain(cfg, m, k, n):
+def _plan_plain(cfg, m, k, n, k_high):
     """The plain GEMM's plan (see :func:`plan_gemm`)."""
     rows = cfg.rows
-    kt_total = -(-k // rows)
+    kt_total = _k_tiles(rows, k, k_high)
     nt_total = -(-n // cfg.cols)
     half_spad = cfg.spad_depth // 2
     half_acc = cfg.acc_depth // 2
@@ -407,7 +453,8 @@ def _plan_plain(cfg, m, k, n):
     timed = []
     for cycles, n_steps, mb, nb, kb, order, n_tiles in sorted(chosen):
         plan = TilePlan(m=m, k=k, n=n, mb=-mb, kb=-kb, nb=-nb, order=order, n_steps=n_steps,
-                        n_tiles=n_tiles, est_cycles=cycles, macs_per_cycle=cfg.macs_per_cycle)
+                        n_tiles=n_tiles, est_cycles=cycles, macs_per_cycle=cfg.macs_per_cycle,
+                        k_high=k_high)
         if n_steps <= _TIMED_MAX_STEPS:
             plan = dataclasses.replace(plan, est_cycles=_timeline(plan, cfg))
         timed.append(plan)
@@ -419,7 +466,14 @@ def _plan_plain(cfg, m, k, n):
     return best
 
 
-def plan_gemm(cfg, m, k, n, *, epilogue=None):
+def _check_k_high(k_high, k):
+    if isinstance(k_high, bool) or not isinstance(k_high, (int, np.integer)) \
+            or not 0 <= k_high <= k:
+        raise ValueError(f"k_high must be an int from 0 to k = {k}, not {k_high!r}")
+    return int(k_high)
+
+
+def plan_gemm(cfg, m, k, n, *, epilogue=None, k_high=0):
     """Choose the blocking of ``(m x k) @ (k x n)`` for ``cfg``.
 
     Parameters
@@ -432,6 +486,8 @@ def plan_gemm(cfg, m, k, n, *, epilogue=None):
         The epilogue fused on the drain (:mod:`bertaccel.sw.epilogue`). SOFTMAX and LAYERNORM
         need whole rows in a C tile, read each row twice and (LAYERNORM) a residual buffer in
         scratchpad B; the plan is chosen with those costs and limits.
+    k_high : int
+        The high rows of ``K`` (see "High rows" in the module docstring).
 
     Returns
     -------
@@ -450,25 +506,29 @@ def plan_gemm(cfg, m, k, n, *, epilogue=None):
     if not isinstance(cfg, AccelConfig):
         raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
     m, k, n = _check_dim("m", m), _check_dim("k", k), _check_dim("n", n)
+    k_high = _check_k_high(k_high, k)
     if epilogue is None:
-        return _plan_plain(cfg, m, k, n)
-    return _plan_epilogue(cfg, m, k, n, _Epilogue.of(epilogue))
+        return _plan_plain(cfg, m, k, n, k_high)
+    return _plan_epilogue(cfg, m, k, n, _Epilogue.of(epilogue), k_high)
 
 
 def _tails(cfg, m, ep):
-    """Last-tile sizes worth trying: around the ``rows`` operand rows that hide a MATMUL's
-    weight preload (a smaller last tile wastes compute, a larger one drains longer)."""
+    """``(tail, taper)`` worth trying: last-tile sizes around the ``rows`` operand rows that
+    hide a MATMUL's weight preload (a smaller last tile wastes compute, a larger one drains
+    longer), with up to 3 blocks growing by halves before it (see :attr:`TilePlan.taper`)."""
     if ep.passes == 1:
-        return [0]
+        return [(0, 0)]
     p = cfg.rows
-    return [0] + sorted({t for t in (p // 2, (3 * p) // 4, p, (5 * p) // 4, (3 * p) // 2, 2 * p)
-                         if 1 <= t < m})
+    tails = sorted({t for t in (p // 2, (3 * p) // 4, p, (5 * p) // 4, (3 * p) // 2, 2 * p)
+                    if 1 <= t < m})
+    return [(0, 0)] + [(t, taper) for t in tails for taper in range(4)
+                       if (t << (taper + 1)) - t < m]
 
 
-def _plan_epilogue(cfg, m, k, n, ep):
+def _plan_epilogue(cfg, m, k, n, ep, k_high):
     """The plan for a GEMM with epilogue ``ep`` (see :func:`plan_gemm`)."""
     rows, cols = cfg.rows, cfg.cols
-    kt_total = -(-k // rows)
+    kt_total = _k_tiles(rows, k, k_high)
     nt_total = -(-n // cols)
     half_spad = cfg.spad_depth // 2
     half_acc = cfg.acc_depth // 2
@@ -486,22 +546,23 @@ def _plan_epilogue(cfg, m, k, n, ep):
                                f"rows, more than half of the accumulator ({half_acc} rows)")
     nb_options = [nt_total] if two_pass else _sizes(nt_total, min(half_acc, half_spad // rows))
     candidates = []
-    for tail in _tails(cfg, m, ep):
-        rest = m - tail
+    for tail, taper in _tails(cfg, m, ep):
+        ends = [tail << i for i in range(taper, -1, -1)] if tail else []
+        rest = m - sum(ends)
         for nb in nb_options:
             mb_cap = min(half_spad, half_acc // nb, isa.FIELD_MAX)
-            if mb_cap < 1 or tail * nb > half_acc or tail > mb_cap:
+            if mb_cap < 1 or max(ends, default=0) > mb_cap:
                 continue
             if nt_total > cfg.pmem_depth and 2 * nb > cfg.pmem_depth:
                 continue
             for mb in _sizes(rest, mb_cap, extra=6):
-                biggest = max(mb, tail)
-                lens = [length for _, length in _m_blocks(m, mb, tail)]
+                biggest = max([mb] + ends)
+                lens = [length for _, length in _m_blocks(m, mb, ends)]
                 kb_cap = min(kt_total, half_spad // biggest)
                 for kb in _sizes(kt_total, kb_cap, extra=3):
                     plan = TilePlan(m=m, k=k, n=n, mb=mb, kb=kb, nb=nb, order="m", n_steps=0,
                                     n_tiles=0, est_cycles=0, macs_per_cycle=cfg.macs_per_cycle,
-                                    tail=tail, op=name)
+                                    tail=tail, op=name, k_high=k_high, taper=taper)
                     layout = _layout(cfg, plan, ep)
                     if kb * nb * rows > layout.b_half:
                         continue
@@ -510,7 +571,7 @@ def _plan_epilogue(cfg, m, k, n, ep):
                     for order in (("m",) if nb == nt_total else ("m", "n")):
                         score = _score_epilogue(cfg, lens, kt_total, nt_total, kb, nb, order, ep)
                         candidates.append((score[0], score[1], -mb, -nb, -kb, order, tail,
-                                           score[2]))
+                                           taper, score[2]))
     if not candidates:
         raise ProgramError(f"config {cfg.tag} cannot hold one tile of a {m}x{k}x{n} GEMM with "
                            f"{name}: scratchpad B must hold two weight blocks"
@@ -521,10 +582,10 @@ def _plan_epilogue(cfg, m, k, n, ep):
     chosen = set(heapq.nsmallest(2 * _TIMED_CANDIDATES, candidates))
     chosen.update(heapq.nsmallest(_TIMED_CANDIDATES, near, key=lambda c: (c[1], c[0])))
     timed = []
-    for cycles, n_steps, mb, nb, kb, order, tail, n_tiles in sorted(chosen):
+    for cycles, n_steps, mb, nb, kb, order, tail, taper, n_tiles in sorted(chosen):
         plan = TilePlan(m=m, k=k, n=n, mb=-mb, kb=-kb, nb=-nb, order=order, n_steps=n_steps,
                         n_tiles=n_tiles, est_cycles=cycles, macs_per_cycle=cfg.macs_per_cycle,
-                        tail=tail, op=name)
+                        tail=tail, op=name, k_high=k_high, taper=taper)
         if n_steps <= _TIMED_MAX_STEPS:
             plan = dataclasses.replace(plan, est_cycles=_timeline(plan, cfg, ep))
         timed.append(plan)
@@ -551,9 +612,14 @@ def _score_epilogue(cfg, lens, kt_total, nt_total, kb, nb, order, ep):
     first = lens[0] * min(kb, kt_total) + min(kb, kt_total) * min(nb, nt_total) * rows
     if n_kb == 1:  # the first tile's parameters and residual come with the first step
         first += ep.residual * lens[0] * min(nb, nt_total) + min(nb, nt_total) * per_row
-    stored = ep.passes * m * nt_total
+    stored = _store_cycles(cfg, ep.passes, m * nt_total)
+    # The last drain, and what the drain before it leaves over the last tile's compute.
+    last = _store_cycles(cfg, ep.passes, lens[-1] * last_n)
+    if n_mb >= 2:
+        before = _store_cycles(cfg, ep.passes, lens[-2] * last_n)
+        last += max(0, before - _matmul_cycles(cfg, lens[-1]) * kt_total * last_n)
     cycles = (first + max(compute, a_beats + b_beats + aux - first, stored)
-              + ep.passes * lens[-1] * last_n + cfg.mesh_latency + _EPILOGUE_LATENCY)
+              + last + cfg.mesh_latency + _EPILOGUE_LATENCY)
     return cycles, n_steps, n_mb * n_nb
 
 
@@ -565,12 +631,20 @@ def _check_plan(cfg, plan, ep=None):
         value = getattr(plan, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ProgramError(f"plan {name} must be an int of at least 1, not {value!r}")
+    if isinstance(plan.k_high, bool) or not isinstance(plan.k_high, int) \
+            or not 0 <= plan.k_high <= plan.k:
+        raise ProgramError(f"plan k_high must be an int from 0 to k = {plan.k}, "
+                           f"not {plan.k_high!r}")
     if isinstance(plan.tail, bool) or not isinstance(plan.tail, int) \
             or not 0 <= plan.tail < plan.m:
         raise ProgramError(f"plan tail must be an int from 0 to m - 1 = {plan.m - 1}, "
                            f"not {plan.tail!r}")
+    if isinstance(plan.taper, bool) or not isinstance(plan.taper, int) or plan.taper < 0 \
+            or (plan.taper and sum(plan.ends) >= plan.m):
+        raise ProgramError(f"plan taper must be an int of at least 0 whose blocks "
+                           f"{plan.ends} leave rows before them, not {plan.taper!r}")
     layout = _layout(cfg, plan, ep)
-    biggest = max(plan.mb, plan.tail)
+    biggest = max([plan.mb] + plan.ends)
     if biggest * plan.kb > half_spad:
         raise ProgramError(f"plan mb * kb = {biggest * plan.kb} does not fit half of scratchpad "
                            f"A ({half_spad} rows)")
@@ -594,7 +668,7 @@ def _check_plan(cfg, plan, ep=None):
                                f"do not fit PMEM ({cfg.pmem_depth} rows)")
 
 
-def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None):
+def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None, k_high=0):
     """Compile ``C = A @ B`` for ``A`` of ``m x k`` and ``B`` of ``k x n`` int8, with an optional
     fused epilogue on the drain.
 
@@ -610,6 +684,9 @@ def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None):
     epilogue : Requant or Gelu or Softmax or LayerNorm, optional
         The epilogue (:mod:`bertaccel.sw.epilogue`) every STORE applies. ``None``: the
         STOREs send the raw int32 accumulators.
+    k_high : int
+        The first ``k_high`` rows of ``K`` are high rows, whose products count ``2**6`` times
+        (see "High rows" in the module docstring).
 
     Returns
     -------
@@ -634,14 +711,18 @@ def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None):
     if not isinstance(cfg, AccelConfig):
         raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
     m, k, n = _check_dim("m", m), _check_dim("k", k), _check_dim("n", n)
+    k_high = _check_k_high(k_high, k)
     lowered = ep = None
     if epilogue is not None:
         lowered = lower(epilogue, cfg, n=n, k=k)
         ep = _Epilogue.of(epilogue)
     if plan is None:
-        plan = plan_gemm(cfg, m, k, n, epilogue=epilogue)
-    elif (plan.m, plan.k, plan.n) != (m, k, n):
-        raise ProgramError(f"plan is for a {plan.m}x{plan.k}x{plan.n} GEMM, not {m}x{k}x{n}")
+        plan = plan_gemm(cfg, m, k, n, epilogue=epilogue, k_high=k_high)
+    elif (plan.m, plan.k, plan.n, plan.k_high) != (m, k, n, k_high):
+        def high(rows):
+            return f" with {rows} high rows" if rows else ""
+        raise ProgramError(f"plan is for a {plan.m}x{plan.k}x{plan.n} GEMM{high(plan.k_high)}, "
+                           f"not {m}x{k}x{n}{high(k_high)}")
     if ep is not None and ep.passes == 2 and n > MAX_ROW:
         raise ProgramError(f"a {ep.op.name} row of n = {n} columns is longer than the hardware "
                            f"supports ({MAX_ROW} columns)")
@@ -756,13 +837,14 @@ class _GemmWriter:
         self.instrs.extend(loads)
 
     def a_load(self, step):
-        # Row kt * mlen + mi holds A[m0 + mi, (kt0 + kt) * rows ...].
-        rows, lane = self.cfg.rows, self.lane
+        # Row kt * mlen + mi holds A[m0 + mi, K tile kt0 + kt].
+        rows, lane, plan = self.cfg.rows, self.lane, self.plan
         kt = np.arange(step.ktlen)[:, None, None]
         mi = np.arange(step.mlen)[None, :, None]
-        col = (step.kt0 + kt) * rows + lane
-        index = self.a_off + (step.m0 + mi) * self.plan.k + col
-        self._pack((lane < rows) & (col < self.plan.k), index)
+        first, end, _ = _k_rows(rows, plan.k, plan.k_high, step.kt0 + kt)
+        col = first + lane
+        index = self.a_off + (step.m0 + mi) * plan.k + col
+        self._pack((lane < rows) & (col < end), index)
         return isa.Load(target=isa.Target.SPAD_A, addr=step.a_half * (self.cfg.spad_depth // 2),
                         count=step.ktlen * step.mlen)
 
@@ -773,10 +855,11 @@ class _GemmWriter:
         kt = np.arange(step.ktlen)[:, None, None, None]
         nt = np.arange(step.ntlen)[None, :, None, None]
         r = np.arange(rows)[None, None, :, None]
-        brow = (step.kt0 + kt) * rows + r
+        first, end, _ = _k_rows(rows, k, self.plan.k_high, step.kt0 + kt)
+        brow = first + r
         bcol = (step.nt0 + nt) * cols + lane
         index = self.b_off + brow * n + bcol
-        self._pack((lane < cols) & (brow < k) & (bcol < n), index)
+        self._pack((lane < cols) & (brow < end) & (bcol < n), index)
         return isa.Load(target=isa.Target.SPAD_B, addr=step.b_half * self.layout.b_half,
                         count=step.ktlen * step.ntlen * rows)
 
@@ -803,20 +886,22 @@ class _GemmWriter:
     # -- MATMULs and STOREs ----------------------------------------------------------------------
 
     def matmuls(self, step):
-        """One MATMUL per (K tile, N strip) of ``step``; the first pops ``l2e`` (and ``s2e``
-        when it starts C tile 2 or later), the last pushes ``e2l`` and, ending its tile,
-        ``e2s``."""
-        instrs, rows = self.instrs, self.cfg.rows
+        """One MATMUL per (K tile, N strip) of ``step``, shifted in the high K tiles; the first
+        pops ``l2e`` (and ``s2e`` when it starts C tile 2 or later), the last pushes ``e2l``
+        and, ending its tile, ``e2s``."""
+        instrs, rows, plan = self.instrs, self.cfg.rows, self.plan
         a_base = step.a_half * (self.cfg.spad_depth // 2)
         b_base = step.b_half * self.layout.b_half
         c_base = (step.tile % 2) * (self.cfg.acc_depth // 2)
+        high = _k_rows(rows, plan.k, plan.k_high, step.kt0 + np.arange(step.ktlen))[2]
         first = len(instrs)
         for kt in range(step.ktlen):
             for nt in range(step.ntlen):
                 instrs.append(isa.Matmul(a_addr=a_base + kt * step.mlen,
                                          b_addr=b_base + (kt * step.ntlen + nt) * rows,
                                          acc_addr=c_base + nt * step.mlen, m_len=step.mlen,
-                                         accumulate=not (step.first_k and kt == 0)))
+                                         accumulate=not (step.first_k and kt == 0),
+                                         shift=bool(high[kt])))
         instrs[first] = instrs[first].with_deps(
             pop_prev=True, pop_next=step.first_k and step.tile >= 2)
         instrs[-1] = instrs[-1].with_deps(push_prev=step.index + 2 < len(self.steps),

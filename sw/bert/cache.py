@@ -26,7 +26,8 @@ __all__ = ["CompileCache", "default_root", "CacheError"]
 _COMPILER_SOURCES = ("sw/bert/compile.py", "sw/bert/quant.py", "sw/bert/load.py",
                      "sw/epilogue.py", "golden/intops.py", "golden/sentences.py")
 #: ... and a timing entry: the cycle model, the tiler, and the hardware it models.
-_TIMING_SOURCES = ("sw/cycles.py", "sw/tiler.py", "sw/sequence.py", "sw/bert/run.py")
+_TIMING_SOURCES = ("sw/cycles.py", "sw/tiler.py", "sw/sequence.py", "sw/bert/run.py",
+                   "hw/epilogue/schedule.py")
 
 
 class CacheError(OSError):

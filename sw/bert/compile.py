@@ -25,8 +25,10 @@ split heads, K^T per head                 host (slicing and a transpose of int8 
 (2) S = Q_bh K_bh^T, scale, mask, softmax accelerator: ``B A`` GEMMs ``L x d x L`` joined into
                                           one program, fused SOFTMAX (scale ``s_q s_k /
                                           sqrt d``, the attention mask as the PMEM mask)
-(3) context_bh = P_bh V_bh                accelerator: ``B A`` GEMMs ``L x L x d`` joined,
-                                          fused REQUANT
+(3) context_bh = P_bh V_bh                accelerator: ``B A`` GEMMs ``L x 2L x d`` joined,
+                                          fused REQUANT: the 12-bit probabilities as two int8
+                                          digit planes ``[P_high | P_low]`` times ``[V; V]``,
+                                          the high plane's products shifted (``k_high = L``)
 join heads                                host
 (4) LayerNorm(ctx Wo + bo + X)            accelerator: GEMM ``BL x K' x H``, fused LAYERNORM
                                           with the residual X
@@ -38,10 +40,11 @@ join heads                                host
 dequantise the last layer, mean pool      host, float32 (attention-masked mean)
 ========================================  ====================================================
 
-Between the stages the host only moves int8 data: it slices heads, transposes K, joins heads,
-and gathers the columns of each GEMM's A operand (``A' = [sources][:, index]``: channel splitting
-repeats a few columns). Every add, multiply, scale, bias, mask, exponential, normalisation and
-GELU of an encoder layer runs on the accelerator.
+Between the stages the host only moves data: it slices heads, transposes K, joins heads, cuts
+the 12-bit probabilities into their two 6-bit digits (:func:`bertaccel.golden.intops.
+prob_digits`), and gathers the columns of each GEMM's A operand (``A' = [sources][:, index]``:
+channel splitting repeats a few columns). Every add, multiply, scale, bias, mask, exponential,
+normalisation and GELU of an encoder layer runs on the accelerator.
 
 Each stage is one compiled program (stages 2, 3 and 5 join their GEMMs with
 :func:`bertaccel.sw.sequence.concat`), so a layer is six device calls. Every program is tiled
@@ -110,6 +113,9 @@ class BertProgram:
     k : dict
         The GEMM depth of each weight stage (``qkv``, ``wo``, ``w1``, ``w2``), with the rows
         that channel splitting adds.
+    k_high : dict
+        The high rows of each weight stage's depth (the digits of split rows, see
+        :func:`bertaccel.sw.bert.quant.split_rows`).
     max_seq : int
         The longest sequence the config and the model take.
     """
@@ -123,11 +129,16 @@ class BertProgram:
         self.embeddings = embeddings
         self.tokenizer = tokenizer
         self.name = name
-        self.k = {stage: max(getattr(layer, stage).k for layer in layers)
-                  for stage in ("qkv", "wo", "w1", "w2")}
-        self.layers = [dataclasses.replace(layer, **{stage: getattr(layer, stage).padded(k)
-                                                     for stage, k in self.k.items()})
-                       for layer in layers]
+        weights = ("qkv", "wo", "w1", "w2")
+        self.k_high = {stage: max(getattr(layer, stage).k_high for layer in layers)
+                       for stage in weights}
+        self.k = {stage: self.k_high[stage] + max(getattr(layer, stage).k
+                                                  - getattr(layer, stage).k_high
+                                                  for layer in layers)
+                  for stage in weights}
+        self.layers = [dataclasses.replace(layer, **{
+            stage: getattr(layer, stage).padded(self.k_high[stage], k)
+            for stage, k in self.k.items()}) for layer in layers]
         self.operands = []
         for layer in self.layers:
             keep = layer.h_keep
@@ -153,7 +164,7 @@ class BertProgram:
         n_out = max(layer.h.outliers.numel() for layer in self.layers)
         rows = [("qkv", f"BL x {k['qkv']} x {3 * s.hidden}"),
                 ("qk", f"{s.heads}B x (L x {s.head_dim} x L)"),
-                ("pv", f"{s.heads}B x (L x L x {s.head_dim})"),
+                ("pv", f"{s.heads}B x (L x 2L x {s.head_dim})"),
                 ("wo", f"BL x {k['wo']} x {s.hidden}"),
                 ("w1", f"BL x {k['w1']} x ({s.intermediate - n_out} + {n_out})"),
                 ("w2", f"BL x {k['w2']} x {s.hidden}")]
@@ -162,17 +173,18 @@ class BertProgram:
 
     # -- compiling ---------------------------------------------------------------------------
 
-    def _compile(self, stage, m, k, n, epilogue, what):
-        """The program of a ``m x k x n`` GEMM with ``epilogue``: compiled once per shape, then
-        rebound to the other layers' epilogues."""
+    def _compile(self, stage, m, k, n, epilogue, what, k_high=0):
+        """The program of a ``m x k x n`` GEMM with ``epilogue`` (and ``k_high`` high rows):
+        compiled once per shape, then rebound to the other layers' epilogues."""
         key = (stage, m, k, n)
         base = self._base.get(key)
         try:
             if base is None:
-                base = self._base[key] = compile_gemm(self.cfg, m, k, n, epilogue=epilogue)
+                base = self._base[key] = compile_gemm(self.cfg, m, k, n, epilogue=epilogue,
+                                                      k_high=k_high)
                 return base
-            return rebind(base, epilogue, k, n) or compile_gemm(self.cfg, m, k, n,
-                                                                 epilogue=epilogue)
+            return rebind(base, epilogue, k, n) or compile_gemm(
+                self.cfg, m, k, n, epilogue=epilogue, k_high=k_high)
         except ProgramError as error:
             raise BertError(f"{self.name} on {self.cfg.name} ({self.cfg.tag}): {what} "
                             f"({m} x {k} x {n}): {error}") from None
@@ -189,18 +201,18 @@ class BertProgram:
         program = self._programs.get(key)
         if program is not None:
             return program
-        s, q, k = self.spec, self.layers[layer], self.k[stage]
+        s, q, k, high = self.spec, self.layers[layer], self.k[stage], self.k_high[stage]
         what = f"layer {layer} stage {stage}"
         if stage == "w1":
             n_out = q.h.outliers.numel()
-            parts = [self._compile("w1", m, k, s.intermediate - n_out, q.w1_ep, what)]
+            parts = [self._compile("w1", m, k, s.intermediate - n_out, q.w1_ep, what, high)]
             if n_out:
-                parts.append(self._compile("w1_out", m, k, n_out, q.w1_out_ep, what))
+                parts.append(self._compile("w1_out", m, k, n_out, q.w1_out_ep, what, high))
             program = concat(parts, prefixes=["main.", "out."][:len(parts)])
         else:
             n = 3 * s.hidden if stage == "qkv" else s.hidden
             epilogue = {"qkv": q.qkv_ep, "wo": q.wo_ep, "w2": q.w2_ep}[stage]
-            program = self._compile(stage, m, k, n, epilogue, what)
+            program = self._compile(stage, m, k, n, epilogue, what, high)
         self._programs[key] = program
         return program
 
@@ -211,7 +223,8 @@ class BertProgram:
         batch, seq = mask.shape
         d = s.head_dim
         qk_parts, pv_parts, prefixes = [], [], []
-        pv = self._compile("pv", seq, seq, d, q.pv_ep, f"layer {layer} stage pv")
+        pv = self._compile("pv", seq, 2 * seq, d, q.pv_ep, f"layer {layer} stage pv",
+                           k_high=seq)
         for b in range(batch):
             softmax = Softmax(in_scale=q.qk_scale, mask=~mask[b].numpy())
             qk = self._compile("qk", seq, d, seq, softmax, f"layer {layer} stage qk")
@@ -231,7 +244,7 @@ class BertProgram:
         def fits(seq):
             try:
                 plan_gemm(self.cfg, 1, d, seq, epilogue=Softmax(in_scale=1.0))
-                plan_gemm(self.cfg, 1, seq, d, epilogue=Requant(scale=1.0))
+                plan_gemm(self.cfg, 1, 2 * seq, d, epilogue=Requant(scale=1.0), k_high=seq)
             except ProgramError:
                 return False
             return True
@@ -257,14 +270,14 @@ class BertProgram:
                                        ("w2", k["w2"], s.hidden, q.w2_ep)):
             if stage == "w1":
                 n -= q.h.outliers.numel()
-            why = self._why(1, kk, n, epilogue)
+            why = self._why(1, kk, n, epilogue, self.k_high[stage])
             if why:
                 raise BertError(f"the {cfg.name} config ({cfg.tag}) cannot run {self.name}: "
                                 f"stage {stage} ({_STAGE_TEXT[stage]}, 1 x {kk} x {n}): {why}")
 
-    def _why(self, m, k, n, epilogue):
+    def _why(self, m, k, n, epilogue, k_high=0):
         try:
-            plan_gemm(self.cfg, m, k, n, epilogue=epilogue)
+            plan_gemm(self.cfg, m, k, n, epilogue=epilogue, k_high=k_high)
         except ProgramError as error:
             return str(error)
         return ""
