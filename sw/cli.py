@@ -12,11 +12,16 @@
     bertaccel profile --model minilm [--config 8x8] [--png P] [--json]  # host vs accelerator
     bertaccel seqpoint [--model minilm] [--config 8x8] [--k 10] [--json]
 
-Bad arguments (an unknown preset, a dimension below 1, a stall probability out of range) give a
-one-line error on stderr and exit status 2 before anything is built or simulated (for ``synth``
-also an unknown target, or a config that does not fit the part; for ``verilog`` and ``demo`` an
-output path that is not a writable directory). ``gemm`` exits
-with 1 when the result is not bit-exact, or when the device fails.
+Bad input gives one line on stderr, ``bertaccel: error: ...``, and exit status 2 before
+anything is built, compiled or simulated: an unknown preset, a config file that leaves fields
+out without a base, a dimension below 1, a stall probability out of range, an output path or
+build folder that cannot be written (:mod:`bertaccel.sw.paths`), a GEMM (or ``run``'s largest
+batch, or a ``bench bert`` shape) estimated to need more memory than the machine has available
+or than ``--max-memory`` (:mod:`bertaccel.sw.budget`); for ``synth`` also an unknown target, or
+a config that does not fit the part. Long work says what it does on stderr: a GEMM of many
+instructions its stages, an RTL simulator its build (announced as it starts). Ctrl-C stops
+the command (exit status 130) and leaves no half-written output. ``gemm`` exits with 1 when
+the result is not bit-exact, or when the device fails.
 """
 
 import argparse
@@ -25,6 +30,8 @@ import math
 import sys
 import time
 import warnings
+
+from .paths import PathError, check_folder
 
 __all__ = ["main"]
 
@@ -65,20 +72,25 @@ def _probability(name, value):
 
 
 def _output_dir(spec):
-    """``spec`` made ready for writing, or a usage error."""
-    from ..fpga.ip import OutputDirError, check_output_dir
-    try:
-        return check_output_dir(spec)
-    except OutputDirError as error:
-        raise _UsageError(str(error)) from None
+    """``spec`` made ready for writing (a :class:`~bertaccel.sw.paths.PathError` if it cannot
+    be: :func:`main` reports it in one line)."""
+    return check_folder(spec, what="output folder")
+
+
+def _build_root(spec):
+    """The simulator's (or the synthesis') build folder, made ready for writing."""
+    return check_folder(spec, what="build folder")
 
 
 def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0,
-             build_root="build/sim", epilogue=None, simulator="verilator", icarus_std="2012"):
+             build_root="build/sim", epilogue=None, simulator="verilator", icarus_std="2012",
+             log=None):
     """Run a random ``m x k x n`` GEMM on ``device`` and check it; return a report dict.
 
     ``simulator`` and ``icarus_std`` choose the simulator of the ``"rtl"`` device
-    (:class:`~bertaccel.sw.devices.rtl.RtlDevice`).
+    (:class:`~bertaccel.sw.devices.rtl.RtlDevice`), which is started (its simulator built, on
+    first use) before anything else, announced on ``log``. With ``log``, a GEMM of
+    :data:`LARGE` instructions or more also says what it does as it goes.
 
     The operands come from a torch generator seeded with ``seed``. The result is compared with
     the software device and with :func:`bertaccel.golden.ops.gemm`.
@@ -91,6 +103,26 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
     device, for ``plain_cycles`` and ``fusion_ratio`` (fused over plain cycles), and the
     result's distance from the float epilogue in torch is reported in output LSBs.
     """
+    import contextlib
+
+    from .devices.base import start_announced
+
+    with contextlib.ExitStack() as stack:
+        rtl = None
+        if device == "rtl":
+            from .devices.rtl import RtlDevice
+            rtl = stack.enter_context(RtlDevice(
+                cfg, build_root=build_root, seed=seed, src_idle=src_idle, sink_stall=sink_stall,
+                simulator=simulator, icarus_std=icarus_std))
+            start_announced(rtl, log)
+        return _run_gemm(cfg, m, k, n, rtl, seed=seed, epilogue=epilogue, log=log)
+
+
+#: Instructions from which :func:`run_gemm` says what it does as it goes (about 2 s of work).
+LARGE = 50_000
+
+
+def _run_gemm(cfg, m, k, n, rtl, *, seed, epilogue, log):
     import torch
 
     from ..golden import ops
@@ -108,31 +140,71 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
         if fused.op.name == "LAYERNORM":
             inputs["r"] = torch.randint(-128, 128, (m, n), generator=generator,
                                         dtype=torch.int8)
+    stage = _stages(cfg, m, k, n, fused, log)
+    stage("compiling")
+    if fused is not None:
         plain = compile_gemm(cfg, m, k, n)
     program = compile_gemm(cfg, m, k, n, epilogue=fused)  # raises before anything is simulated
 
     begin = time.perf_counter()
+    stage("running it on the software device and the cycle model")
     with SoftwareDevice(cfg) as software:
         expected = software.run(program, **inputs)
+    stage("checking it against torch")
     golden = ops.gemm(a, b)
     if fused is not None:
         golden = ep_mod.apply_integer(program.meta["epilogue"], golden, inputs.get("r"),
                                       cols=cfg.ep_lanes)
     plain_result = None
-    if device == "ref":
+    if rtl is None:
         result = expected  # its cycles come from the cycle model (sw/cycles.py)
         if plain is not None:
+            stage("running the plain GEMM on the software device")
             with SoftwareDevice(cfg) as software_plain:
                 plain_result = software_plain.run(plain, a=a, b=b)
     else:
-        from .devices.rtl import RtlDevice
-        with RtlDevice(cfg, build_root=build_root, seed=seed, src_idle=src_idle,
-                       sink_stall=sink_stall, simulator=simulator,
-                       icarus_std=icarus_std) as rtl:
-            result = rtl.run(program, **inputs)
-            if plain is not None:
-                plain_result = rtl.run(plain, a=a, b=b)
+        stage("running it on the RTL")
+        result = rtl.run(program, **inputs)
+        if plain is not None:
+            stage("running the plain GEMM on the RTL")
+            plain_result = rtl.run(plain, a=a, b=b)
     wall = time.perf_counter() - begin
+    stage(None)
+    return _gemm_report(cfg, m, k, n, program, plain, fused, inputs, result, expected, golden,
+                        plain_result, device="ref" if rtl is None else "rtl", seed=seed,
+                        wall=wall)
+
+
+def _stages(cfg, m, k, n, fused, log):
+    """``stage(text)``: says on ``log`` that a stage of a large GEMM begins, with the time the
+    last one took (``stage(None)`` closes the last); does nothing for a small GEMM."""
+    from .tiler import plan_gemm, program_size
+
+    size = program_size(cfg, plan_gemm(cfg, m, k, n, epilogue=fused), epilogue=fused)
+    if log is None or size["instructions"] < LARGE:
+        return lambda text: None
+    log(f"{m} x {k} x {n} GEMM on {cfg.label}: {size['instructions']:,} instructions, "
+        f"{size['data_beats']:,} data beats, {size['out_beats']:,} output beats"
+        + (" (and the plain GEMM beside it)" if fused is not None else ""))
+    clock = [None]
+
+    def stage(text):
+        now = time.perf_counter()
+        took = "" if clock[0] is None else f"done in {now - clock[0]:.1f} s"
+        clock[0] = now
+        if text is None:
+            log(took)
+        else:
+            log(f"{took}; {text}" if took else text)
+    return stage
+
+
+def _gemm_report(cfg, m, k, n, program, plain, fused, inputs, result, expected, golden,
+                 plain_result, *, device, seed, wall):
+    import torch
+
+    from ..golden import ops
+    from . import epilogue as ep_mod
 
     c = result.outputs["c"]
     bit_exact = bool(torch.equal(c, expected.outputs["c"]) and torch.equal(c, golden))
@@ -142,7 +214,7 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
     cycles = result.cycles
     stats = result.stats
     report = {
-        "config": cfg.name, "tag": cfg.tag, "device": device,
+        "config": cfg.label, "tag": cfg.tag, "device": device,
         "simulator": stats.get("simulator") if device == "rtl" else None,
         "icarus_std": stats.get("icarus_std") if device == "rtl" else None,
         "m": m, "k": k, "n": n, "macs": macs, "seed": seed,
@@ -154,15 +226,15 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
         "utilization": ideal / cycles if cycles else None,
         "bit_exact": bit_exact,
         "sim_cycles_per_s": stats.get("sim_cycles_per_s"),
-        "chunks": stats.get("chunks"),
         "device_wall_s": result.wall_s, "wall_s": wall,
     }
     if fused is not None:
+        a, b = inputs["a"], inputs["b"]
         error = (c.double() - ep_mod.apply_float(fused, ops.gemm(a, b), inputs.get("r"))).abs()
         plan = program.meta["plan"]
         plain_cycles = plain_result.cycles if plain_result is not None else None
         report.update({
-            "epilogue": epilogue,
+            "epilogue": fused.op.name.lower(),
             "plan": {"mb": plan.mb, "kb": plan.kb, "nb": plan.nb, "tail": plan.tail,
                      "taper": plan.taper,
                      "order": plan.order, "n_tiles": plan.n_tiles, "n_steps": plan.n_steps,
@@ -187,8 +259,7 @@ def _print_report(report, file=sys.stdout):
     if device == "rtl":
         device += f", {report['simulator']}" + (f" -g{report['icarus_std']}"
                                                 if report["icarus_std"] else "")
-        device += (f" (src_idle {report['src_idle']}/256, sink_stall {report['sink_stall']}/256"
-                   f"{', %d chunks' % report['chunks'] if report['chunks'] != 1 else ''})")
+        device += (f" (src_idle {report['src_idle']}/256, sink_stall {report['sink_stall']}/256)")
     line("device", device)
     line("program", f"{report['instructions']} instructions, {report['data_beats']} data beats, "
                     f"{report['out_beats']} output beats")
@@ -227,6 +298,44 @@ def _cmd_verilog(args):
     return 0
 
 
+def _log(text):
+    print(f"bertaccel: {text}", file=sys.stderr, flush=True)
+
+
+def _max_memory(args):
+    """``--max-memory`` in bytes, or ``None``."""
+    from .budget import BudgetError, parse_size
+    if args.max_memory is None:
+        return None
+    try:
+        return parse_size(args.max_memory)
+    except BudgetError as error:
+        raise _UsageError(str(error)) from None
+
+
+def _check_memory(need, args, what, hint=""):
+    from .budget import BudgetError, check_memory
+    try:
+        check_memory(need, limit=_max_memory(args), what=what, hint=hint)
+    except BudgetError as error:
+        raise _UsageError(str(error)) from None
+
+
+def _check_gemm_memory(cfg, m, k, n, args):
+    """Refuse a GEMM that needs more memory than it may have, before its operands exist. The
+    epilogue's parameters here are a stand-in of the same op: the memory depends on the op."""
+    import torch
+
+    from .budget import gemm_memory
+    from .epilogue import random_epilogue
+    need = gemm_memory(cfg, m, k, n)
+    if args.epilogue is not None:   # the fused GEMM, and the plain one beside it
+        stand_in = random_epilogue(args.epilogue, k=k, n=n,
+                                   generator=torch.Generator().manual_seed(0))
+        need += gemm_memory(cfg, m, k, n, epilogue=stand_in)
+    _check_memory(need, args, f"a {m} x {k} x {n} GEMM on {cfg.label}")
+
+
 def _cmd_gemm(args):
     cfg = _config(args.config)
     m, k, n = (_dimension(name, getattr(args, name)) for name in ("m", "k", "n"))
@@ -246,12 +355,15 @@ def _cmd_gemm(args):
             raise _UsageError(str(error)) from None
     if not 0 <= args.seed < 1 << 32:
         raise _UsageError(f"--seed must be from 0 to 2**32-1, not {args.seed}")
+    if args.device == "rtl":
+        _build_root(args.build_root)
     from .program import ProgramError
     try:
+        _check_gemm_memory(cfg, m, k, n, args)      # also a GEMM the config cannot hold
         report = run_gemm(cfg, m, k, n, device=args.device, seed=args.seed, src_idle=src_idle,
                           sink_stall=sink_stall, build_root=args.build_root,
                           epilogue=args.epilogue, simulator=args.simulator or "verilator",
-                          icarus_std=args.icarus_std or "2012")
+                          icarus_std=args.icarus_std or "2012", log=_log)
     except ProgramError as error:  # ScaleError is a ValueError, never raised by the seeded ones
         raise _UsageError(str(error)) from None
     if args.json:
@@ -265,6 +377,7 @@ def _cmd_demo(args):
     from ..fpga.ip import write_core
     from ..hw.config import preset
     cfg = preset("8x8")
+    _build_root(args.build_root)
     out_dir = _output_dir(args.output)
     print(f"== Verilog for {cfg.name} into {out_dir}")
     for path in write_core(cfg, out_dir):
@@ -275,7 +388,7 @@ def _cmd_demo(args):
               + (" (the first run builds the simulator: about a minute)" if device == "rtl"
                  else ""))
         report = run_gemm(cfg, 256, 256, 256, device=device, seed=args.seed,
-                          build_root=args.build_root)
+                          build_root=args.build_root, log=_log)
         _print_report(report)
         ok &= report["bit_exact"]
     return 0 if ok else 1
@@ -324,6 +437,7 @@ def _cmd_synth(args):
         raise _UsageError(f"--freq must be from 1 to 1000 MHz, not {args.freq}")
     if args.timeout <= 0:
         raise _UsageError(f"--timeout must be a positive number of minutes, not {args.timeout}")
+    _build_root(args.build_root)
     progress = (lambda text: print(f"bertaccel: {text}", file=sys.stderr)) if not args.json \
         else None
     try:
@@ -355,17 +469,22 @@ def _cmd_run(args):
     from .bert.cache import CacheError
     from .bert.progress import RateProgress
     from .bert.text import format_report, run_texts
+    from .budget import BudgetError
     cfg = _config(args.config)
+    max_memory = _max_memory(args)
     if args.batch_size < 1:
         raise _UsageError(f"--batch-size must be at least 1, not {args.batch_size}")
+    if args.device == "rtl":
+        _build_root(args.build_root)
     log = None if args.quiet else (lambda text: print(f"bertaccel: {text}", file=sys.stderr))
     try:
         report = run_texts(args.model, cfg=cfg, texts=args.text, text_file=args.text_file,
                            device=args.device, batch_size=args.batch_size, output=args.output,
                            compare_fp32=not args.no_fp32, cache=not args.no_cache,
                            cache_dir=args.cache_dir, build_root=args.build_root,
-                           progress=None if args.quiet else RateProgress(), log=log)
-    except (BertError, CacheError) as error:
+                           progress=None if args.quiet else RateProgress(), log=log,
+                           max_memory=max_memory)
+    except (BertError, CacheError, BudgetError) as error:
         raise _UsageError(str(error)) from None
     if args.json:
         print(json.dumps(report, indent=2))
@@ -389,7 +508,9 @@ def _cmd_bench_bert(args):
     _quiet_transformers()
     from ..analysis.perf import SHAPES, bench_bert, compile_shape, format_report
     from .bert import BertError
+    from .budget import bert_memory
     cfg = _config(args.config)
+    _max_memory(args)
     if args.shape not in SHAPES:
         raise _UsageError(f"--shape must be one of {', '.join(SHAPES)}, not {args.shape!r}")
     _dimension("seq", args.seq)
@@ -399,8 +520,12 @@ def _cmd_bench_bert(args):
     log = _stderr_log(args)
     try:
         if log:
-            log(f"compiling a random-weight {args.shape} for {cfg.name}")
+            log(f"compiling a random-weight {args.shape} for {cfg.label}")
         bert = compile_shape(args.shape, cfg, seed=args.seed)
+        if args.seq <= bert.max_seq:                # else bench_bert says why not
+            _check_memory(bert_memory(bert, args.batch, args.seq), args,
+                          f"{args.shape} with {args.batch} x {args.seq} tokens on {cfg.label}",
+                          "; a smaller --batch or --seq needs less")
         report = bench_bert(bert, seq=args.seq, batch=args.batch,
                             every_layer=not args.one_layer, log=log)
     except BertError as error:
@@ -465,6 +590,9 @@ def _parser():
                            "layernorm adds a residual) and also run the plain GEMM to compare "
                            "cycles")
     gemm.add_argument("--json", action="store_true", help="print one JSON object")
+    gemm.add_argument("--max-memory", metavar="SIZE",
+                      help="refuse a GEMM estimated to need more memory than SIZE (4G, 512M); "
+                           "by default, more than the machine has available")
     gemm.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
     gemm.set_defaults(func=_cmd_gemm)
 
@@ -521,6 +649,9 @@ def _parser():
     run.add_argument("--cache-dir", metavar="D",
                      help="compile cache folder ($BERTACCEL_CACHE or ~/.cache/bertaccel)")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    run.add_argument("--max-memory", metavar="SIZE",
+                     help="refuse a run whose largest batch is estimated to need more memory "
+                          "than SIZE (4G, 512M); by default, more than the machine has")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
     run.set_defaults(func=_cmd_run)
@@ -539,6 +670,9 @@ def _parser():
                       help="time layer 0 and count it for every layer (the layers of a "
                            "random model have the same programs)")
     bert.add_argument("--json", action="store_true", help="print one JSON object")
+    bert.add_argument("--max-memory", metavar="SIZE",
+                      help="refuse a shape estimated to need more memory than SIZE (4G, "
+                           "512M); by default, more than the machine has available")
     bert.set_defaults(func=_cmd_bench_bert)
 
     seqpoint = commands.add_parser("seqpoint", help="project a text set's cycles from k "
@@ -576,7 +710,7 @@ def main(argv=None):
     try:
         args = _parser().parse_args(argv)
         return args.func(args)
-    except _UsageError as error:
+    except (_UsageError, PathError) as error:
         print(f"bertaccel: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
