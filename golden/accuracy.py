@@ -171,7 +171,9 @@ def capture(model, tokenizer, sentences, *, batch_size=16, max_length=None):
             for site in ("attn", "ffn"):
                 store[f"{site}_in"], store[f"{site}_res"], store[f"{site}_ln"] = store.pop(site)
             store["gelu_in"], store["gelu_out"] = store.pop("gelu")
-            scores = store["q"] @ store["k"].transpose(2, 3) * store["scaling"] + store["mask"]
+            # Without padding the model passes no mask (None): nothing is added.
+            mask = 0 if store["mask"] is None else store["mask"]
+            scores = store["q"] @ store["k"].transpose(2, 3) * store["scaling"] + mask
             if not torch.allclose(torch.softmax(scores, dim=-1), probs, atol=1e-6):
                 raise RuntimeError("scores rebuilt from Q, K and the mask do not give the "
                                    "model's attention probabilities")
