@@ -388,7 +388,7 @@ def measure(texts, *, model=None, tokenizer=None, cols=8, softmax_cols=(8, 16, 3
 def format_table(sets):
     """The Markdown table of several :func:`measure` results, ``{label: results}``."""
     rows = [
-        ("| inputs | op | outputs | int8 floor max / mean (LSB) | integer op max / mean (LSB) "
+        ("| inputs | op | outputs | grid floor max / mean (LSB) | integer op max / mean (LSB) "
          "| integer op max / mean (float) | = floor | vs float model max / mean (LSB) |"),
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
