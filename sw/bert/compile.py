@@ -194,9 +194,10 @@ class BertProgram:
         (``(B, L)`` bool), in program order: ``[(name, m, k, n, epilogue, k_high), ...]``.
         The stage's program is their :func:`~bertaccel.sw.sequence.concat` for ``qk``,
         ``pv`` and ``w1`` (``w1``: ``"w1"`` on the kept columns, then ``"w1_out"`` on the
-        outlier columns when there are any), the one GEMM for the others. ``qk`` and ``pv`` have one GEMM per
-        sequence and head, sequence-major; the heads of a sequence share one epilogue object.
-        The weight stages read only the token count ``B * L``."""
+        outlier columns when there are any), the one GEMM for the others. ``qk`` and ``pv``
+        have one GEMM per sequence and head, sequence-major; the heads of a sequence share one
+        epilogue object. ``pv`` is ``L x 2L x d`` with ``k_high = L`` (the probabilities' two
+        digit planes). The weight stages read only the token count ``B * L``."""
         batch, seq = mask.shape
         if stage in ("qk", "pv"):
             return self._attention_gemms(layer, stage, mask)
