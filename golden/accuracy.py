@@ -27,7 +27,8 @@ where the hardware takes a multiplier and a shift):
   scale). An accumulator is the exact int32 product ``a_q @ w_q^T`` with scale ``s_a * s_w``;
   a bias is int32 in accumulator units, ``round(b / (s_a * s_w))``.
 * softmax: ``x = Q_q @ K_q^T`` (int32, scale ``s_q * s_k``), ``mask`` = 0 or ``-2**31`` on
-  padded keys, ``mul/2**shift = s_q * s_k * d**-0.5 * log2(e) * 256``; output 127 * p (scale 1/127).
+  padded keys, ``mul/2**shift = s_q * s_k * d**-0.5 * log2(e) * 4096``; output 4095 * p (scale
+  1/4095, :data:`~bertaccel.golden.intops.PROB_SCALE`).
 * LayerNorm: ``x`` = the dense accumulator, ``bias`` its int32 bias, ``r`` = the int8 residual;
   ``v`` has scale ``s_v = max|dense + residual| / 2**14`` (a factor 2 of headroom below the int16
   limit); ``xmul, vshift = quantize_scale(s_acc / s_v)``, ``rmul = round(s_r / s_v * 2**vshift)``;
@@ -113,8 +114,9 @@ class Capture:
     layers: list
 
 
-def capture(model, tokenizer, sentences, *, batch_size=16):
-    """Run ``model`` on ``sentences`` in padded batches and capture the inputs of every op.
+def capture(model, tokenizer, sentences, *, batch_size=16, max_length=None):
+    """Run ``model`` on ``sentences`` in padded batches and capture the inputs of every op;
+    texts longer than ``max_length`` tokens (when given) are cut to it.
 
     Returns
     -------
@@ -133,7 +135,8 @@ def capture(model, tokenizer, sentences, *, batch_size=16):
     heads = model.config.num_attention_heads
     captures = []
     for lo in range(0, len(sentences), batch_size):
-        enc = tokenizer(sentences[lo:lo + batch_size], padding=True, return_tensors="pt")
+        enc = tokenizer(sentences[lo:lo + batch_size], padding=True, return_tensors="pt",
+                        truncation=max_length is not None, max_length=max_length)
         layers = [{} for _ in model.encoder.layer]
         hooks = []
 
@@ -168,7 +171,9 @@ def capture(model, tokenizer, sentences, *, batch_size=16):
             for site in ("attn", "ffn"):
                 store[f"{site}_in"], store[f"{site}_res"], store[f"{site}_ln"] = store.pop(site)
             store["gelu_in"], store["gelu_out"] = store.pop("gelu")
-            scores = store["q"] @ store["k"].transpose(2, 3) * store["scaling"] + store["mask"]
+            # Without padding the model passes no mask (None): nothing is added.
+            mask = 0 if store["mask"] is None else store["mask"]
+            scores = store["q"] @ store["k"].transpose(2, 3) * store["scaling"] + mask
             if not torch.allclose(torch.softmax(scores, dim=-1), probs, atol=1e-6):
                 raise RuntimeError("scores rebuilt from Q, K and the mask do not give the "
                                    "model's attention probabilities")
@@ -254,7 +259,8 @@ def softmax_errors(captures, *, cols=8):
         s_k = _maxabs(l["k"].transpose(1, 2)[c.valid] for l, c in zip(lay, captures)) / 127
         scaling = lay[0]["scaling"]
         s_logit = s_q * s_k * scaling            # float logit per accumulator unit
-        mul, shift = intops.quantize_scale(s_logit * _LOG2E * 256, name="softmax scale")
+        mul, shift = intops.quantize_scale(s_logit * _LOG2E * (1 << intops.SOFTMAX_FRAC),
+                                           name="softmax scale")
         formats.append({"layer": layer, "s_q": s_q, "s_k": s_k, "mul": mul, "shift": shift})
         for l, c in zip(lay, captures):
             acc = (_int8(l["q"].double(), s_q) @ _int8(l["k"].double(), s_k).transpose(2, 3))
@@ -269,9 +275,10 @@ def softmax_errors(captures, *, cols=8):
                 if y[:, ~keys].any():
                     raise AssertionError("softmax gave a padded key a probability")
                 logits = (x.double() * s_logit).masked_fill(~keys, -math.inf)
-                ref = torch.softmax(logits, dim=-1) * 127
-                model = l["probs"][b, :, :n_valid, :].reshape(heads * n_valid, length) * 127
-                stats.add(y[:, keys], ref[:, keys], model[:, keys].double(), 1 / 127, 0, 127)
+                full = intops.PROB_SCALE
+                ref = torch.softmax(logits, dim=-1) * full
+                model = l["probs"][b, :, :n_valid, :].reshape(heads * n_valid, length) * full
+                stats.add(y[:, keys], ref[:, keys], model[:, keys].double(), 1 / full, 0, full)
     return stats.as_dict(), formats
 
 
@@ -342,8 +349,9 @@ def gelu_errors(captures, model):
 
 
 def measure(texts, *, model=None, tokenizer=None, cols=8, softmax_cols=(8, 16, 32),
-            batch_size=16):
-    """Capture, quantise and compare on ``texts``; a JSON-ready dict of the results.
+            batch_size=16, max_length=None):
+    """Capture, quantise and compare on ``texts`` (cut to ``max_length`` tokens when given); a
+    JSON-ready dict of the results.
 
     ``ops`` holds one entry an op (``softmax`` at ``cols``, ``layernorm``, ``gelu``), each with
     ``elements`` and the ``int``, ``floor`` and ``model`` :class:`ErrorStats`, and the fractions
@@ -353,7 +361,7 @@ def measure(texts, *, model=None, tokenizer=None, cols=8, softmax_cols=(8, 16, 3
     """
     if model is None or tokenizer is None:
         tokenizer, model = load_model()
-    captures = capture(model, tokenizer, texts, batch_size=batch_size)
+    captures = capture(model, tokenizer, texts, batch_size=batch_size, max_length=max_length)
     ops, formats, by_cols = {}, {}, {}
     for c in sorted(set(softmax_cols) | {cols}):
         by_cols[c], fmt = softmax_errors(captures, cols=c)
@@ -380,7 +388,7 @@ def measure(texts, *, model=None, tokenizer=None, cols=8, softmax_cols=(8, 16, 3
 def format_table(sets):
     """The Markdown table of several :func:`measure` results, ``{label: results}``."""
     rows = [
-        ("| inputs | op | outputs | int8 floor max / mean (LSB) | integer op max / mean (LSB) "
+        ("| inputs | op | outputs | grid floor max / mean (LSB) | integer op max / mean (LSB) "
          "| integer op max / mean (float) | = floor | vs float model max / mean (LSB) |"),
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]

@@ -11,7 +11,8 @@ Conventions
 * ``rshift_round(v, s) = (v + (2**s >> 1)) >> s``: an arithmetic shift that rounds half up;
   ``s == 0`` leaves ``v`` unchanged.
 * A real scale is a 16-bit unsigned multiplier and a shift: ``scale = mul / 2**shift``.
-* Results are int8 values (in an int32 tensor, as the hardware sends them).
+* Results are int8 values (in an int32 tensor, as the hardware sends them); the softmax's
+  are 12-bit probabilities.
 
 Algorithms
 ----------
@@ -22,14 +23,20 @@ gelu : ``x' = x + bias``. An index ``t = rshift_round(x' * gmul, gshift)`` holds
     ``-256 <= t < 256``, 0 below, 2**16 above. ``z = clamp24(rshift_round(x' * omul, oshift))``
     is ``x`` in output units with 8 fraction bits. ``y = sat8(rshift_round(z * phi, 24))``.
 softmax : ``a = sat32(x + mask)``; ``t = clamp24(rshift_round(a * mul, shift))`` is the logit in
-    log2 units with 8 fraction bits (``mul/2**shift`` = input scale * log2(e) / sqrt(d) * 256).
-    Columns at or past ``row_len`` are padding and take no part. One pass over the row, a beat
-    of ``cols`` columns at a time, keeps an integer running maximum ``M`` (Softermax's online
-    form): ``M = max(M, ceil(max(t) / 256))``; ``e = EXP2_TABLE[u & 255] >> (u >> 8)`` with
-    ``u = 256 * M - t >= 0`` (0 once the shift reaches 16); the sum is rescaled by a shift when
-    ``M`` grows: ``S = (S >> dM) + sum(e)``. Then ``S = mant * 2**(k - 10)`` with
-    ``mant`` in [1024, 2048), ``R = RECIP_TABLE[mant - 1024]`` (= 127 * 2**26 / mant) and a second
-    pass gives ``y = clamp(rshift_round(e * R, 16 + k), 0, 127)``, that is 127 * p.
+    log2 units with :data:`SOFTMAX_FRAC` (12) fraction bits (``mul/2**shift`` = input scale *
+    log2(e) / sqrt(d) * 4096). Columns at or past ``row_len`` are padding and take no part. One
+    pass over the row, a beat of ``cols`` columns at a time, keeps an integer running maximum
+    ``M`` (Softermax's online form): ``M = max(M, ceil(max(t) / 4096))``; with ``u = 4096 * M - t
+    >= 0`` the exponential is ``e = rshift_round(EXP2_TABLE[u & 4095] << 4, u >> 12)``, 2**(-u /
+    4096) in units of 2**-21 (:data:`EXP2_GUARD` guard bits below the table's 2**-17, so that a
+    long tail of small exponentials is rounded, not truncated away; 0 from a shift of 23, where
+    the rounding gives 0 anyway); the sum is rescaled by a shift when ``M`` grows: ``S = (S >>
+    dM) + sum(e)``, below 2**32 for rows of up to 1024. Then ``S = mant * 2**(k - 13)`` with
+    ``mant`` in [8192, 16384), ``R = RECIP_TABLE[mant - 8192]`` (= 4095 * 2**18 / mant, 17
+    bits) and a second pass gives ``y = clamp(rshift_round(e * R, 5 + k), 0, 4095)``, that is
+    :data:`PROB_SCALE` * p: a 12-bit probability. A matrix of them enters a GEMM (attention's
+    P V) as two int8 planes of 6-bit digits (:func:`prob_digits`), whose products the
+    accelerator adds with the high plane's shifted left by :data:`PROB_DIGIT_BITS`.
 layernorm : ``v = sat16(rshift_round((x + bias) * xmul + r * rmul, vshift))`` where ``r`` is the
     int8 residual, ``xmul`` a 16-bit and ``rmul`` a 32-bit unsigned multiplier (the residual's
     scale is often thousands of times the accumulator's). Over the ``row_len`` valid columns ``S1 = sum(v)``, ``S2 = sum(v*v)``; then
@@ -46,8 +53,10 @@ import torch
 
 __all__ = [
     "EXP2_TABLE", "RECIP_TABLE", "RSQRT_TABLE", "PHI_TABLE",
-    "MUL_BITS", "SHIFT_MAX", "MAX_ROW", "GSHIFT_MAX", "rshift_round", "quantize_scale", "ScaleError",
-    "requant", "gelu", "softmax", "layernorm",
+    "MUL_BITS", "SHIFT_MAX", "MAX_ROW", "GSHIFT_MAX", "SOFTMAX_FRAC", "EXP2_BITS", "EXP2_GUARD",
+    "EXP2_CUTOFF", "RECIP_BITS", "RECIP_SHIFT", "PROB_SCALE", "PROB_BITS", "PROB_DIGIT_BITS",
+    "rshift_round", "quantize_scale", "ScaleError",
+    "requant", "gelu", "softmax", "prob_digits", "layernorm",
 ]
 
 #: Width of every unsigned scale multiplier.
@@ -59,10 +68,34 @@ MAX_ROW = 1024
 #: Largest LayerNorm ``gshift``: ``beta << (gshift - 8)`` must stay far inside int64.
 GSHIFT_MAX = 48
 
-#: 2**(-f/256) in units of 2**-15, f in [0, 256): values in (16384, 32768].
-EXP2_TABLE = [round(2 ** 15 * 2 ** (-f / 256)) for f in range(256)]
-#: 127 * 2**26 / (mantissa + 1/2) for mantissas 1024..2047 (10 fraction bits).
-RECIP_TABLE = [round(127 * 2 ** 26 / (1024 + i + 0.5)) for i in range(1024)]
+#: Fraction bits of the softmax's logit ``t`` (log2 units): its steps of 2**-12 change an
+#: exponential by at most 8.5e-5 of itself, which keeps the 12-bit output within a fraction of
+#: its LSB (a step of 2**-8 costs up to 2.4 LSB, docs/accuracy.md).
+SOFTMAX_FRAC = 12
+#: Bits of an EXP2_TABLE entry's scale: 2**(-f/4096) in units of 2**-EXP2_BITS.
+EXP2_BITS = 17
+#: Guard bits of the exponentials below the table's LSB, which the rounding shift keeps.
+EXP2_GUARD = 4
+#: The shift of an exponential from which it is 0: ``rshift_round(v, 23)`` is 0 for every
+#: ``v <= 2**21``, so the cutoff drops nothing the rounding would keep.
+EXP2_CUTOFF = EXP2_BITS + EXP2_GUARD + 2
+#: 2**(-f/4096) in units of 2**-17, f in [0, 4096): values in (65536, 131072].
+EXP2_TABLE = [round(2 ** EXP2_BITS * 2 ** (-f / 2 ** SOFTMAX_FRAC))
+              for f in range(2 ** SOFTMAX_FRAC)]
+#: Full scale of the softmax's output: ``y = round(PROB_SCALE * p)``, a 12-bit probability.
+PROB_SCALE = 4095
+#: Bits of the softmax's output.
+PROB_BITS = PROB_SCALE.bit_length()
+#: Bits of each of the two digits a probability is split into for a GEMM (:func:`prob_digits`),
+#: and the shift of the high digit's products.
+PROB_DIGIT_BITS = PROB_BITS // 2
+#: Fraction bits of the mantissa of the softmax's sum, which index RECIP_TABLE.
+RECIP_BITS = 13
+#: RECIP_TABLE's extra scale, 2**RECIP_SHIFT: the most that keeps its entries below 2**17.
+RECIP_SHIFT = 5
+#: PROB_SCALE * 2**(13 + 5) / (mantissa + 1/2) for mantissas 8192..16383 (13 fraction bits).
+RECIP_TABLE = [round(PROB_SCALE * 2 ** (RECIP_BITS + RECIP_SHIFT) / (2 ** RECIP_BITS + i + 0.5))
+               for i in range(2 ** RECIP_BITS)]
 #: 2**23 / sqrt(m + 1/2) for m in [256, 1024).
 RSQRT_TABLE = [round(2 ** 23 / math.sqrt(256 + i + 0.5)) for i in range(768)]
 #: Phi(x) = (1 + erf(x / sqrt 2)) / 2 in units of 2**-16, for x = (i - 256) / 64.
@@ -175,16 +208,18 @@ _RSQRT = torch.tensor(RSQRT_TABLE, dtype=torch.int64)
 
 
 def _exp2(t, m, valid):
-    """``EXP2_TABLE[u & 255] >> (u >> 8)`` for ``u = 256 * m - t``, 0 from a shift of 16 and in
-    the columns that are not ``valid``."""
-    u = (m << 8) - t
-    q = u >> 8
-    e = _EXP2[u & 255] >> q.clamp(max=15)
-    return e.masked_fill_((q >= 16) | ~valid, 0)
+    """``rshift_round(EXP2_TABLE[u & 4095] << EXP2_GUARD, u >> 12)`` for ``u = 4096 * m - t``,
+    0 from a shift of EXP2_CUTOFF and in the columns that are not ``valid``."""
+    u = (m << SOFTMAX_FRAC) - t
+    q = u >> SOFTMAX_FRAC
+    e = _rshift_round_(_EXP2[u & ((1 << SOFTMAX_FRAC) - 1)] << EXP2_GUARD,
+                       q.clamp(max=EXP2_CUTOFF))
+    return e.masked_fill_((q >= EXP2_CUTOFF) | ~valid, 0)
 
 
 def softmax(x, *, mask=0, mul, shift, cols, row_len=None):
-    """int8 ``127 * softmax`` over each row of ``x + mask``, a beat of ``cols`` columns at a time.
+    """``PROB_SCALE * softmax`` (12 bits) over each row of ``x + mask``, a beat of ``cols``
+    columns at a time.
 
     Columns at or past ``row_len`` (default: all ``N``) are padding: no probability, no effect.
     ``mask`` is a scalar, one value a column, or one row a row (``(rows, N)``: rows of programs
@@ -208,18 +243,35 @@ def softmax(x, *, mask=0, mul, shift, cols, row_len=None):
     # The running maximum after each beat, then the sum of each beat's exponentials against
     # it, then the sum rescaled beat by beat: S = (S >> dM) + sum(e).
     first = torch.full((rows, 1), -(1 << 15), dtype=torch.int64)
-    m = torch.cummax(torch.cat([first, (t.amax(dim=2) + 255) >> 8], dim=1), dim=1).values
+    one = 1 << SOFTMAX_FRAC
+    m = torch.cummax(torch.cat([first, (t.amax(dim=2) + one - 1) >> SOFTMAX_FRAC], dim=1),
+                     dim=1).values
     beat_sums = _exp2(t, m[:, 1:].unsqueeze(2), valid).sum(dim=2)
     grow = (m[:, 1:] - m[:, :-1]).clamp_(max=63)
     total = torch.zeros(rows, dtype=torch.int64)
     for beat in range(beats):
         total = (total >> grow[:, beat]) + beat_sums[:, beat]
+    # S holds the row's largest exponential, above 2**20, so k >= RECIP_BITS: the mantissa is
+    # S shifted right.
     k = _bit_length(total) - 1
-    mant = torch.where(k >= 10, total >> (k - 10).clamp(min=0), total << (10 - k).clamp(min=0))
-    recip = _RECIP[mant - 1024]
+    mant = torch.where(k >= RECIP_BITS, total >> (k - RECIP_BITS).clamp(min=0),
+                       total << (RECIP_BITS - k).clamp(min=0))
+    recip = _RECIP[mant - (1 << RECIP_BITS)]
     e = _exp2(t, m[:, -1:].unsqueeze(2), valid).view(rows, -1)
-    y = _rshift_round_(e.mul_(recip.unsqueeze(1)), (16 + k).unsqueeze(1)).clamp_(0, 127)
-    return y[:, :n].to(torch.int32)
+    y = _rshift_round_(e.mul_(recip.unsqueeze(1)), (RECIP_SHIFT + k).unsqueeze(1))
+    return y.clamp_(0, PROB_SCALE)[:, :n].to(torch.int32)
+
+
+def prob_digits(y):
+    """The two int8 digit planes ``(high, low)`` of softmax outputs ``y`` (0 to PROB_SCALE):
+    ``y = high * 2**PROB_DIGIT_BITS + low``, each digit from 0 to 63."""
+    y = torch.as_tensor(y)
+    if y.numel() and (int(y.min()) < 0 or int(y.max()) > PROB_SCALE):
+        raise ValueError(f"softmax outputs must be from 0 to {PROB_SCALE}, not "
+                         f"{int(y.min())} to {int(y.max())}")
+    y = y.to(torch.int64)
+    return ((y >> PROB_DIGIT_BITS).to(torch.int8),
+            (y & ((1 << PROB_DIGIT_BITS) - 1)).to(torch.int8))
 
 
 def layernorm(x, *, bias=0, residual=None, xmul, rmul=0, vshift, gamma, beta, gshift, eps_n2,

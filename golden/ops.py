@@ -6,6 +6,8 @@ only PyTorch: this package never imports ``hw`` or ``sw``.
 
 import torch
 
+from .intops import PROB_DIGIT_BITS
+
 __all__ = ["gemm"]
 
 
@@ -20,11 +22,14 @@ def _check_int8_matrix(name, value):
                          f"{tuple(value.shape)}")
 
 
-def gemm(a, b):
+def gemm(a, b, *, k_high=0):
     """The int32 product of two int8 matrices, exactly as the accelerator computes it.
 
     Every product is exact and the sums wrap modulo 2**32, which is what an int32 accumulator
-    does whatever order it adds the partial sums in.
+    does whatever order it adds the partial sums in. The first ``k_high`` rows of ``K`` are
+    *high* rows, whose products are shifted left by :data:`~bertaccel.golden.intops.
+    PROB_DIGIT_BITS` (the high digit plane of 12-bit probabilities, see
+    :func:`~bertaccel.golden.intops.prob_digits`).
 
     Parameters
     ----------
@@ -32,6 +37,8 @@ def gemm(a, b):
         ``(m, k)`` matrix of dtype ``torch.int8``.
     b : torch.Tensor
         ``(k, n)`` matrix of dtype ``torch.int8``.
+    k_high : int
+        High rows of ``K``, from 0 (none) to ``k``.
 
     Returns
     -------
@@ -43,7 +50,7 @@ def gemm(a, b):
     TypeError
         If an operand is not a tensor or its dtype is not ``torch.int8``.
     ValueError
-        If an operand is not 2-D or the inner dimensions differ.
+        If an operand is not 2-D, the inner dimensions differ or ``k_high`` is out of range.
     """
     _check_int8_matrix("a", a)
     _check_int8_matrix("b", b)
@@ -53,6 +60,11 @@ def gemm(a, b):
                          f"{b.shape[0]} differ")
     m, k = a.shape
     n = b.shape[1]
+    if isinstance(k_high, bool) or not isinstance(k_high, int) or not 0 <= k_high <= k:
+        raise ValueError(f"k_high must be an int from 0 to k = {k}, not {k_high!r}")
+    if k_high:
+        high = gemm(a[:, :k_high], b[:k_high])
+        return torch.bitwise_left_shift(high, PROB_DIGIT_BITS) + gemm(a[:, k_high:], b[k_high:])
     if m == 0 or n == 0 or k == 0:
         return torch.zeros((m, n), dtype=torch.int32)
     # torch._int_mm accumulates in int32 and so wraps exactly like the hardware.

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 from amaranth.lib import data, enum
 
+from ..golden.intops import PROB_DIGIT_BITS
+
 __all__ = [
-    "INSTR_WIDTH", "FIELD_WIDTH", "FIELD_MAX", "TOKEN_MAX", "SET_VALUE_WIDTH",
+    "INSTR_WIDTH", "FIELD_WIDTH", "FIELD_MAX", "TOKEN_MAX", "SET_VALUE_WIDTH", "MATMUL_SHIFT",
     "Opcode", "Target", "EpOp", "Dest", "Param", "DepFlags",
     "LoadBody", "MatmulBody", "StoreBody", "SetBody", "Body", "Instr", "PmemWord",
     "ParamsLayout", "PARAM_WIDTHS",
@@ -38,6 +40,11 @@ TOKEN_MAX = (1 << TOKEN_WIDTH) - 1
 
 
 SET_VALUE_WIDTH = 64
+
+#: The left shift of a MATMUL's products when its ``shift`` flag is set: the high digit plane of
+#: 12-bit softmax probabilities (:func:`bertaccel.golden.intops.prob_digits`), whose products
+#: are worth 2**6 of the low plane's.
+MATMUL_SHIFT = PROB_DIGIT_BITS
 
 
 class Opcode(enum.Enum, shape=4):
@@ -60,7 +67,7 @@ class EpOp(enum.Enum, shape=3):
     RAW = 0        # int32 accumulator rows, unchanged
     REQUANT = 1    # (x + bias) * scale, rounded, saturated to int8
     GELU = 2       # int8 GELU (erf form) of x + bias
-    SOFTMAX = 3    # int8 127 * softmax(x + mask) over each row (two passes)
+    SOFTMAX = 3    # 12-bit 4095 * softmax(x + mask) over each row (two passes)
     LAYERNORM = 4  # int8 LayerNorm(x + bias + residual) over each row (two passes)
 
 
@@ -130,13 +137,15 @@ LoadBody = data.StructLayout({
 
 #: MATMUL: preload the weight block B = spad_b[b_addr : b_addr + rows] into the array, then
 #: stream A = spad_a[a_addr : a_addr + m_len] through it and write A @ B into
-#: acc[acc_addr : acc_addr + m_len], adding to what is there when ``accumulate`` is set.
+#: acc[acc_addr : acc_addr + m_len], adding to what is there when ``accumulate`` is set; with
+#: ``shift`` set the products are shifted left by :data:`MATMUL_SHIFT` first (modulo 2**32).
 MatmulBody = data.StructLayout({
     "a_addr":     FIELD_WIDTH,
     "b_addr":     FIELD_WIDTH,
     "acc_addr":   FIELD_WIDTH,
     "m_len":      FIELD_WIDTH,
     "accumulate": 1,
+    "shift":      1,
 })
 
 #: STORE: drain ``rows`` x ``strips`` accumulator rows through the epilogue ``op``. Beat (m, s) --
@@ -208,6 +217,7 @@ class Matmul(_Base):
     acc_addr: int
     m_len: int
     accumulate: bool
+    shift: bool = False
     opcode = Opcode.MATMUL
     body = "matmul"
 
@@ -311,4 +321,5 @@ def decode(word):
         raise IllegalInstruction(f"{error} in word {word:#034x}") from None
     if cls is Matmul:
         fields["accumulate"] = bool(fields["accumulate"])
+        fields["shift"] = bool(fields["shift"])
     return cls(**fields)

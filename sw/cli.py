@@ -236,6 +236,7 @@ def _gemm_report(cfg, m, k, n, program, plain, fused, inputs, result, expected, 
         report.update({
             "epilogue": fused.op.name.lower(),
             "plan": {"mb": plan.mb, "kb": plan.kb, "nb": plan.nb, "tail": plan.tail,
+                     "taper": plan.taper,
                      "order": plan.order, "n_tiles": plan.n_tiles, "n_steps": plan.n_steps,
                      "est_cycles": plan.est_cycles},
             "plain_cycles": plain_cycles,

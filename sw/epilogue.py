@@ -13,7 +13,8 @@ machine holds:
 
 Scales become a 16-bit multiplier and a shift with :func:`bertaccel.golden.intops.quantize_scale`;
 a scale that cannot be represented raises :class:`~bertaccel.golden.intops.ScaleError` naming the
-parameter. Every op outputs int8 values (in int32 lanes).
+parameter. Every op outputs int8 values (in int32 lanes) but SOFTMAX, whose outputs are 12-bit
+probabilities, ``round(4095 p)`` (:data:`bertaccel.golden.intops.PROB_SCALE`).
 
 The LayerNorm formats
 ---------------------
@@ -95,7 +96,7 @@ class Gelu:
 
 @dataclass(frozen=True, eq=False)
 class Softmax:
-    """``y = round(127 * softmax(x * in_scale + mask))`` over each row of the GEMM.
+    """``y = round(4095 * softmax(x * in_scale + mask))`` (12 bits) over each row of the GEMM.
 
     Parameters
     ----------
@@ -285,8 +286,9 @@ def lower(epilogue, cfg, *, n, k):
         info.update(gmul=gmul, gshift=gshift, omul=omul, oshift=oshift)
     elif isinstance(epilogue, Softmax):
         in_scale = _real(epilogue.in_scale, f"{name}.in_scale")
-        mul, shift = quantize_scale(in_scale * math.log2(math.e) * 256,
-                                    name=f"{name}.in_scale (x log2(e) x 256)")
+        one = 1 << intops.SOFTMAX_FRAC      # the logit t has SOFTMAX_FRAC fraction bits
+        mul, shift = quantize_scale(in_scale * math.log2(math.e) * one,
+                                    name=f"{name}.in_scale (x log2(e) x {one})")
         bias = _mask(epilogue.mask, n, in_scale, name)
         sets = [(Param.MUL0, mul), (Param.SHIFT0, shift), (Param.ROW_LEN, n)]
         info.update(mul=mul, shift=shift, row_len=n)
@@ -424,7 +426,7 @@ def apply_registers(op, x, *, regs, bias, p1, p2, residual=None, lanes):
     Returns
     -------
     torch.Tensor
-        ``(rows, n)`` int8 values (int64).
+        ``(rows, n)`` int8 values (int64); SOFTMAX's 12-bit probabilities.
     """
     reg = lambda param: regs.get(param, 0)  # noqa: E731
     if op == EpOp.REQUANT:
@@ -471,7 +473,8 @@ def apply_integer(lowered, c, r=None, *, cols):
 
 def apply_float(epilogue, c, r=None):
     """The epilogue in float64 torch on the GEMM result ``c``, in output LSBs, clipped to the
-    int8 range but not rounded: what the integer epilogue approximates."""
+    output range (int8; SOFTMAX 0 to 4095) but not rounded: what the integer epilogue
+    approximates."""
     x = c.double()
     n = x.shape[1]
 
@@ -493,7 +496,7 @@ def apply_float(epilogue, c, r=None):
                 logits = logits.masked_fill(mask, -math.inf)
             else:
                 logits = logits + mask.double()
-        y = 127 * torch.softmax(logits, dim=1)
+        return intops.PROB_SCALE * torch.softmax(logits, dim=1)
     elif isinstance(epilogue, LayerNorm):
         h = x * epilogue.in_scale + vec(epilogue.bias)
         if r is not None:

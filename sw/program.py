@@ -241,7 +241,8 @@ class Program:
                 body = f"{instr.target.name} addr={instr.addr} count={instr.count}"
             elif isinstance(instr, isa.Matmul):
                 body = (f"a={instr.a_addr} b={instr.b_addr} acc={instr.acc_addr} "
-                        f"m_len={instr.m_len}{' acc' if instr.accumulate else ''}")
+                        f"m_len={instr.m_len}{' acc' if instr.accumulate else ''}"
+                        f"{' shift' if instr.shift else ''}")
             elif isinstance(instr, isa.Set):
                 body = f"{getattr(instr.index, 'name', instr.index)}={instr.value}"
             elif instr.op == isa.EpOp.RAW:

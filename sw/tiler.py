@@ -33,6 +33,13 @@ Program order. The loads of step ``s + 1`` are placed before the MATMULs of step
 dispatcher with small queues still hands the load unit its next work while the execute unit
 runs; the STORE of a tile follows its last MATMUL. Executed sequentially this order is legal.
 
+High rows. The first ``k_high`` rows of ``K`` may be *high* rows, whose products are worth
+``2**MATMUL_SHIFT`` times the others' (``C = (A[:, :k_high] @ B[:k_high] << 6) + A[:, k_high:] @
+B[k_high:]``): the high digits of 12-bit softmax probabilities (attention's P V takes ``A =
+[P_high | P_low]`` and ``B = [V; V]``), or of weights too large for int8. The high rows and the
+others are tiled into K tiles of their own (``ceil(k_high / rows) + ceil((k - k_high) / rows)``
+of them), and the MATMULs of the high K tiles have ``shift`` set.
+
 Epilogues. With an epilogue (:mod:`bertaccel.sw.epilogue`) every STORE applies its op, and the
 program carries the op's integers: SETs of the store unit's registers at the start (the store
 unit runs SETs and STOREs in program order, so they precede every STORE in any interleaving),
@@ -40,7 +47,11 @@ the parameter-memory rows (one per N strip, ``cfg.pmem_beats_per_row`` beats eac
 program's constant ``"params"``) and, for LayerNorm, the residual ``r``. SOFTMAX and LAYERNORM
 tiles hold whole rows (``Nb`` = every N strip) and their last M block is kept small
 (:attr:`TilePlan.tail`), because its two-pass drain (each row read twice) is the one drain not
-hidden behind compute.
+hidden behind compute. A tile's drain runs while the next tile computes, but a SOFTMAX drain
+takes ``2 * ep_ratio`` cycles a beat, against ``ceil(k / rows)`` MATMUL rows a beat (attention's
+``Q K^T`` on 8x8: 4 against 8), so a small last tile cannot hide the drain of a large one
+before it: the blocks before the tail may grow by halves (:attr:`TilePlan.taper`: ``..., 4t,
+2t, t``), each drain then hidden behind the next, smaller tile's compute.
 
 Where the epilogue data lives, and why the tokens protect it. The store unit reads PMEM and the
 residual but pushes nothing the load unit pops: the only way to hold back a LOAD is ``e2l``,
@@ -130,6 +141,11 @@ class TilePlan:
         cut into blocks of ``mb``, then the last ``tail`` rows make one block.
     op : str
         The epilogue the plan was made for (an ``isa.EpOp`` name; ``"RAW"``: none).
+    k_high : int
+        The high rows of ``K`` (see "High rows" in the module docstring).
+    taper : int
+        Blocks of ``tail * 2**taper`` down to ``2 * tail`` rows before the tail (0: none): the
+        rows before them are cut into blocks of ``mb``.
     """
 
     m: int
@@ -145,6 +161,13 @@ class TilePlan:
     macs_per_cycle: int
     tail: int = 0
     op: str = "RAW"
+    k_high: int = 0
+    taper: int = 0
+
+    @property
+    def ends(self):
+        """The sizes of the last M blocks, from the tail's taper to the tail."""
+        return _ends(self.tail, self.taper)
 
     @property
     def utilization(self):
@@ -170,6 +193,26 @@ class _Step:
     last_k: bool
 
 
+def _ends(tail, taper):
+    """The last M blocks of a plan with ``tail`` and ``taper``: ``tail * 2**taper`` rows down
+    to ``tail`` (none when ``tail`` is 0)."""
+    return [tail << i for i in range(taper, -1, -1)] if tail else []
+
+
+def _k_tiles(rows, k, k_high):
+    """K tiles of a GEMM of depth ``k`` with ``k_high`` high rows: each part tiled alone."""
+    return -(-k_high // rows) + -(-(k - k_high) // rows)
+
+
+def _k_rows(rows, k, k_high, kt):
+    """``(first, end, high)``: the rows of ``K`` that K tiles ``kt`` (an array) hold, from
+    ``first`` while below ``end``; and whether each is a high K tile."""
+    kt_high = -(-k_high // rows)
+    high = kt < kt_high
+    first = np.where(high, kt * rows, k_high + (kt - kt_high) * rows)
+    return first, np.where(high, k_high, k), high
+
+
 def _check_dim(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"GEMM dimension {name} must be an int of at least 1, not {value!r}")
@@ -183,12 +226,15 @@ def _blocks(total, size):
     return starts, np.minimum(size, total - starts)
 
 
-def _m_blocks(m, mb, tail):
-    """``(starts, lengths)`` of the M blocks: ``m - tail`` rows in blocks of ``mb``, then
-    ``tail`` rows (when ``tail`` is not 0)."""
-    starts, lengths = _blocks(m - tail, mb)
-    if tail:
-        return np.append(starts, m - tail), np.append(lengths, tail)
+def _m_blocks(m, mb, ends):
+    """``(starts, lengths)`` of the M blocks: the rows before the last blocks ``ends`` (the
+    plan's :attr:`TilePlan.ends`) in blocks of ``mb``, then those."""
+    start = m - sum(ends)
+    starts, lengths = _blocks(start, mb)
+    if ends:
+        ends = np.array(ends, dtype=np.int64)
+        starts = np.append(starts, start + np.cumsum(ends) - ends)
+        lengths = np.append(lengths, ends)
     return starts, lengths
 
 
@@ -211,42 +257,59 @@ def _min(a, b):
     return min(a, b)
 
 
+#: The largest :attr:`TilePlan.taper` the planner tries.
+_MAX_TAPER = 3
+
+
 @dataclass(frozen=True)
 class _MBlocks:
     """The lengths of the M blocks (:func:`_m_blocks`) in closed form: ``full`` blocks of
-    ``mb`` rows, a ``rest`` block (0: none), then a ``tail`` block (0: none). The fields are
-    ints, or arrays for many blockings at once."""
+    ``mb`` rows, a ``rest`` block (0: none), then, when ``tail`` is not 0, blocks of ``tail *
+    2**taper`` down to ``tail`` rows. The fields are ints, or arrays for many blockings at
+    once."""
     mb: object
     full: object
     rest: object
     tail: object
+    taper: object = 0
 
     @classmethod
-    def of(cls, m, mb, tail):
-        full, rest = divmod(m - tail, mb)
-        return cls(mb, full, rest, tail)
+    def of(cls, m, mb, tail, taper=0):
+        full, rest = divmod(m - tail * ((2 << taper) - 1), mb)
+        return cls(mb, full, rest, tail, taper)
 
     @property
     def count(self):
-        return self.full + (self.rest > 0) + (self.tail > 0)
+        return self.full + (self.rest > 0) + (self.tail > 0) * (self.taper + 1)
 
     @property
     def first(self):
-        return _where(self.full > 0, self.mb, _where(self.rest > 0, self.rest, self.tail))
+        return _where(self.full > 0, self.mb,
+                      _where(self.rest > 0, self.rest, self.tail << self.taper))
 
     @property
     def last(self):
         return _where(self.tail > 0, self.tail, _where(self.rest > 0, self.rest, self.mb))
 
     @property
+    def before_last(self):
+        """The block before the last (0: none)."""
+        full = _where(self.full > 0, self.mb, 0)
+        plain = _where(self.rest > 0, full, _where(self.full > 1, self.mb, 0))
+        return _where(self.tail > 0, _where(self.taper > 0, 2 * self.tail,
+                                            _where(self.rest > 0, self.rest, full)), plain)
+
+    @property
     def biggest(self):
-        return _max(_max(_where(self.full > 0, self.mb, 0), self.rest), self.tail)
+        return _max(_max(_where(self.full > 0, self.mb, 0), self.rest),
+                    self.tail << self.taper)
 
     def matmul_cycles(self, cfg):
         """The sum of :func:`_matmul_cycles` over the blocks."""
+        ends = sum((self.tail > 0) * (i <= self.taper) * _matmul_cycles(cfg, self.tail << i)
+                   for i in range(_MAX_TAPER + 1))
         return (self.full * _matmul_cycles(cfg, self.mb)
-                + (self.rest > 0) * _matmul_cycles(cfg, self.rest)
-                + (self.tail > 0) * _matmul_cycles(cfg, self.tail))
+                + (self.rest > 0) * _matmul_cycles(cfg, self.rest) + ends)
 
 
 #: The columns of a :class:`_StepTable`, as the fields of :class:`_Step` name them.
@@ -276,9 +339,9 @@ class _StepTable:
 def _step_table(plan, cfg):
     """The steps of ``plan``: C tiles in ``plan.order``, K blocks inside. An operand is loaded
     when its block differs from the one the step before used, into the other half."""
-    kt_total = -(-plan.k // cfg.rows)
+    kt_total = _k_tiles(cfg.rows, plan.k, plan.k_high)
     nt_total = -(-plan.n // cfg.cols)
-    m0, mlen = _m_blocks(plan.m, plan.mb, plan.tail)
+    m0, mlen = _m_blocks(plan.m, plan.mb, plan.ends)
     kt0, ktlen = _blocks(kt_total, plan.kb)
     nt0, ntlen = _blocks(nt_total, plan.nb)
     n_mb, n_kb, n_nb = len(m0), len(kt0), len(nt0)
@@ -303,6 +366,12 @@ def _step_table(plan, cfg):
                "last_k": ki == n_kb - 1}
     return _StepTable({name: np.asarray(value, dtype=np.int64)
                        for name, value in columns.items()}, len(tiles))
+
+
+def _store_cycles(cfg, passes, beats):
+    """Cycles of a STORE of ``beats`` beats: the epilogue takes one every ``ep_ratio`` cycles,
+    each beat ``passes`` times."""
+    return passes * cfg.ep_ratio * beats
 
 
 def _matmul_cycles(cfg, mlen):
@@ -357,14 +426,14 @@ def _layout(cfg, plan, ep):
         half_spad = cfg.spad_depth // 2
         return _Layout(b_half=half_spad, slots=0, res_base=0, res_rows=0, pmem_whole=True,
                        pmem_rows=0)
-    return _layout_of(cfg, plan.k, plan.n, _MBlocks.of(plan.m, plan.mb, plan.tail), plan.kb,
-                      plan.nb, ep)
+    return _layout_of(cfg, _k_tiles(cfg.rows, plan.k, plan.k_high), plan.n,
+                      _MBlocks.of(plan.m, plan.mb, plan.tail, plan.taper), plan.kb, plan.nb, ep)
 
 
-def _layout_of(cfg, k, n, m_blocks, kb, nb, ep):
+def _layout_of(cfg, kt_total, n, m_blocks, kb, nb, ep):
     """The :class:`_Layout` of the blocking ``m_blocks`` (:class:`_MBlocks`), ``kb``, ``nb``
-    of a ``k x n`` B for epilogue ``ep`` (ints, or arrays for many blockings)."""
-    kt_total = -(-k // cfg.rows)
+    of a B of ``kt_total`` K tiles and ``n`` columns for epilogue ``ep`` (ints, or arrays for
+    many blockings)."""
     nt_total = -(-n // cfg.cols)
     n_kb = -(-kt_total // kb)
     n_tiles = m_blocks.count * -(-nt_total // nb)
@@ -395,7 +464,7 @@ def _timeline(plan, cfg, ep=None):
             beats[int(np.argmax(last_k))] += nt_total * per_row    # with the first store
     compute = _STEP_OVERHEAD + ktlen * ntlen * _matmul_cycles(cfg, mlen)
     waits = (c["first_k"] * (c["tile"] >= 2)).astype(bool)
-    drains = passes * ntlen * mlen
+    drains = _store_cycles(cfg, passes, ntlen * mlen)
     # A step that neither waits for a store nor ends a tile moves only the load and execute
     # timelines, and a run of equal ones settles: once a step moved both by the same cycles as
     # the one before it, every later step of the run does too, and the rest of the run is
@@ -464,9 +533,9 @@ def _score(cfg, m, kt_total, nt_total, mb, kb, nb, order):
         * kt_total * nt_total + _STEP_OVERHEAD * n_steps
     a_beats, b_beats = _operand_beats(m, kt_total, nt_total * rows, n_mb, n_kb, n_nb, order)
     first = min(mb, m) * min(kb, kt_total) + min(kb, kt_total) * min(nb, nt_total) * rows
-    stored = m * nt_total
+    stored = _store_cycles(cfg, 1, m * nt_total)
     cycles = (first + max(compute, a_beats + b_beats - first, stored)
-              + last_m * last_n + cfg.mesh_latency)
+              + _store_cycles(cfg, 1, last_m * last_n) + cfg.mesh_latency)
     return cycles, n_steps, n_mb * n_nb
 
 
@@ -491,10 +560,10 @@ def _sizes(total, cap, extra=10):
     return tuple(sorted(out))
 
 
-def _plan_plain(cfg, m, k, n):
+def _plan_plain(cfg, m, k, n, k_high):
     """The plain GEMM's plan (see :func:`plan_gemm`)."""
     rows = cfg.rows
-    kt_total = -(-k // rows)
+    kt_total = _k_tiles(rows, k, k_high)
     nt_total = -(-n // cfg.cols)
     half_spad = cfg.spad_depth // 2
     half_acc = cfg.acc_depth // 2
@@ -524,7 +593,7 @@ def _plan_plain(cfg, m, k, n):
     chosen.update(heapq.nsmallest(_TIMED_CANDIDATES, near, key=lambda c: (c[1], c[0])))
     return _pick(cfg, [TilePlan(m=m, k=k, n=n, mb=-mb, kb=-kb, nb=-nb, order=order,
                                 n_steps=n_steps, n_tiles=n_tiles, est_cycles=cycles,
-                                macs_per_cycle=cfg.macs_per_cycle)
+                                macs_per_cycle=cfg.macs_per_cycle, k_high=k_high)
                        for cycles, n_steps, mb, nb, kb, order, n_tiles in sorted(chosen)])
 
 
@@ -540,7 +609,14 @@ def _pick(cfg, plans, ep=None):
                key=lambda plan: (plan.n_steps, plan.est_cycles))
 
 
-def plan_gemm(cfg, m, k, n, *, epilogue=None):
+def _check_k_high(k_high, k):
+    if isinstance(k_high, bool) or not isinstance(k_high, (int, np.integer)) \
+            or not 0 <= k_high <= k:
+        raise ValueError(f"k_high must be an int from 0 to k = {k}, not {k_high!r}")
+    return int(k_high)
+
+
+def plan_gemm(cfg, m, k, n, *, epilogue=None, k_high=0):
     """Choose the blocking of ``(m x k) @ (k x n)`` for ``cfg``.
 
     Parameters
@@ -553,6 +629,8 @@ def plan_gemm(cfg, m, k, n, *, epilogue=None):
         The epilogue fused on the drain (:mod:`bertaccel.sw.epilogue`). SOFTMAX and LAYERNORM
         need whole rows in a C tile, read each row twice and (LAYERNORM) a residual buffer in
         scratchpad B; the plan is chosen with those costs and limits.
+    k_high : int
+        The high rows of ``K`` (see "High rows" in the module docstring).
 
     Returns
     -------
@@ -571,25 +649,30 @@ def plan_gemm(cfg, m, k, n, *, epilogue=None):
     if not isinstance(cfg, AccelConfig):
         raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
     m, k, n = _check_dim("m", m), _check_dim("k", k), _check_dim("n", n)
+    k_high = _check_k_high(k_high, k)
     if epilogue is None:
-        return _plan_plain(cfg, m, k, n)
-    return _plan_epilogue(cfg, m, k, n, _Epilogue.of(epilogue))
+        return _plan_plain(cfg, m, k, n, k_high)
+    return _plan_epilogue(cfg, m, k, n, _Epilogue.of(epilogue), k_high)
 
 
 def _tails(cfg, m, ep):
-    """Last-tile sizes worth trying: around the ``rows`` operand rows that hide a MATMUL's
-    weight preload (a smaller last tile wastes compute, a larger one drains longer)."""
+    """``(tail, taper)`` worth trying: last-tile sizes around the ``rows`` operand rows that
+    hide a MATMUL's weight preload (a smaller last tile wastes compute, a larger one drains
+    longer), with up to :data:`_MAX_TAPER` blocks growing by halves before it (see
+    :attr:`TilePlan.taper`)."""
     if ep.passes == 1:
-        return [0]
+        return [(0, 0)]
     p = cfg.rows
-    return [0] + sorted({t for t in (p // 2, (3 * p) // 4, p, (5 * p) // 4, (3 * p) // 2, 2 * p)
-                         if 1 <= t < m})
+    tails = sorted({t for t in (p // 2, (3 * p) // 4, p, (5 * p) // 4, (3 * p) // 2, 2 * p)
+                    if 1 <= t < m})
+    return [(0, 0)] + [(t, taper) for t in tails for taper in range(_MAX_TAPER + 1)
+                       if (t << (taper + 1)) - t < m]
 
 
-def _plan_epilogue(cfg, m, k, n, ep):
+def _plan_epilogue(cfg, m, k, n, ep, k_high):
     """The plan for a GEMM with epilogue ``ep`` (see :func:`plan_gemm`)."""
     rows, cols = cfg.rows, cfg.cols
-    kt_total = -(-k // rows)
+    kt_total = _k_tiles(rows, k, k_high)
     nt_total = -(-n // cols)
     half_spad = cfg.spad_depth // 2
     half_acc = cfg.acc_depth // 2
@@ -606,19 +689,21 @@ def _plan_epilogue(cfg, m, k, n, ep):
             raise ProgramError(f"a {name} row of n = {n} columns needs {nt_total} accumulator "
                                f"rows, more than half of the accumulator ({half_acc} rows)")
     nb_options = [nt_total] if two_pass else _sizes(nt_total, min(half_acc, half_spad // rows))
-    blockings = []                     # (tail, nb, mb, kb)
-    for tail in _tails(cfg, m, ep):
-        rest = m - tail
+    blockings = []                     # (tail, taper, nb, mb, kb)
+    for tail, taper in _tails(cfg, m, ep):
+        ends = _ends(tail, taper)
+        rest = m - sum(ends)
         for nb in nb_options:
             mb_cap = min(half_spad, half_acc // nb, isa.FIELD_MAX)
-            if mb_cap < 1 or tail * nb > half_acc or tail > mb_cap:
+            if mb_cap < 1 or max(ends, default=0) > mb_cap:
                 continue
             if nt_total > cfg.pmem_depth and 2 * nb > cfg.pmem_depth:
                 continue
             for mb in _sizes(rest, mb_cap, extra=6):
-                kb_cap = min(kt_total, half_spad // max(mb, tail))
-                blockings.extend((tail, nb, mb, kb) for kb in _sizes(kt_total, kb_cap, extra=3))
-    candidates = _score_blockings(cfg, m, k, n, ep, blockings)
+                kb_cap = min(kt_total, half_spad // max([mb] + ends))
+                blockings.extend((tail, taper, nb, mb, kb)
+                                 for kb in _sizes(kt_total, kb_cap, extra=3))
+    candidates = _score_blockings(cfg, m, kt_total, n, ep, blockings)
     if not candidates:
         raise ProgramError(f"config {cfg.tag} cannot hold one tile of a {m}x{k}x{n} GEMM with "
                            f"{name}: scratchpad B must hold two weight blocks"
@@ -630,21 +715,22 @@ def _plan_epilogue(cfg, m, k, n, ep):
     chosen.update(heapq.nsmallest(_TIMED_CANDIDATES, near, key=lambda c: (c[1], c[0])))
     return _pick(cfg, [TilePlan(m=m, k=k, n=n, mb=-mb, kb=-kb, nb=-nb, order=order,
                                 n_steps=n_steps, n_tiles=n_tiles, est_cycles=cycles,
-                                macs_per_cycle=cfg.macs_per_cycle, tail=tail, op=name)
-                       for cycles, n_steps, mb, nb, kb, order, tail, n_tiles in sorted(chosen)],
-                 ep)
+                                macs_per_cycle=cfg.macs_per_cycle, tail=tail, op=name,
+                                k_high=k_high, taper=taper)
+                       for cycles, n_steps, mb, nb, kb, order, tail, taper, n_tiles
+                       in sorted(chosen)], ep)
 
 
-def _score_blockings(cfg, m, k, n, ep, blockings):
+def _score_blockings(cfg, m, kt_total, n, ep, blockings):
     """The candidates of :func:`_plan_epilogue`, scored all at once: ``(cycles, n_steps, -mb,
-    -nb, -kb, order, tail, n_tiles)`` of each blocking ``(tail, nb, mb, kb)`` that fits, in
-    each order it may take."""
+    -nb, -kb, order, tail, taper, n_tiles)`` of each blocking ``(tail, taper, nb, mb, kb)``
+    that fits, in each order it may take."""
     if not blockings:
         return []
-    tail, nb, mb, kb = np.array(blockings, dtype=np.int64).T
-    kt_total, nt_total = -(-k // cfg.rows), -(-n // cfg.cols)
-    blocks = _MBlocks.of(m, mb, tail)
-    layout = _layout_of(cfg, k, n, blocks, kb, nb, ep)
+    tail, taper, nb, mb, kb = np.array(blockings, dtype=np.int64).T
+    nt_total = -(-n // cfg.cols)
+    blocks = _MBlocks.of(m, mb, tail, taper)
+    layout = _layout_of(cfg, kt_total, n, blocks, kb, nb, ep)
     fits = kb * nb * cfg.rows <= layout.b_half
     if not layout.pmem_whole:
         fits &= layout.slots * nb <= cfg.pmem_depth
@@ -656,7 +742,7 @@ def _score_blockings(cfg, m, k, n, ep, blockings):
                                                        nb, order, ep))
         candidates.extend(zip(cycles, n_steps, (-mb[keep]).tolist(), (-nb[keep]).tolist(),
                               (-kb[keep]).tolist(), [order] * len(cycles), tail[keep].tolist(),
-                              n_tiles))
+                              taper[keep].tolist(), n_tiles))
     return candidates
 
 
@@ -679,9 +765,13 @@ def _score_epilogue(cfg, blocks, kt_total, nt_total, kb, nb, order, ep):
     first = blocks.first * k_first + k_first * n_first * rows
     # With one K block, the first tile's parameters and residual come with the first step.
     first = first + (n_kb == 1) * (ep.residual * blocks.first * n_first + n_first * per_row)
-    stored = ep.passes * m * nt_total
+    stored = _store_cycles(cfg, ep.passes, m * nt_total)
+    # The last drain, and what the drain before it leaves over the last tile's compute.
+    last = _store_cycles(cfg, ep.passes, blocks.last * last_n)
+    before = _store_cycles(cfg, ep.passes, blocks.before_last * last_n)
+    last = last + _max(0, before - _matmul_cycles(cfg, blocks.last) * kt_total * last_n)
     cycles = (first + _max(_max(compute, a_beats + b_beats + aux - first), stored)
-              + ep.passes * blocks.last * last_n + cfg.mesh_latency + _EPILOGUE_LATENCY)
+              + last + cfg.mesh_latency + _EPILOGUE_LATENCY)
     return cycles, n_steps, n_mb * n_nb
 
 
@@ -693,12 +783,20 @@ def _check_plan(cfg, plan, ep=None):
         value = getattr(plan, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ProgramError(f"plan {name} must be an int of at least 1, not {value!r}")
+    if isinstance(plan.k_high, bool) or not isinstance(plan.k_high, int) \
+            or not 0 <= plan.k_high <= plan.k:
+        raise ProgramError(f"plan k_high must be an int from 0 to k = {plan.k}, "
+                           f"not {plan.k_high!r}")
     if isinstance(plan.tail, bool) or not isinstance(plan.tail, int) \
             or not 0 <= plan.tail < plan.m:
         raise ProgramError(f"plan tail must be an int from 0 to m - 1 = {plan.m - 1}, "
                            f"not {plan.tail!r}")
+    if isinstance(plan.taper, bool) or not isinstance(plan.taper, int) or plan.taper < 0 \
+            or (plan.taper and sum(plan.ends) >= plan.m):
+        raise ProgramError(f"plan taper must be an int of at least 0 whose blocks "
+                           f"{plan.ends} leave rows before them, not {plan.taper!r}")
     layout = _layout(cfg, plan, ep)
-    biggest = max(plan.mb, plan.tail)
+    biggest = max([plan.mb] + plan.ends)
     if biggest * plan.kb > half_spad:
         raise ProgramError(f"plan mb * kb = {biggest * plan.kb} does not fit half of scratchpad "
                            f"A ({half_spad} rows)")
@@ -722,7 +820,7 @@ def _check_plan(cfg, plan, ep=None):
                                f"do not fit PMEM ({cfg.pmem_depth} rows)")
 
 
-def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None):
+def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None, k_high=0):
     """Compile ``C = A @ B`` for ``A`` of ``m x k`` and ``B`` of ``k x n`` int8, with an optional
     fused epilogue on the drain.
 
@@ -738,6 +836,9 @@ def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None):
     epilogue : Requant or Gelu or Softmax or LayerNorm, optional
         The epilogue (:mod:`bertaccel.sw.epilogue`) every STORE applies. ``None``: the
         STOREs send the raw int32 accumulators.
+    k_high : int
+        The first ``k_high`` rows of ``K`` are high rows, whose products count ``2**6`` times
+        (see "High rows" in the module docstring).
 
     Returns
     -------
@@ -759,7 +860,7 @@ def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None):
         If ``cfg`` cannot hold one tile, ``plan`` does not fit ``cfg`` or the GEMM, or a row-wise
         epilogue's row is longer than the hardware supports.
     """
-    writer = _GemmWriter(GemmGroups(cfg, m, k, n, plan=plan, epilogue=epilogue))
+    writer = _GemmWriter(GemmGroups(cfg, m, k, n, plan=plan, epilogue=epilogue, k_high=k_high))
     writer.write()
     return writer.program()
 
@@ -776,9 +877,9 @@ def program_size(cfg, plan, *, epilogue=None):
     """
     rows, cols = cfg.rows, cfg.cols
     m, k, n = plan.m, plan.k, plan.n
-    kt_total = -(-k // rows)
+    kt_total = _k_tiles(rows, k, plan.k_high)
     nt_total = -(-n // cols)
-    n_mb = len(_m_blocks(m, plan.mb, plan.tail)[0])
+    n_mb = len(_m_blocks(m, plan.mb, plan.ends)[0])
     n_kb = -(-kt_total // plan.kb)
     n_nb = -(-nt_total // plan.nb)
     n_tiles = n_mb * n_nb
@@ -833,6 +934,7 @@ class _Group(NamedTuple):
     b_base: int
     c_base: int
     first_k: int        # the step is its tile's first: its first row does not accumulate
+    high: int           # the step's first K tiles that are high: their MATMULs shift
     pop_s2e: int        # the first MATMUL pops s2e
     push_e2l: int       # the last MATMUL pushes e2l
     store: int          # the step is its tile's last: the last MATMUL pushes e2s, a STORE
@@ -841,7 +943,7 @@ class _Group(NamedTuple):
     aux_addr: int
 
 
-def _group_codes(cfg, ep, layout, table, nt_total):
+def _group_codes(cfg, ep, layout, table, nt_total, k_high):
     """The :class:`_Group` of every group of a GEMM, as rows of an int64 array (``n_steps +
     1`` rows; see "Epilogues" in the module docstring for where the epilogue data goes)."""
     c = table.columns
@@ -864,6 +966,8 @@ def _group_codes(cfg, ep, layout, table, nt_total):
     put("pop_e2l", loads, index >= 2)
     for name in ("ktlen", "ntlen", "mlen", "first_k"):
         put(name, steps, c[name])
+    kt_high = -(-k_high // cfg.rows)
+    put("high", steps, np.clip(kt_high - c["kt0"], 0, c["ktlen"]))
     put("a_base", steps, c["a_half"] * half_spad)
     put("b_base", steps, c["b_half"] * layout.b_half)
     put("c_base", steps, c["tile"] % 2 * half_acc)
@@ -906,7 +1010,7 @@ class GemmGroups:
 
     Parameters
     ----------
-    cfg, m, k, n, plan, epilogue
+    cfg, m, k, n, plan, epilogue, k_high
         As for :func:`compile_gemm` (and checked the same way).
     lowered : Lowered, optional
         ``lower(epilogue, cfg, n=n, k=k)`` when the caller has it.
@@ -928,20 +1032,23 @@ class GemmGroups:
     PLACEMENT = ("a_addr", "b_addr", "pmem_addr", "res_addr", "a_base", "b_base",
                  "param_addr", "aux_addr")
 
-    def __init__(self, cfg, m, k, n, *, plan=None, epilogue=None, lowered=None):
+    def __init__(self, cfg, m, k, n, *, plan=None, epilogue=None, lowered=None, k_high=0):
         if not isinstance(cfg, AccelConfig):
             raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
         m, k, n = _check_dim("m", m), _check_dim("k", k), _check_dim("n", n)
+        k_high = _check_k_high(k_high, k)
         self.cfg = cfg
         self.lowered = ep = None
         if epilogue is not None:
             self.lowered = lowered or lower(epilogue, cfg, n=n, k=k)
             ep = _Epilogue.of(epilogue)
         if plan is None:
-            plan = plan_gemm(cfg, m, k, n, epilogue=epilogue)
-        elif (plan.m, plan.k, plan.n) != (m, k, n):
-            raise ProgramError(f"plan is for a {plan.m}x{plan.k}x{plan.n} GEMM, not "
-                               f"{m}x{k}x{n}")
+            plan = plan_gemm(cfg, m, k, n, epilogue=epilogue, k_high=k_high)
+        elif (plan.m, plan.k, plan.n, plan.k_high) != (m, k, n, k_high):
+            def high(rows):
+                return f" with {rows} high rows" if rows else ""
+            raise ProgramError(f"plan is for a {plan.m}x{plan.k}x{plan.n} GEMM"
+                               f"{high(plan.k_high)}, not {m}x{k}x{n}{high(k_high)}")
         if ep is not None and ep.passes == 2 and n > MAX_ROW:
             raise ProgramError(f"a {ep.op.name} row of n = {n} columns is longer than the "
                                f"hardware supports ({MAX_ROW} columns)")
@@ -949,7 +1056,8 @@ class GemmGroups:
         self.plan, self.ep = plan, ep
         self.layout = _layout(cfg, plan, ep)
         self.table = _step_table(plan, cfg)
-        self.codes = _group_codes(cfg, ep, self.layout, self.table, -(-n // cfg.cols))
+        self.codes = _group_codes(cfg, ep, self.layout, self.table, -(-n // cfg.cols),
+                                  plan.k_high)
         self.sets = [] if ep is None else [isa.Set(index=index, value=int(value))
                                           for index, value in self.lowered.sets]
 
@@ -975,16 +1083,16 @@ class GemmGroups:
         return self.sets + loads if group.sets else loads
 
     def row(self, group, kt):
-        """The MATMULs of K tile ``kt`` of ``group``, one per N strip: the step's first pops
-        ``l2e`` (and ``s2e`` when it starts C tile 2 or later), its last pushes ``e2l`` and,
-        ending its tile, ``e2s``."""
+        """The MATMULs of K tile ``kt`` of ``group``, one per N strip, shifted in a high K tile:
+        the step's first pops ``l2e`` (and ``s2e`` when it starts C tile 2 or later), its last
+        pushes ``e2l`` and, ending its tile, ``e2s``."""
         rows, mlen, ntlen = self.cfg.rows, group.mlen, group.ntlen
         first = kt == 0                           # the step's first MATMUL is this row's first
         last = kt == group.ktlen - 1              # ... and its last this row's last
         return [isa.Matmul(a_addr=group.a_base + kt * mlen,
                            b_addr=group.b_base + (kt * ntlen + nt) * rows,
                            acc_addr=group.c_base + nt * mlen, m_len=mlen,
-                           accumulate=not (group.first_k and first),
+                           accumulate=not (group.first_k and first), shift=kt < group.high,
                            pop_prev=first and nt == 0,
                            pop_next=first and nt == 0 and bool(group.pop_s2e),
                            push_prev=last and nt == ntlen - 1 and bool(group.push_e2l),
@@ -1003,7 +1111,8 @@ class GemmGroups:
         ``b_addr``): rows of equal keys differ only there."""
         first, last = kt == 0, kt == group.ktlen - 1
         return (group.mlen, group.ntlen, group.c_base, first, last, first and group.first_k,
-                first and group.pop_s2e, last and group.push_e2l, last and group.store)
+                first and group.pop_s2e, last and group.push_e2l, last and group.store,
+                kt < group.high)
 
     def store_key(self, group):
         """What :meth:`store` makes the STORE of ``group`` from, but placement
@@ -1113,25 +1222,28 @@ class _GemmWriter:
         self.pack_parts.append(np.where(valid, index, self.pad).reshape(-1, self.cfg.lanes))
 
     def a_pack(self, step):
-        # Row kt * mlen + mi holds A[m0 + mi, (kt0 + kt) * rows ...].
-        rows, lane = self.cfg.rows, self.lane
+        # Row kt * mlen + mi holds A[m0 + mi, K tile kt0 + kt].
+        rows, lane, plan = self.cfg.rows, self.lane, self.plan
         kt = np.arange(step.ktlen)[:, None, None]
         mi = np.arange(step.mlen)[None, :, None]
-        col = (step.kt0 + kt) * rows + lane
-        index = self.a_off + (step.m0 + mi) * self.plan.k + col
-        self._pack((lane < rows) & (col < self.plan.k), index)
+        first, end, _ = _k_rows(rows, plan.k, plan.k_high, step.kt0 + kt)
+        col = first + lane
+        index = self.a_off + (step.m0 + mi) * plan.k + col
+        self._pack((lane < rows) & (col < end), index)
 
     def b_pack(self, step):
-        # Block kt * ntlen + nt, row r holds B[(kt0 + kt) * rows + r, (nt0 + nt) * cols ...].
+        # Block kt * ntlen + nt, row r holds row r of K tile kt0 + kt of B, columns
+        # (nt0 + nt) * cols ...
         rows, cols, lane = self.cfg.rows, self.cfg.cols, self.lane
         k, n = self.plan.k, self.plan.n
         kt = np.arange(step.ktlen)[:, None, None, None]
         nt = np.arange(step.ntlen)[None, :, None, None]
         r = np.arange(rows)[None, None, :, None]
-        brow = (step.kt0 + kt) * rows + r
+        first, end, _ = _k_rows(rows, k, self.plan.k_high, step.kt0 + kt)
+        brow = first + r
         bcol = (step.nt0 + nt) * cols + lane
         index = self.b_off + brow * n + bcol
-        self._pack((lane < cols) & (brow < k) & (bcol < n), index)
+        self._pack((lane < cols) & (brow < end) & (bcol < n), index)
 
     def pmem_pack(self, strip0, n_strips):
         # Beat j of PMEM row i brings bytes j*beat_bytes.. of the row: the gearbox puts the

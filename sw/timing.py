@@ -108,25 +108,26 @@ class _Part:
     """One part of a program, as the walk needs it: a GEMM (its key, and its groups and their
     keys, made on the part's first miss) or a given :class:`~bertaccel.sw.program.Program`."""
 
-    def __init__(self, timer, m=None, k=None, n=None, epilogue=None, *, part=None):
+    def __init__(self, timer, m=None, k=None, n=None, epilogue=None, k_high=0, *, part=None):
         self.timer, self.program = timer, part
         if part is not None:
             self.key = ("program", tuple(timing_view(instr) for instr in part.instrs))
             return
-        self.shape = (m, k, n, epilogue)
+        self.shape = (m, k, n, epilogue, k_high)
         # The shape and op decide the plan, and with the SETs every instruction's timing view.
         self.lowered = None if epilogue is None else timer.lowered(epilogue, n, k)
-        self.key = ("gemm", m, k, n, None) if epilogue is None else \
-            ("gemm", m, k, n, self.lowered.op, tuple(index for index, _ in self.lowered.sets))
+        self.key = ("gemm", m, k, n, k_high, None) if epilogue is None else \
+            ("gemm", m, k, n, k_high, self.lowered.op,
+             tuple(index for index, _ in self.lowered.sets))
         self._groups = None
 
     def groups(self):
         """``(GemmGroups, [group key id of each group])``."""
         if self._groups is None:
-            m, k, n, epilogue = self.shape
+            m, k, n, epilogue, k_high = self.shape
             timer = self.timer
-            groups = GemmGroups(timer.cfg, m, k, n, plan=timer.plan(m, k, n, epilogue),
-                                epilogue=epilogue, lowered=self.lowered)
+            groups = GemmGroups(timer.cfg, m, k, n, plan=timer.plan(m, k, n, epilogue, k_high),
+                                epilogue=epilogue, lowered=self.lowered, k_high=k_high)
             distinct, inverse = _unique_rows(np.ascontiguousarray(groups.codes[:, _TIMED]))
             op = groups.ep.op if groups.ep is not None else isa.EpOp.RAW
             sets = tuple(instr.index for instr in groups.sets)
@@ -156,7 +157,7 @@ class GemmTimer:
     def __init__(self, cfg):
         self.cfg = cfg
         self._stepper = CycleStepper(cfg)
-        self._plans = {}            # (m, k, n, op) -> TilePlan
+        self._plans = {}            # (m, k, n, op, k_high) -> TilePlan
         self._lowered = {}          # (id(epilogue), n, k) -> (epilogue, Lowered)
         self.stats = {"pieces_run": 0, "instructions_run": 0}
         self._forget()
@@ -173,9 +174,10 @@ class GemmTimer:
 
     # -- the public calls ------------------------------------------------------------------------
 
-    def gemm(self, m, k, n, *, epilogue=None):
-        """Cycles of ``compile_gemm(cfg, m, k, n, epilogue=epilogue)`` on the cycle model."""
-        return self.concat([(m, k, n, epilogue)])
+    def gemm(self, m, k, n, *, epilogue=None, k_high=0):
+        """Cycles of ``compile_gemm(cfg, m, k, n, epilogue=epilogue, k_high=k_high)`` on the
+        cycle model."""
+        return self.concat([(m, k, n, epilogue, k_high)])
 
     def concat(self, parts):
         """Cycles of :func:`~bertaccel.sw.sequence.concat` of ``parts`` on the cycle model.
@@ -183,8 +185,8 @@ class GemmTimer:
         Parameters
         ----------
         parts : sequence
-            Each a GEMM ``(m, k, n, epilogue)`` (compiled with :func:`~bertaccel.sw.tiler.
-            compile_gemm`; ``epilogue`` may be ``None``) or a
+            Each a GEMM ``(m, k, n, epilogue)`` or ``(m, k, n, epilogue, k_high)`` (compiled
+            with :func:`~bertaccel.sw.tiler.compile_gemm`; ``epilogue`` may be ``None``) or a
             :class:`~bertaccel.sw.program.Program`.
 
         Returns
@@ -207,12 +209,13 @@ class GemmTimer:
         equal cycles."""
         return tuple(part.key for part in self._parts(parts))
 
-    def plan(self, m, k, n, epilogue):
+    def plan(self, m, k, n, epilogue, k_high=0):
         """:func:`~bertaccel.sw.tiler.plan_gemm`'s plan (kept: it depends on the op only)."""
-        key = (m, k, n, None if epilogue is None else epilogue.op)
+        key = (m, k, n, None if epilogue is None else epilogue.op, k_high)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = plan_gemm(self.cfg, m, k, n, epilogue=epilogue)
+            plan = self._plans[key] = plan_gemm(self.cfg, m, k, n, epilogue=epilogue,
+                                                k_high=k_high)
         return plan
 
     def lowered(self, epilogue, n, k):
@@ -255,10 +258,10 @@ class GemmTimer:
                                      f"{self.cfg.tag}")
                 out.append(_Part(self, part=part))
                 continue
-            m, k, n, epilogue = part
-            identity = (m, k, n, id(epilogue))
+            m, k, n, epilogue, k_high = (*part, 0) if len(part) == 4 else part
+            identity = (m, k, n, id(epilogue), k_high)
             if identity not in made:
-                made[identity] = _Part(self, m, k, n, epilogue)
+                made[identity] = _Part(self, m, k, n, epilogue, k_high)
             out.append(made[identity])
         if not out:
             raise ValueError("concat needs at least one part")

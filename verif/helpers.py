@@ -201,12 +201,18 @@ def merged_program(bert, delta):
             q[torch.from_numpy(part.rows)] += torch.from_numpy(part.values).long()
             k = q.shape[0]
             columns = delta_columns(quant, stage, torch.arange(k))
-            b, index = split_rows(_in_order(q, columns), torch.arange(k))
-            extra += b.shape[0] - split_rows(_in_order(base, columns), torch.arange(k))[0].shape[0]
+            ours = split_rows(_in_order(q, columns), torch.arange(k))
+            extra += ours.k - split_rows(_in_order(base, columns), torch.arange(k)).k
             split = getattr(quant, stage)
-            own = split.index < k
-            changes[stage] = SplitB(b=torch.cat([b, split.b[~own]]),
-                                    index=torch.cat([index, split.index[~own]]))
+            high = torch.arange(split.k) < split.k_high
+            other_high = (split.index >= k) & high          # rows of other A sources
+            other_low = (split.index >= k) & ~high
+            changes[stage] = SplitB(
+                b=torch.cat([ours.b[:ours.k_high], split.b[other_high], ours.b[ours.k_high:],
+                             split.b[other_low]]),
+                index=torch.cat([ours.index[:ours.k_high], split.index[other_high],
+                                 ours.index[ours.k_high:], split.index[other_low]]),
+                k_high=ours.k_high + int(other_high.sum()))
         layers.append(dataclasses.replace(quant, **changes))
     program = BertProgram(bert.cfg, bert.spec, layers, x_embed=bert.x_embed,
                           calibration=bert.calibration, embeddings=bert.embeddings,

@@ -4,12 +4,12 @@ row's statistics, and every op's last multiply.
 Per lane, stage by stage (the names are :class:`~.schedule.Schedule`'s)::
 
     BIND    a second-pass beat takes its row's statistics from its slot
-    MUL2    SOFTMAX e * R | LAYERNORM v * (N * rsq): two tiles
+    MUL2    SOFTMAX R * e | LAYERNORM v * (N * rsq): two tiles
     PSUM2   the tiles added
     SUB     LAYERNORM: - S1 * rsq, making (N * v - S1) * rsq
-    SHC2 SHF2  rounding shift by 16 + k | 11 + j
+    SHC2 SHF2  rounding shift by 5 + k | 11 + j
     RND2    SOFTMAX: rounding add, limits; LAYERNORM z
-    MUL3    SOFTMAX done (clamp 0..127) | GELU z * phi | LAYERNORM z * gamma: two tiles
+    MUL3    SOFTMAX done (clamp 0..4095) | GELU z * phi | LAYERNORM z * gamma: two tiles
     PSUM3   the tiles added
     SHC3    GELU: rshift_round by 24, limits; LAYERNORM >> (gshift - 8), coarse
     SHF3    GELU done (sat8); LAYERNORM ... fine
@@ -26,6 +26,7 @@ from amaranth import Cat, Module, Mux, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from ...golden.intops import PROB_SCALE, RECIP_SHIFT
 from ..isa import EpOp, ParamsLayout
 from .arith import INT8, TILE, clamp, coarse, fine, pick, product, round_parts
 from .lanes import Stages
@@ -80,31 +81,34 @@ class Back(wiring.Component):
     def _bind(self, m, st):
         """BIND: a second pass takes its row's statistics, into every lane."""
         k, slots = self._sch.BIND, self.i_slots
-        c = st.ctl[k - 1]
-        s = st(k, a=signed(24),
-               mb=unsigned(30),           # R | N*rsq
+        c, p = st.ctl[k - 1], st.lanes[k - 1]
+        # SOFTMAX's operands change places: R (17 bits) is the signed 18-bit operand of both
+        # tiles and e (22 bits) is cut in two, as N * rsq is.
+        s = st(k, a=signed(24),           # R | v
+               mb=unsigned(30),           # e | N*rsq
                sb=signed(46),             # 0 | S1*rsq
-               lsh=unsigned(6))           # 16 + k | 11 + j
+               lsh=unsigned(6))           # 5 + k | 11 + j
         for i in range(self._sch.lanes):
             with m.If(c.op == EpOp.SOFTMAX):
-                m.d.sync += [s[i].mb.eq(Mux(c.slot, slots[1].r, slots[0].r)), s[i].sb.eq(0),
-                             s[i].lsh.eq(16 + Mux(c.slot, slots[1].k, slots[0].k))]
+                m.d.sync += [s[i].a.eq(Mux(c.slot, slots[1].r, slots[0].r)),
+                             s[i].mb.eq(p[i].a), s[i].sb.eq(0),
+                             s[i].lsh.eq(RECIP_SHIFT + Mux(c.slot, slots[1].k, slots[0].k))]
             with m.Else():
                 m.d.sync += [s[i].mb.eq(Mux(c.slot, slots[1].nr, slots[0].nr)),
                              s[i].sb.eq(Mux(c.slot, slots[1].sr, slots[0].sr)),
                              s[i].lsh.eq(11 + Mux(c.slot, slots[1].j, slots[0].j))]
 
     def _normalize(self, m, st, platform):
-        """MUL2, PSUM2, SUB, SHC2, SHF2, RND2: e * R or (N * v - S1) * rsq, rounded."""
+        """MUL2, PSUM2, SUB, SHC2, SHF2, RND2: R * e or (N * v - S1) * rsq, rounded."""
         sch, lanes = self._sch, range(self._sch.lanes)
         k = sch.MUL2
         p, s = st.lanes[k - 1], st(k, a=signed(24), t0=signed(35), t1=signed(31),
                                    sb=signed(46), lsh=unsigned(6))
         for i in lanes:
-            e_or_v, mb = p[i].a[:17].as_signed(), p[i].mb
+            r_or_v, mb = p[i].a[:TILE + 1].as_signed(), p[i].mb
             m.d.comb += [
-                s[i].t0.eq(product(m, e_or_v, mb[:TILE], name=f"mul2_t0{i}", platform=platform)),
-                s[i].t1.eq(product(m, e_or_v, mb[TILE:], name=f"mul2_t1{i}", platform=platform)),
+                s[i].t0.eq(product(m, r_or_v, mb[:TILE], name=f"mul2_t0{i}", platform=platform)),
+                s[i].t1.eq(product(m, r_or_v, mb[TILE:], name=f"mul2_t1{i}", platform=platform)),
             ]
         p, s = s, st(k + 1, a=signed(24), d=signed(47), sb=signed(46), lsh=unsigned(6))
         for i in lanes:
@@ -119,10 +123,11 @@ class Back(wiring.Component):
         for i in lanes:
             m.d.sync += s[i].d.eq(fine(p[i].d, p[i].lshf))
         c = st.ctl[k + 4]
-        p, s = s, st(k + 5, a=signed(24), over=1, under=1, r=signed(8))
+        p, s = s, st(k + 5, a=signed(24), over=1, under=1, r=signed(PROB_SCALE.bit_length() + 1))
         for i in lanes:
             d = p[i].d
-            m.d.sync += Cat(s[i].over, s[i].under, s[i].r).eq(Cat(*round_parts(d, 0, 127)))
+            m.d.sync += Cat(s[i].over, s[i].under, s[i].r).eq(
+                Cat(*round_parts(d, 0, PROB_SCALE)))
             with m.If(c.op == EpOp.LAYERNORM):
                 m.d.sync += s[i].a.eq((d[:25] + 1)[1:25])            # z, |z| < 2**18
 
@@ -141,7 +146,8 @@ class Back(wiring.Component):
             ]
             with m.If(c.op == EpOp.SOFTMAX):                          # SOFTMAX done
                 m.d.sync += s[i].carry.out.eq(
-                    Mux(c.lane_valid[i], pick(p[i].over, p[i].under, p[i].r, 0, 127), 0))
+                    Mux(c.lane_valid[i], pick(p[i].over, p[i].under, p[i].r, 0, PROB_SCALE),
+                        0))
         p, s = s, st(k + 1, q=signed(42), gs=unsigned(6))
         for i in lanes:
             m.d.sync += [s[i].q.eq(p[i].t0 + (p[i].t1 << TILE)),

@@ -3,13 +3,15 @@ loop beside the lanes, to SLOOP).
 
 Per lane, stage by stage (``L = log2(lanes)``)::
 
-    U       SOFTMAX u = 256 * M - t (first pass: M so far; second pass: the row's final M)
-    EXP     EXP2 lookup
+    U       SOFTMAX u = 4096 * M - t (first pass: M so far; second pass: the row's final M)
+    EXP     EXP2 lookup at u & 4095
     EREG    ... registered (every table: block RAM has no logic after it)
-    E       e = EXP2[u & 255] >> (u >> 8), 0 from a shift of 16 and in pad lanes
+    ESH     2 * (EXP2 << 4) >> q, coarse (multiples of 8), for q = u >> 12
+    E       ... fine, then the rounding add: e = rshift_round(EXP2 << 4, q) (see :mod:`~.arith`),
+            0 from a shift of 23 and in pad lanes
     L x     tree of sum e, then the loop S = (S >> dM) + sum e (SLOOP: shift, add)
 
-Each lane has an EXP2 table (256 x 16 bits, :data:`bertaccel.golden.intops.EXP2_TABLE`). The
+Each lane has an EXP2 table (4096 x 18 bits, :data:`bertaccel.golden.intops.EXP2_TABLE`). The
 other ops' lanes pass through unchanged. The sum's tree and loop read the tags of the stages
 after E, which they keep a copy of (the same registers as the back's, which synthesis merges).
 """
@@ -18,14 +20,22 @@ from amaranth import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ...golden.intops import EXP2_TABLE
+from ...golden.intops import EXP2_CUTOFF, EXP2_GUARD, EXP2_TABLE, SOFTMAX_FRAC
 from ..isa import EpOp
 from ..pipeline import delay
-from .arith import tree
+from .arith import coarse, fine, tree
 from .lanes import Stages
 from .schedule import ACC_LANE, E_LANE, Schedule, SoftmaxSums, lane_layout, stage_signature
 
 __all__ = ["Exponent"]
+
+#: Bits of an EXP2_TABLE entry (its largest, 2**17, needs 18).
+_EXP2_WIDTH = max(EXP2_TABLE).bit_length()
+#: Bits of q = u >> 12 that the shifter takes (q < EXP2_CUTOFF = 23).
+_Q_WIDTH = (EXP2_CUTOFF - 1).bit_length()
+#: Bits of an exponential e (at most 2**21) and of a row's sum of them (below 2**32).
+E_WIDTH = _EXP2_WIDTH + EXP2_GUARD
+SUM_WIDTH = SoftmaxSums["total"].shape.width
 
 
 class Exponent(wiring.Component):
@@ -62,51 +72,61 @@ class Exponent(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         st = Stages(m, self._sch, self.i_lanes, self._sch.U)
-        dm5 = self._exponentials(m, st)
-        self._sum(m, st, dm5)
+        dm = self._exponentials(m, st)
+        self._sum(m, st, dm)
         st.drive(self.o_lanes)
         m.d.comb += self.o_busy_next.eq(st.busy_next())
         return m
 
     def _exponentials(self, m, st):
-        """U, EXP, EREG, E: e = EXP2[u & 255] >> (u >> 8), u = 256*M - t. Returns the growth
-        of M, registered beside U and limited to 31."""
-        sch, lanes = self._sch, range(self._sch.lanes)
+        """U, EXP, EREG, ESH, E: e = rshift_round(EXP2[u & 4095] << 4, u >> 12), u = 4096*M -
+        t. Returns the growth of M, registered beside U and limited to 63."""
+        sch, lanes, frac = self._sch, range(self._sch.lanes), SOFTMAX_FRAC
         c, p = st.ctl[sch.U - 1], st.lanes[sch.U - 1]
-        s = st(sch.U, a=signed(24), f=unsigned(8), q=unsigned(4), zero=1)
-        dm5 = Signal(5, reset_less=True)
-        m.d.sync += dm5.eq(Mux(self.i_dm > 31, 31, self.i_dm))   # S < 2**26: 31 empties it
+        s = st(sch.U, a=signed(24), f=unsigned(frac), q=unsigned(_Q_WIDTH), zero=1)
+        dm = Signal(6, reset_less=True)
+        m.d.sync += dm.eq(Mux(self.i_dm > 63, 63, self.i_dm))   # S < 2**32: 32 empties it
         for i in lanes:
-            u = Signal(signed(26), name=f"u{i}")
-            m.d.comb += u.eq((p[i].m << 8) - p[i].a)
-            m.d.sync += [s[i].f.eq(u[:8]), s[i].q.eq(u[8:12]),
-                         s[i].zero.eq(~c.lane_valid[i] | u[12:].any())]
-        p, s = s, st(sch.EXP, a=signed(24), q=unsigned(4), zero=1)
+            # u >= 0 in the valid lanes: M is at least ceil(t / 4096).
+            u = Signal(signed(17 + frac + 1), name=f"u{i}")
+            q = u[frac:frac + _Q_WIDTH]
+            m.d.comb += u.eq((p[i].m << frac) - p[i].a)
+            m.d.sync += [s[i].f.eq(u[:frac]), s[i].q.eq(q),
+                         s[i].zero.eq(~c.lane_valid[i] | u[frac + _Q_WIDTH:].any()
+                                      | (q >= EXP2_CUTOFF))]
+        p, s = s, st(sch.EXP, a=signed(24), q=unsigned(_Q_WIDTH), zero=1)
         exp2 = []
         for i in lanes:
-            rom = m.submodules[f"exp2_{i}"] = memory.Memory(shape=unsigned(16), depth=256,
-                                                            init=EXP2_TABLE)
+            rom = m.submodules[f"exp2_{i}"] = memory.Memory(
+                shape=unsigned(_EXP2_WIDTH), depth=len(EXP2_TABLE), init=EXP2_TABLE)
             port = rom.read_port()
             m.d.comb += port.addr.eq(p[i].f)
             exp2.append(port.data)
-        s = st(sch.EREG, a=signed(24), q=unsigned(4), zero=1, r=unsigned(16))
+        s = st(sch.EREG, a=signed(24), q=unsigned(_Q_WIDTH), zero=1, r=unsigned(_EXP2_WIDTH))
         for i in lanes:
             m.d.sync += s[i].r.eq(exp2[i])      # block RAM straight into a register
+        # The rounding shift as arith's ((2v >> q) + 1) >> 1, with v = EXP2 << 4.
+        p, s = s, st(sch.ESH, a=signed(24), q=unsigned(3), zero=1,
+                     w=unsigned(_EXP2_WIDTH + EXP2_GUARD + 1))
+        for i in lanes:
+            m.d.sync += [s[i].w.eq(coarse(p[i].r << (EXP2_GUARD + 1), p[i].q)),
+                         s[i].q.eq(p[i].q[:3])]
         c = st.ctl[sch.E - 1]
         p, s = s, st(sch.E, **E_LANE)
         for i in lanes:
             with m.If(c.op == EpOp.SOFTMAX):
-                m.d.sync += s[i].a.eq(Mux(p[i].zero, 0, p[i].r >> p[i].q))
-        return dm5
+                e = (fine(p[i].w, p[i].q) + 1)[1:E_WIDTH + 1]
+                m.d.sync += s[i].a.eq(Mux(p[i].zero, 0, e))
+        return dm
 
-    def _sum(self, m, st, dm5):
+    def _sum(self, m, st, dm):
         """The e tree and the rescaled-sum loop (first passes): S = (S >> dM) + sum e."""
         sch = self._sch
         e = st.lanes[sch.E]
-        e_sum, _ = tree(m, [e[i].a[:16] for i in range(sch.lanes)],
-                        lambda a, b: a + b, lambda n: unsigned(16 + n), name="esum")
-        dm_at_sum = delay(m, dm5, sch.SLOOP - 1 - sch.U, name="dm")
-        total = Signal(unsigned(26), reset_less=True)
+        e_sum, _ = tree(m, [e[i].a[:E_WIDTH] for i in range(sch.lanes)],
+                        lambda a, b: a + b, lambda n: unsigned(E_WIDTH + n), name="esum")
+        dm_at_sum = delay(m, dm, sch.SLOOP - 1 - sch.U, name="dm")
+        total = Signal(unsigned(SUM_WIDTH), reset_less=True)
         s_fresh = Signal(init=1)
         smx_fin = Signal()
         smx_fin_slot = Signal()

@@ -3,13 +3,13 @@
 Row statistics live in two *slots*, taken in turn by the rows' first passes and read in turn by
 their second passes (:mod:`~.intake` holds a second pass back until its slot is final). At a
 row's last first-pass beat this pipeline computes, for SOFTMAX, ``k`` (a priority encoder),
-``mant`` and ``R = RECIP_TABLE[mant - 1024]``; for LAYERNORM, ``D = N*S2 - S1**2 + eps_n2``,
+``mant`` and ``R = RECIP_TABLE[mant - 8192]``; for LAYERNORM, ``D = N*S2 - S1**2 + eps_n2``,
 ``j`` (a priority encoder), ``m`` and ``rsq = RSQRT_TABLE[m - 256]``, and then ``N * rsq`` and
 ``S1 * rsq``, so the per-lane work is one multiply and one subtract. The slot holds them
 :attr:`~.schedule.Schedule.SMX_FINALIZE` or :attr:`~.schedule.Schedule.LN_FINALIZE` cycles
 after the sums were final.
 
-The tables, from :mod:`bertaccel.golden.intops`, are shared by the lanes: RECIP (1024 x 23) and
+The tables, from :mod:`bertaccel.golden.intops`, are shared by the lanes: RECIP (8192 x 17) and
 RSQRT (1024 x 19, its 768 entries and zeros for D = 0). ``row_len`` is at most
 :data:`~bertaccel.golden.intops.MAX_ROW` (its low 11 bits are ``N``) and ``eps_n2`` below 2**62.
 """
@@ -18,7 +18,7 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ...golden.intops import MAX_ROW, RECIP_TABLE, RSQRT_TABLE
+from ...golden.intops import MAX_ROW, RECIP_BITS, RECIP_TABLE, RSQRT_TABLE
 from ..isa import ParamsLayout
 from ..pipeline import delay
 from .arith import msb, sum_shifted, tiles
@@ -65,20 +65,20 @@ class Finalize(wiring.Component):
         return m
 
     def _softmax(self, m, slots):
-        """k, mant, R = RECIP_TABLE[mant - 1024], into the slot."""
+        """k, mant, R = RECIP_TABLE[mant - 8192], into the slot."""
         total = self.i_smx.payload.total
-        f1_k = Signal(5, reset_less=True)                  # S = mant * 2**(k - 10)
+        f1_k = Signal(5, reset_less=True)                  # S = mant * 2**(k - 13)
         f1_total = Signal.like(total, reset_less=True)
         m.d.sync += [f1_k.eq(msb(total)), f1_total.eq(total)]
-        f2_mant = Signal(11, reset_less=True)
-        with m.If(f1_k >= 10):
-            m.d.sync += f2_mant.eq(f1_total >> (f1_k - 10)[:4])
-        with m.Else():
-            m.d.sync += f2_mant.eq(f1_total << (10 - f1_k)[:4])
-        recip = m.submodules.recip = memory.Memory(shape=unsigned(23), depth=1024,
-                                                   init=RECIP_TABLE)
+        # S holds the row's largest exponential (above 2**20), so k > RECIP_BITS: the mantissa
+        # is S shifted right.
+        f2_mant = Signal(RECIP_BITS + 1, reset_less=True)
+        m.d.sync += f2_mant.eq(f1_total >> (f1_k - RECIP_BITS)[:5])
+        recip = m.submodules.recip = memory.Memory(
+            shape=unsigned(SlotStats["r"].shape.width), depth=len(RECIP_TABLE),
+            init=RECIP_TABLE)
         recip_port = recip.read_port()
-        m.d.comb += recip_port.addr.eq(f2_mant[:10])
+        m.d.comb += recip_port.addr.eq(f2_mant[:RECIP_BITS])
         f3_k = delay(m, f1_k, 2, name="smx_k")
         fin_at = delay(m, Cat(self.i_smx.valid, self.i_smx.payload.slot), 3, name="smx_fin")
         assert self._sch.SMX_FINALIZE == 4

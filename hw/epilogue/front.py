@@ -13,7 +13,7 @@ Per lane, stage by stage (the names are :class:`~.schedule.Schedule`'s)::
     RND     the rounding add, narrow, and the saturation limits compared beside it
     SAT     REQUANT done (sat8); GELU z = clamp24, PHI lookup at clamp(t + 257, 0, 513);
             SOFTMAX t = clamp24 (pads: -2**23); LAYERNORM v = sat16 (pads: 0)
-    PRE     PHI registered; SOFTMAX ceil(t / 256); LAYERNORM v * v
+    PRE     PHI registered; SOFTMAX ceil(t / 4096); LAYERNORM v * v
 
 Each lane has a PHI table (514 x 17: golden's table with its two saturations, 0 and 2**16, at
 the ends).
@@ -27,7 +27,7 @@ from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from ...golden.intops import PHI_TABLE
+from ...golden.intops import PHI_TABLE, SOFTMAX_FRAC
 from ..isa import EpOp, ParamsLayout
 from .arith import INT8, INT16, INT24, coarse, fine, pick, product, round_parts
 from .lanes import Stages
@@ -201,12 +201,12 @@ class Front(wiring.Component):
         return phi
 
     def _pre(self, m, st, phi, platform):
-        """PRE: PHI registered, ceil(t / 256), v * v."""
+        """PRE: PHI registered, ceil(t / 4096), v * v."""
         k = self._sch.PRE
         c, p, s = st.ctl[k - 1], st.lanes[k - 1], st(k, **PRE_LANE)
         for i in range(self._sch.lanes):
             v = p[i].a[:16].as_signed()
-            m.d.sync += s[i].c.eq((p[i].a + 255) >> 8)
+            m.d.sync += s[i].c.eq((p[i].a + (1 << SOFTMAX_FRAC) - 1) >> SOFTMAX_FRAC)
             m.d.comb += s[i].v2.eq(product(m, v, v, name=f"pre_v2{i}", platform=platform))
             # block RAM straight into a register: no logic after its slow clk-to-q
             with m.If(c.op == EpOp.GELU):

@@ -97,8 +97,12 @@ class Schedule:
         return self.ACC + 3
 
     @property
-    def E(self):
+    def ESH(self):
         return self.ACC + 4
+
+    @property
+    def E(self):
+        return self.ACC + 5
 
     @property
     def SLOOP(self):
@@ -190,7 +194,7 @@ Carry = data.UnionLayout({
 })
 
 #: A lane in stage PRE, where the front ends: ``a`` is GELU's z, SOFTMAX's t or LAYERNORM's v;
-#: ``c`` SOFTMAX's ceil(t / 256) and ``v2`` LAYERNORM's v * v, the leaves of the lane trees.
+#: ``c`` SOFTMAX's ceil(t / 4096) and ``v2`` LAYERNORM's v * v, the leaves of the lane trees.
 PRE_LANE = {"a": signed(24), "c": signed(17), "v2": unsigned(31)}
 #: A lane in a stage where it only waits (for a tree over the lanes, or for BIND).
 WAIT_LANE = {"a": signed(24)}
@@ -208,7 +212,7 @@ def lane_layout(sch, fields):
 #: A SOFTMAX row's sum of exponentials, valid for the one cycle its last first-pass sub-beat
 #: spends in stage SLOOP (the loop's register holds the row's sum then); ``slot`` is the row's
 #: statistics slot.
-SoftmaxSums = data.StructLayout({"total": unsigned(26), "slot": 1})
+SoftmaxSums = data.StructLayout({"total": unsigned(32), "slot": 1})
 
 #: A LAYERNORM row's sums of v and v * v, valid for the one cycle its last first-pass sub-beat
 #: spends in stage ACC.
@@ -217,7 +221,7 @@ LayerNormSums = data.StructLayout({"s1": signed(26), "s2": unsigned(41), "slot":
 #: One row's statistics in a slot, as the second pass reads them: SOFTMAX ``r`` (R) and ``k``;
 #: LAYERNORM ``nr`` (N * rsq), ``sr`` (S1 * rsq) and ``j``.
 SlotStats = data.StructLayout({
-    "r":  unsigned(23),
+    "r":  unsigned(17),
     "k":  unsigned(5),
     "nr": unsigned(30),
     "sr": signed(46),

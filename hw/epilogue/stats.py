@@ -6,7 +6,7 @@ Per lane, stage by stage (``L = log2(lanes)``)::
     L x     trees over the lanes (first passes): SOFTMAX max, LAYERNORM sum v and sum v * v
     ACC     SOFTMAX running max M (a 1-cycle loop: subtract, mux); LAYERNORM row sums
 
-The running maximum is golden's integer one: ``M = max(M, ceil(max(t) / 256))`` over the
+The running maximum is golden's integer one: ``M = max(M, ceil(max(t) / 4096))`` over the
 sub-beats of a row, from ``-2**15``. At a row's last first-pass sub-beat M goes into the row's
 slot, and second-pass sub-beats take M from their slot instead. The LAYERNORM sums leave on
 ``o_sums`` for the finalize pipeline (:class:`~.finalize.Finalize`).

@@ -5,6 +5,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..dsp import KEEP
+from ..isa import MATMUL_SHIFT
 from ..pipeline import delay, delay_line
 from .layout import row_layout
 from .read import OPERAND_DELAY
@@ -13,7 +14,9 @@ __all__ = ["AccumulatePath"]
 
 
 class AccumulatePath(wiring.Component):
-    """Adds each row's sums from the mesh to its accumulator row, or writes them there.
+    """Adds each row's sums from the mesh to its accumulator row, or writes them there; a row of
+    a MATMUL with ``shift`` set has its sums shifted left by :data:`~bertaccel.hw.isa.MATMUL_SHIFT`
+    first.
 
     Follows the operand rows the stream stage issues (``i_row``, one a cycle): ``cfg.mesh_latency``
     cycles after a row enters the mesh its ``cols`` sums (``i_sums``) leave it, are added to the
@@ -156,9 +159,13 @@ class AccumulatePath(wiring.Component):
         other = Signal.like(back_row)     # the addend
         hit2 = self._writes(m, tags, 2, latency)
         accumulate = self._fan_out(m, "accumulate", meta[latency - 2].accumulate)
+        # The shift selects the mesh's sums as they enter the adders (stage latency + 1), a
+        # byte at a time like the addend: a 2:1 multiplexer per bit before the adder.
+        shift = self._fan_out(m, "shift", meta[latency - 1].shift)
         m.d.sync += back_row.eq(acc_sum)
         for c in range(cfg.cols):
-            addend = []
+            addend, product = [], []
+            shifted = Value.cast(self.i_sums[c]) << MATMUL_SHIFT
             for j, (low, high) in enumerate(self._slices):
                 i = c * len(self._slices) + j
 
@@ -171,7 +178,8 @@ class AccumulatePath(wiring.Component):
                                                               Mux(fwd_hit[i], byte(fwd),
                                                                   byte(acc_old))), 0))
                 addend.append(s_other)
-            m.d.comb += sums[c].eq(self.i_sums[c] + Cat(*addend).as_signed())
+                product.append(Mux(shift[i], shifted[low:high], byte(self.i_sums)))
+            m.d.comb += sums[c].eq(Cat(*product).as_signed() + Cat(*addend).as_signed())
 
     def _per_byte(self, m, name, values):
         """Registered copies of `values`, one per byte.

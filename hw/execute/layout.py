@@ -23,13 +23,13 @@ def matmul_layout(cfg):
         Rows to stream: ``m_len``, or 1 for ``m_len == 0``.
     zero, final : 1
         ``m_len == 0``; ``m_len <= 1``.
-    accumulate, push_load, push_store : 1
-        Its ``accumulate`` flag and its execute->load and execute->store pushes.
+    accumulate, shift, push_load, push_store : 1
+        Its ``accumulate`` and ``shift`` flags and its execute->load and execute->store pushes.
     """
     return data.StructLayout({
         "bank": 1, "a_addr": FIELD_WIDTH, "acc_addr": FIELD_WIDTH,
         "acc_prev": cfg.acc_addr_width, "remaining": FIELD_WIDTH, "zero": 1, "final": 1,
-        "accumulate": 1, "push_load": 1, "push_store": 1,
+        "accumulate": 1, "shift": 1, "push_load": 1, "push_store": 1,
     })
 
 
@@ -44,9 +44,11 @@ def row_layout(cfg):
         The accumulator row its sums go to.
     accumulate : 1
         Its sums are added to the row's old value (else they replace it).
+    shift : 1
+        Its sums are shifted left by :data:`~bertaccel.hw.isa.MATMUL_SHIFT` first.
     push : 1
         The execute->store push rides on it (its MATMUL's last row, or its idle slot).
     """
     return data.StructLayout({
-        "valid": 1, "addr": cfg.acc_addr_width, "accumulate": 1, "push": 1,
+        "valid": 1, "addr": cfg.acc_addr_width, "accumulate": 1, "shift": 1, "push": 1,
     })

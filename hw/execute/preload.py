@@ -151,6 +151,7 @@ class PreloadStage(wiring.Component):
                 held["zero"].eq(body.m_len == 0),
                 held["final"].eq(body.m_len <= 1),
                 held["accumulate"].eq(body.accumulate),
+                held["shift"].eq(body.shift),
                 held["push_load"].eq(instr.deps.push_prev),
                 held["push_store"].eq(instr.deps.push_next),
             ]

@@ -75,6 +75,7 @@ class StreamStage(wiring.Component):
         s_acc_addr = Signal(FIELD_WIDTH)
         s_remaining = Signal(FIELD_WIDTH)
         s_accumulate = Signal()
+        s_shift = Signal()
         s_push_load = Signal()
         s_push_store = Signal()
         s_final = Signal()          # s_remaining == 1, kept in a register (a timing choice:
@@ -100,6 +101,7 @@ class StreamStage(wiring.Component):
                 self.o_row.valid.eq(~s_zero),
                 self.o_row.addr.eq(s_acc_addr),
                 self.o_row.accumulate.eq(s_accumulate),
+                self.o_row.shift.eq(s_shift),
                 self.o_row.push.eq(s_push_store & s_last),
                 self.o_push_load.eq(s_last & s_push_load),
             ]
@@ -132,6 +134,7 @@ class StreamStage(wiring.Component):
                 s_remaining.eq(p.remaining),
                 s_final.eq(p.final),
                 s_accumulate.eq(p.accumulate),
+                s_shift.eq(p.shift),
                 s_push_load.eq(p.push_load),
                 s_push_store.eq(p.push_store),
             ]

@@ -25,8 +25,10 @@ split heads, K^T per head                 host (slicing and a transpose of int8 
 (2) S = Q_bh K_bh^T, scale, mask, softmax accelerator: ``B A`` GEMMs ``L x d x L`` joined into
                                           one program, fused SOFTMAX (scale ``s_q s_k /
                                           sqrt d``, the attention mask as the PMEM mask)
-(3) context_bh = P_bh V_bh                accelerator: ``B A`` GEMMs ``L x L x d`` joined,
-                                          fused REQUANT
+(3) context_bh = P_bh V_bh                accelerator: ``B A`` GEMMs ``L x 2L x d`` joined,
+                                          fused REQUANT: the 12-bit probabilities as two int8
+                                          digit planes ``[P_high | P_low]`` times ``[V; V]``,
+                                          the high plane's products shifted (``k_high = L``)
 join heads                                host
 (4) LayerNorm(ctx Wo + bo + X)            accelerator: GEMM ``BL x K' x H``, fused LAYERNORM
                                           with the residual X
@@ -38,10 +40,11 @@ join heads                                host
 dequantise the last layer, mean pool      host, float32 (attention-masked mean)
 ========================================  ====================================================
 
-Between the stages the host only moves int8 data: it slices heads, transposes K, joins heads,
-and gathers the columns of each GEMM's A operand (``A' = [sources][:, index]``: channel splitting
-repeats a few columns). Every add, multiply, scale, bias, mask, exponential, normalisation and
-GELU of an encoder layer runs on the accelerator.
+Between the stages the host only moves data: it slices heads, transposes K, joins heads, cuts
+the 12-bit probabilities into their two 6-bit digits (:func:`bertaccel.golden.intops.
+prob_digits`), and gathers the columns of each GEMM's A operand (``A' = [sources][:, index]``:
+channel splitting repeats a few columns). Every add, multiply, scale, bias, mask, exponential,
+normalisation and GELU of an encoder layer runs on the accelerator.
 
 Each stage is one compiled program (stages 2, 3 and 5 join their GEMMs with
 :func:`bertaccel.sw.sequence.concat`), so a layer is six device calls. Every program is tiled
@@ -110,6 +113,9 @@ class BertProgram:
     k : dict
         The GEMM depth of each weight stage (``qkv``, ``wo``, ``w1``, ``w2``), with the rows
         that channel splitting adds.
+    k_high : dict
+        The high rows of each weight stage's depth (the digits of split rows, see
+        :func:`bertaccel.sw.bert.quant.split_rows`).
     max_seq : int
         The longest sequence the config and the model take.
     """
@@ -123,11 +129,16 @@ class BertProgram:
         self.embeddings = embeddings
         self.tokenizer = tokenizer
         self.name = name
-        self.k = {stage: max(getattr(layer, stage).k for layer in layers)
-                  for stage in ("qkv", "wo", "w1", "w2")}
-        self.layers = [dataclasses.replace(layer, **{stage: getattr(layer, stage).padded(k)
-                                                     for stage, k in self.k.items()})
-                       for layer in layers]
+        weights = ("qkv", "wo", "w1", "w2")
+        self.k_high = {stage: max(getattr(layer, stage).k_high for layer in layers)
+                       for stage in weights}
+        self.k = {stage: self.k_high[stage] + max(getattr(layer, stage).k
+                                                  - getattr(layer, stage).k_high
+                                                  for layer in layers)
+                  for stage in weights}
+        self.layers = [dataclasses.replace(layer, **{
+            stage: getattr(layer, stage).padded(self.k_high[stage], k)
+            for stage, k in self.k.items()}) for layer in layers]
         self.operands = [self._layer_operands(number, layer)
                          for number, layer in enumerate(self.layers)]
         self._base = {}       # (stage, m, k, n) -> the first program compiled for that shape
@@ -157,7 +168,7 @@ class BertProgram:
         n_out = max(layer.h.outliers.numel() for layer in self.layers)
         rows = [("qkv", f"BL x {k['qkv']} x {3 * s.hidden}"),
                 ("qk", f"{s.heads}B x (L x {s.head_dim} x L)"),
-                ("pv", f"{s.heads}B x (L x L x {s.head_dim})"),
+                ("pv", f"{s.heads}B x (L x 2L x {s.head_dim})"),
                 ("wo", f"BL x {k['wo']} x {s.hidden}"),
                 ("w1", f"BL x {k['w1']} x ({s.intermediate - n_out} + {n_out})"),
                 ("w2", f"BL x {k['w2']} x {s.hidden}")]
@@ -166,55 +177,58 @@ class BertProgram:
 
     # -- compiling ---------------------------------------------------------------------------
 
-    def _compile(self, stage, m, k, n, epilogue, what):
-        """The program of a ``m x k x n`` GEMM with ``epilogue``: compiled once per shape, then
-        rebound to the other layers' epilogues."""
+    def _compile(self, stage, m, k, n, epilogue, what, k_high=0):
+        """The program of a ``m x k x n`` GEMM with ``epilogue`` (and ``k_high`` high rows):
+        compiled once per shape, then rebound to the other layers' epilogues."""
         key = (stage, m, k, n)
         base = self._base.get(key)
         try:
             if base is None:
-                base = self._base[key] = compile_gemm(self.cfg, m, k, n, epilogue=epilogue)
+                base = self._base[key] = compile_gemm(self.cfg, m, k, n, epilogue=epilogue,
+                                                      k_high=k_high)
                 return base
-            return rebind(base, epilogue, k, n) or compile_gemm(self.cfg, m, k, n,
-                                                                 epilogue=epilogue)
+            return rebind(base, epilogue, k, n) or compile_gemm(
+                self.cfg, m, k, n, epilogue=epilogue, k_high=k_high)
         except ProgramError as error:
             raise BertError(f"{self.name} on {self.cfg.name} ({self.cfg.tag}): {what} "
                             f"({m} x {k} x {n}): {error}") from None
 
     def stage_gemms(self, layer, stage, mask):
         """The GEMMs of stage ``stage`` of ``layer`` for a batch with the valid-token ``mask``
-        (``(B, L)`` bool), in program order: ``[(name, m, k, n, epilogue), ...]``. The stage's
-        program is their :func:`~bertaccel.sw.sequence.concat` for ``qk``, ``pv`` and ``w1``
-        (``w1``: ``"w1"`` on the kept columns, then ``"w1_out"`` on the outlier columns when
-        there are any), the one GEMM for the others. ``qk`` and ``pv`` have one GEMM per
-        sequence and head, sequence-major; the heads of a sequence share one epilogue object.
-        The weight stages read only the token count ``B * L``."""
+        (``(B, L)`` bool), in program order: ``[(name, m, k, n, epilogue, k_high), ...]``.
+        The stage's program is their :func:`~bertaccel.sw.sequence.concat` for ``qk``,
+        ``pv`` and ``w1`` (``w1``: ``"w1"`` on the kept columns, then ``"w1_out"`` on the
+        outlier columns when there are any), the one GEMM for the others. ``qk`` and ``pv``
+        have one GEMM per sequence and head, sequence-major; the heads of a sequence share one
+        epilogue object. ``pv`` is ``L x 2L x d`` with ``k_high = L`` (the probabilities' two
+        digit planes). The weight stages read only the token count ``B * L``."""
         batch, seq = mask.shape
         if stage in ("qk", "pv"):
             return self._attention_gemms(layer, stage, mask)
         return self._weight_gemms(layer, stage, batch * seq)
 
     def _weight_gemms(self, layer, stage, m):
-        s, q, k = self.spec, self.layers[layer], self.k[stage]
+        s, q, k, high = self.spec, self.layers[layer], self.k[stage], self.k_high[stage]
         if stage == "w1":
             n_out = q.h.outliers.numel()
-            gemms = [("w1", m, k, s.intermediate - n_out, q.w1_ep)]
+            gemms = [("w1", m, k, s.intermediate - n_out, q.w1_ep, high)]
             if n_out:
-                gemms.append(("w1_out", m, k, n_out, q.w1_out_ep))
+                gemms.append(("w1_out", m, k, n_out, q.w1_out_ep, high))
             return gemms
         n = 3 * s.hidden if stage == "qkv" else s.hidden
-        return [(stage, m, k, n, {"qkv": q.qkv_ep, "wo": q.wo_ep, "w2": q.w2_ep}[stage])]
+        return [(stage, m, k, n, {"qkv": q.qkv_ep, "wo": q.wo_ep, "w2": q.w2_ep}[stage], high)]
 
     def _attention_gemms(self, layer, stage, mask):
         s, q = self.spec, self.layers[layer]
         batch, seq = mask.shape
         d = s.head_dim
         if stage == "pv":
-            return [("pv", seq, seq, d, q.pv_ep)] * (batch * s.heads)
+            # The probabilities' two digit planes [P_high | P_low] times [V; V].
+            return [("pv", seq, 2 * seq, d, q.pv_ep, seq)] * (batch * s.heads)
         gemms = []
         for b in range(batch):
             softmax = Softmax(in_scale=q.qk_scale, mask=~mask[b].numpy())
-            gemms.extend([("qk", seq, d, seq, softmax)] * s.heads)
+            gemms.extend([("qk", seq, d, seq, softmax, 0)] * s.heads)
         return gemms
 
     def _compile_all(self, layer, stage, gemms):
@@ -222,10 +236,10 @@ class BertProgram:
         object) compiled once."""
         what = f"layer {layer} stage {stage}"
         programs, last = [], None
-        for name, m, k, n, epilogue in gemms:
+        for name, m, k, n, epilogue, k_high in gemms:
             if last is None or last[0] != (name, m, k, n, id(epilogue)):
                 last = ((name, m, k, n, id(epilogue)),
-                        self._compile(name, m, k, n, epilogue, what))
+                        self._compile(name, m, k, n, epilogue, what, k_high))
             programs.append(last[1])
         return programs
 
@@ -267,7 +281,7 @@ class BertProgram:
         def fits(seq):
             try:
                 plan_gemm(self.cfg, 1, d, seq, epilogue=Softmax(in_scale=1.0))
-                plan_gemm(self.cfg, 1, seq, d, epilogue=Requant(scale=1.0))
+                plan_gemm(self.cfg, 1, 2 * seq, d, epilogue=Requant(scale=1.0), k_high=seq)
             except ProgramError:
                 return False
             return True
@@ -293,14 +307,14 @@ class BertProgram:
                                        ("w2", k["w2"], s.hidden, q.w2_ep)):
             if stage == "w1":
                 n -= q.h.outliers.numel()
-            why = self._why(1, kk, n, epilogue)
+            why = self._why(1, kk, n, epilogue, self.k_high[stage])
             if why:
                 raise BertError(f"the {cfg.name} config ({cfg.tag}) cannot run {self.name}: "
                                 f"stage {stage} ({_STAGE_TEXT[stage]}, 1 x {kk} x {n}): {why}")
 
-    def _why(self, m, k, n, epilogue):
+    def _why(self, m, k, n, epilogue, k_high=0):
         try:
-            plan_gemm(self.cfg, m, k, n, epilogue=epilogue)
+            plan_gemm(self.cfg, m, k, n, epilogue=epilogue, k_high=k_high)
         except ProgramError as error:
             return str(error)
         return ""

@@ -323,11 +323,12 @@ class RunStats:
 
 def _macs_run(bert, batch, seq):
     """The MACs the stage programs run for ``batch`` sequences of ``seq`` tokens: the model's,
-    plus the rows that channel splitting adds."""
+    plus the rows that channel splitting adds and P V's second digit plane."""
     s, k = bert.spec, bert.k
     tokens = batch * seq
     weights = tokens * (k["qkv"] * 3 * s.hidden + k["wo"] * s.hidden
                         + k["w1"] * s.intermediate + k["w2"] * s.hidden)
-    attention = 2 * batch * s.heads * seq * seq * s.head_dim
+    # Q K^T once, P V twice (its two digit planes).
+    attention = 3 * batch * s.heads * seq * seq * s.head_dim
     return s.layers * (weights + attention)
 

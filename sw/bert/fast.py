@@ -15,7 +15,9 @@ reference: the tests prove this path equal to it at every stage.
 
 import torch
 
-from ...hw.isa import EpOp
+from ...golden.intops import prob_digits
+from ...golden.ops import gemm
+from ...hw.isa import MATMUL_SHIFT, EpOp
 from ..epilogue import Softmax, apply_integer, apply_registers, lower
 from .compile import STAGES
 
@@ -30,9 +32,10 @@ EPILOGUE_ELEMENTS = 1 << 21
 _F32_EXACT = 1 << 24
 
 
-def int_gemm(a, b):
-    """``a @ b`` of int8 matrices as int32, exactly (``torch._int_mm``)."""
-    return torch._int_mm(a.contiguous(), b.contiguous())
+def int_gemm(a, b, k_high=0):
+    """``a @ b`` of int8 matrices as int32, exactly (``torch._int_mm``), the products of the
+    first ``k_high`` rows of ``b`` shifted left by 6 (:func:`bertaccel.golden.ops.gemm`)."""
+    return gemm(a, b, k_high=k_high)
 
 
 def batched_int_gemm(a, b):
@@ -94,8 +97,8 @@ class FastModel:
                           for lo in range(0, c.shape[0], step)])
 
     def _attention(self, layer, q, k, v, mask):
-        """Stages ``qk`` and ``pv`` of every head: ``(probs (B*A, L, L), ctx (B*A, L, d))``
-        int8, in (batch, head) order."""
+        """Stages ``qk`` and ``pv`` of every head: ``(probs (B*A, L, L), ctx (B*A, L, d))``,
+        the 12-bit probabilities (int32) and the int8 context, in (batch, head) order."""
         bert, cfg = self.bert, self.cfg
         quant = bert.layers[layer]
         batch, seq = mask.shape
@@ -106,10 +109,13 @@ class FastModel:
         softmax = lower(Softmax(in_scale=quant.qk_scale), cfg, n=seq, k=d)
         bias = masks.unsqueeze(1).expand(batch, heads * seq, seq).reshape(-1, seq)
         probs = apply_registers(EpOp.SOFTMAX, scores.reshape(-1, seq), regs=dict(softmax.sets),
-                                bias=bias, p1=None, p2=None, lanes=self.lanes).to(torch.int8)
+                                bias=bias, p1=None, p2=None, lanes=self.lanes).to(torch.int32)
         probs = probs.view(batch * heads, seq, seq)
-        pv = lower(quant.pv_ep, cfg, n=d, k=seq)
-        ctx = batched_int_gemm(probs, v.reshape(-1, seq, d))
+        pv = lower(quant.pv_ep, cfg, n=d, k=2 * seq)
+        # The digit planes' products, each exact, added as the accumulator does (mod 2**32).
+        high, low = (batched_int_gemm(plane, v.reshape(-1, seq, d)).to(torch.int64)
+                     for plane in prob_digits(probs))
+        ctx = ((high << MATMUL_SHIFT) + low).to(torch.int32)
         ctx = self._epilogue(pv, ctx.reshape(-1, d)).view(batch * heads, seq, d)
         return probs, ctx
 
@@ -123,10 +129,11 @@ class FastModel:
                                self._lowered[layer])
         batch, seq = mask.shape
         heads, d, hid = spec.heads, spec.head_dim, spec.hidden
+        high = self.bert.k_high
         x = x.to(torch.int8)
         out = {}
         out["qkv"] = qkv = self._epilogue(lowered["qkv"], int_gemm(x[:, quant.qkv.index],
-                                                                   ops["qkv"]))
+                                                                   ops["qkv"], high["qkv"]))
         per_head = qkv.view(batch, seq, 3, heads, d).permute(2, 0, 3, 1, 4)   # (3, B, A, L, d)
         # The attention's int64 intermediates grow as B * A * L**2: a few batch rows at a time
         # bound them (each row is independent of the others).
@@ -138,14 +145,15 @@ class FastModel:
         out["qk"] = probs
         out["pv"] = ctx = ctx.view(batch, heads, seq, d).permute(0, 2, 1, 3).reshape(-1, hid)
         a = torch.cat([ctx, x], dim=1)[:, quant.wo.index]
-        out["wo"] = x1 = self._epilogue(lowered["wo"], int_gemm(a, ops["wo"]), x)
+        out["wo"] = x1 = self._epilogue(lowered["wo"], int_gemm(a, ops["wo"], high["wo"]), x)
         a = x1[:, quant.w1.index]
-        parts = [self._epilogue(lowered["w1"], int_gemm(a, ops["w1_main"]))]
+        parts = [self._epilogue(lowered["w1"], int_gemm(a, ops["w1_main"], high["w1"]))]
         if "w1_out" in lowered:
-            parts.append(self._epilogue(lowered["w1_out"], int_gemm(a, ops["w1_out"])))
+            parts.append(self._epilogue(lowered["w1_out"],
+                                        int_gemm(a, ops["w1_out"], high["w1"])))
         out["w1"] = h = torch.cat(parts, dim=1)
         a = torch.cat([h, x1], dim=1)[:, quant.w2.index]
-        out["w2"] = x2 = self._epilogue(lowered["w2"], int_gemm(a, ops["w2"]), x1)
+        out["w2"] = x2 = self._epilogue(lowered["w2"], int_gemm(a, ops["w2"], high["w2"]), x1)
         if trace is not None:
             for stage in STAGES:
                 trace[(layer, stage)] = out[stage]

@@ -7,8 +7,8 @@ docs/bert.md has the reasoning and the measurements; in short:
 * **Calibration.** Forward hooks on the float model record every activation the accelerator
   makes, over the valid (non-padding) tokens of sample text. A range is the largest ``|x|``
   (``method="max"``) or a percentile of ``|x|`` (``method="percentile"``).
-* **Q, K, V, the context, the probabilities** have one scale per tensor (the probabilities
-  are the softmax's ``127 p``, scale 1/127).
+* **Q, K, V, the context** have one scale per tensor; the probabilities are the softmax's
+  12-bit ``4095 p`` (scale 1/4095), which enter P V as two int8 digit planes.
 * **Outlier channels.** BERT's LayerNorm outputs and GELU outputs have a few channels whose
   range is 5-15x that of the rest (all-MiniLM-L6-v2: channel 99 of the hidden state reaches 28
   where most stay below 3). One scale per tensor would leave the other channels a few steps. So
@@ -24,12 +24,16 @@ docs/bert.md has the reasoning and the measurements; in short:
   so the scale is set by the ``budget + 1``-th largest ``|w|``, not the largest.
 * **Channel splitting (exact).** A weight that does not fit int8 at its scale, and a weight row
   that meets an outlier channel of its input (``w * scale_k / base``), is an integer ``q`` larger
-  than 127: its row of B is split into ``t = ceil(max |q| / 127)`` rows that add up to it, and
-  the input column is repeated ``t`` times in A (a gather on the host). The GEMM's K grows by a
-  few rows; the sum is the same integer. A LayerNorm residual whose outlier channels have their
-  own scale is corrected the same way: the residual port adds ``r * base``, and rows of B holding
-  ``(scale_k - base) / acc_unit`` (on output column ``k`` only) add the rest of ``r_k * scale_k``
-  through the GEMM.
+  than 127: its row of B becomes rows that add up to it, and the input column is repeated once
+  for each in A (a gather on the host). The GEMM's K grows by a few rows; the sum is the same
+  integer. A row up to ``2 * 127`` is split into two halves; a larger one into *digits*: a low
+  row ``q mod 64`` (centred, from -32 to 31) and a high row ``(q - low) / 64``, itself split in
+  equal parts when beyond 127, whose products the accelerator shifts left by 6 before adding
+  them (the MATMUL ``shift`` of the high K tiles, :mod:`bertaccel.sw.tiler`'s high rows): a row
+  of outlier weights 17 times the range (all-MiniLM-L6-v2's FFN2) takes 2 rows, not 17. A
+  LayerNorm residual whose outlier channels have their own scale is corrected the same way: the
+  residual port adds ``r * base``, and rows of B holding ``(scale_k - base) / acc_unit`` (on
+  output column ``k`` only) add the rest of ``r_k * scale_k`` through the GEMM.
 * Biases stay real and become int32 accumulator units in the epilogue. LayerNorm's int16
   pre-normalisation sum is sized by the calibrated bound of ``|dense + bias + residual|`` with a
   factor 2 of headroom.
@@ -41,6 +45,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ...golden.intops import PROB_SCALE
+from ...hw.isa import MATMUL_SHIFT
 from ..epilogue import Gelu, LayerNorm, Requant
 
 __all__ = ["CALIBRATION_METHODS", "SITES", "Calibration", "ActQuant", "SplitB", "QuantLayer",
@@ -271,24 +277,46 @@ def correction_ints(residual, acc_unit, n):
     return q, channels
 
 
+def _parts(row):
+    """``row`` (int64) as ``t = ceil(max |row| / 127)`` rows ``floor((row + j) / t)``, ``j <
+    t``, each in ``[-127, 127]``, that sum to it."""
+    t = max(1, -(-(int(row.abs().max()) if row.numel() else 0) // 127))
+    return [torch.div(row + j, t, rounding_mode="floor") for j in range(t)]
+
+
 def split_rows(q, source):
-    """Split integer rows of B beyond int8 into rows that add up to them.
+    """Split integer rows of B beyond int8 into rows that add up to them, exactly.
 
     Row ``i`` of ``q`` (input column ``source[i]``) becomes ``t = ceil(max |q_i| / 127)`` rows
-    ``floor((q_i + j) / t)``, ``j < t``, each in ``[-127, 127]``, that sum to ``q_i``.
+    ``floor((q_i + j) / t)``, ``j < t``, each in ``[-127, 127]``, that sum to ``q_i``; or, where
+    that takes more rows, its digits: the low row ``l = ((q_i + 32) mod 64) - 32`` and the high
+    row ``h = (q_i - l) / 64`` split that way, ``q_i = 64 h + l``.
 
-    Returns ``(b, index)``: ``b`` int8 ``(k', n)`` and, per row, its input column.
+    Returns
+    -------
+    SplitB
+        The high rows then the low rows (``k_high`` of them high), each row's input column in
+        ``index``.
     """
-    rows, index = [], []
-    top = q.abs().amax(dim=1) if q.numel() else torch.zeros(q.shape[0], dtype=torch.int64)
+    high, low, high_index, low_index = [], [], [], []
+    shift = 1 << MATMUL_SHIFT
     for i in range(q.shape[0]):
-        t = max(1, -(-int(top[i]) // 127))
-        for j in range(t):
-            rows.append(torch.div(q[i] + j, t, rounding_mode="floor"))
-            index.append(int(source[i]))
+        parts = _parts(q[i])
+        if len(parts) > 2:
+            digit = torch.remainder(q[i] + shift // 2, shift) - shift // 2
+            tops = _parts(torch.div(q[i] - digit, shift, rounding_mode="floor"))
+            if len(tops) + 1 < len(parts):
+                high += tops
+                high_index += [int(source[i])] * len(tops)
+                parts = [digit]
+        low += parts
+        low_index += [int(source[i])] * len(parts)
+    rows = high + low
     b = torch.stack(rows) if rows else torch.zeros((0, q.shape[1]), dtype=torch.int64)
     assert b.numel() == 0 or int(b.abs().max()) <= 127
-    return b.to(torch.int8), torch.tensor(index, dtype=torch.int64)
+    return SplitB(b=b.to(torch.int8),
+                  index=torch.tensor(high_index + low_index, dtype=torch.int64),
+                  k_high=len(high))
 
 
 @dataclass
@@ -302,33 +330,47 @@ class SplitB:
     index : torch.Tensor
         ``(k',)`` int64: the column of the A sources (concatenated in the stage's order) that
         each row of B multiplies; ``A' = A[:, index]``.
+    k_high : int
+        The first ``k_high`` rows are high digits, whose products count ``2**6`` times (the
+        GEMM's high rows, see :func:`split_rows`).
     """
 
     b: torch.Tensor
     index: torch.Tensor
+    k_high: int = 0
 
     @property
     def k(self):
         return self.b.shape[0]
 
-    def padded(self, k):
-        """The same operand with zero rows up to ``k`` rows."""
-        extra = k - self.k
-        if extra <= 0:
+    def padded(self, k_high, k):
+        """The same operand with zero rows after the high rows up to ``k_high`` of them, and
+        after the low rows up to ``k`` rows in all."""
+        def zeros(rows):
+            return (torch.zeros((rows, self.b.shape[1]), dtype=torch.int8),
+                    torch.zeros(rows, dtype=torch.int64))
+        extra_high, extra = k_high - self.k_high, k - k_high - (self.k - self.k_high)
+        if extra_high < 0 or extra < 0:
+            raise ValueError(f"cannot pad {self.k_high} high and {self.k - self.k_high} low rows "
+                             f"to {k_high} and {k - k_high}")
+        if not extra_high and not extra:
             return self
-        return SplitB(b=torch.cat([self.b, torch.zeros((extra, self.b.shape[1]),
-                                                        dtype=torch.int8)]),
-                      index=torch.cat([self.index, torch.zeros(extra, dtype=torch.int64)]))
+        top, bottom = zeros(extra_high), zeros(extra)
+        return SplitB(b=torch.cat([self.b[:self.k_high], top[0], self.b[self.k_high:],
+                                   bottom[0]]),
+                      index=torch.cat([self.index[:self.k_high], top[1],
+                                       self.index[self.k_high:], bottom[1]]),
+                      k_high=k_high)
 
 
 def _split(parts):
-    """``SplitB`` of ``[(q, source), ...]`` stacked."""
-    bs, indices = [], []
-    for q, source in parts:
-        b, index = split_rows(q, source)
-        bs.append(b)
-        indices.append(index)
-    return SplitB(b=torch.cat(bs), index=torch.cat(indices))
+    """``SplitB`` of ``[(q, source), ...]`` stacked: every part's high rows, then the low."""
+    splits = [split_rows(q, source) for q, source in parts]
+    high = [(s.b[:s.k_high], s.index[:s.k_high]) for s in splits]
+    low = [(s.b[s.k_high:], s.index[s.k_high:]) for s in splits]
+    return SplitB(b=torch.cat([b for b, _ in high + low]),
+                  index=torch.cat([index for _, index in high + low]),
+                  k_high=sum(s.k_high for s in splits))
 
 
 @dataclass
@@ -478,6 +520,6 @@ def quantize_layer(layer, cal, number, x, *, head_dim, eps, method="max", percen
 
     return QuantLayer(x=x, x1=x1, h=h, x2=x2, s_q=s_q, s_k=s_k, s_v=s_v, s_ctx=s_ctx,
                       qkv=qkv, qkv_ep=qkv_ep, qk_scale=s_q * s_k / math.sqrt(head_dim),
-                      pv_ep=Requant(scale=s_v / (127 * s_ctx)), wo=wo_b, wo_ep=wo_ep,
+                      pv_ep=Requant(scale=s_v / (PROB_SCALE * s_ctx)), wo=wo_b, wo_ep=wo_ep,
                       w1=w1_b, w1_ep=w1_ep, w1_out_ep=w1_out_ep, w2=w2_b, w2_ep=w2_ep,
                       info=info)

@@ -6,6 +6,7 @@ import time
 
 import torch
 
+from ...golden.intops import prob_digits
 from .compile import STAGES, model_macs
 from .load import BertError
 
@@ -33,7 +34,8 @@ class BertResult:
         ``None``, then flagged by ``latency_from``), ``device_calls``, ``instructions``,
         ``data_beats``, ``out_beats``, ``wall_s``, ``device_wall_s``.
     trace : dict or None
-        With ``trace=True``: every stage's int8 output, by ``(layer, stage)``.
+        With ``trace=True``: every stage's output, by ``(layer, stage)``: int8, but the 12-bit
+        probabilities of ``qk``.
     """
 
     last_hidden_state: torch.Tensor
@@ -171,7 +173,7 @@ def layer_programs(bert, layer, mask):
             base = bert._base[("qk", seq, d, seq)]
             programs[stage] = _joined(qk, [base] * (len(qk.meta["parts"])))
         elif stage == "pv":
-            base = bert._base[("pv", seq, seq, d)]
+            base = bert._base[("pv", seq, 2 * seq, d)]
             programs[stage] = _joined(pv, [base] * (len(pv.meta["parts"])))
         else:
             program = bert.weight_program(layer, stage, m)
@@ -224,13 +226,14 @@ def run_layer(device, bert, layer, x, mask, *, programs=None, runner=None, trace
         inputs[prefix + "a"] = qh[b, :, h]
         inputs[prefix + "b"] = kh[b, :, h].t()
     out = stage("qk", **inputs)
-    probs = keep("qk", torch.stack([out[p + "c"] for p in prefixes]).to(torch.int8))
-    # (3) P V per head
+    probs = keep("qk", torch.stack([out[p + "c"] for p in prefixes]).to(torch.int32))
+    # (3) P V per head: [P_high | P_low] @ [V; V], the high plane's products shifted
+    high, low = prob_digits(probs)
     inputs = {}
     for number, prefix in enumerate(prefixes):
         b, h = divmod(number, heads)
-        inputs[prefix + "a"] = probs[number]
-        inputs[prefix + "b"] = vh[b, :, h]
+        inputs[prefix + "a"] = torch.cat([high[number], low[number]], dim=1)
+        inputs[prefix + "b"] = torch.cat([vh[b, :, h], vh[b, :, h]])
     out = stage("pv", **inputs)
     ctx = torch.stack([out[p + "c"] for p in prefixes]).to(torch.int8)     # (B*A, L, d)
     ctx = ctx.view(batch, heads, seq, d).permute(0, 2, 1, 3).reshape(-1, hid)

@@ -174,6 +174,8 @@ class SoftwareDevice(Device):
                 a = spad_a[instr.a_addr:instr.a_addr + m_len]
                 w = spad_b[instr.b_addr:instr.b_addr + rows]
                 product = torch._int_mm(a, w)
+                if instr.shift:       # modulo 2**32, as the hardware's 32-bit shift
+                    product = torch.bitwise_left_shift(product, isa.MATMUL_SHIFT)
                 target = acc[instr.acc_addr:instr.acc_addr + m_len]
                 if instr.accumulate:
                     target.add_(product)  # int32 addition wraps modulo 2**32

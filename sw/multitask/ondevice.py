@@ -103,12 +103,19 @@ class StackedB:
         return self.base.k + self.rows.shape[0]
 
     @property
+    def k_high(self):
+        return self.base.k_high
+
+    @property
     def b(self):
         """``(k, n)`` int8, stacked when read (for a device call, then dropped)."""
         return torch.cat([self.base.b, self.rows])
 
-    def padded(self, k):
-        """The same operand with zero rows (after the delta's) up to ``k`` rows."""
+    def padded(self, k_high, k):
+        """The same operand with zero rows (after the delta's) up to ``k`` rows; the delta's
+        rows are low rows, after the base's high ones, which stay ``k_high``."""
+        if k_high != self.k_high:
+            raise ValueError(f"a task keeps its base's {self.k_high} high rows, not {k_high}")
         extra = k - self.k
         if extra <= 0:
             return self

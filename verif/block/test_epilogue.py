@@ -395,7 +395,7 @@ class Workload:
         out = []
         for index in range(4):
             s_in = 10 ** g.uniform(-3.5, -2)
-            mul, shift = self._scale(s_in * math.log2(math.e) / 8 * 256)
+            mul, shift = self._scale(s_in * math.log2(math.e) / 8 * (1 << intops.SOFTMAX_FRAC))
             # one long row length, the others anywhere up to it
             row_len = int(g.integers(max_len * 3 // 4 if index == 0 else 2, max_len + 1))
             if row_len % cols == 0:
@@ -411,7 +411,8 @@ class Workload:
                                        bias=mask, row_len=row_len))
             out.append(seg)
         # the edges, under one realistic scale and one that saturates t
-        for mul, shift in [self._scale(0.005 * math.log2(math.e) / 8 * 256), (65535, 0)]:
+        one = 1 << intops.SOFTMAX_FRAC            # t of 1 (log2 units)
+        for mul, shift in [self._scale(0.005 * math.log2(math.e) / 8 * one), (65535, 0)]:
             row_len = 3 * cols + 1
             n = self.n_for(row_len, 1)
             seg = Segment(f"softmax-edge-{mul}-{shift}",

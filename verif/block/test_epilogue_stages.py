@@ -8,12 +8,12 @@ cycle that :class:`~bertaccel.hw.epilogue.Schedule` gives:
 * the intake: which beats it accepts (credits, the statistics gap after a row's last first pass,
   one beat per ``ratio`` cycles), and the sub-beats and tags it puts into stage IN;
 * the front: REQUANT's result against ``intops.requant``; GELU's z and phi, SOFTMAX's t and
-  ceil(t / 256), LAYERNORM's v, v * v, gamma and beta, against ``intops.rshift_round`` and the
+  ceil(t / 4096), LAYERNORM's v, v * v, gamma and beta, against ``intops.rshift_round`` and the
   clamps;
 * the row statistics: SOFTMAX's running maximum and its growth, LAYERNORM's sums, against the
   row maxima and sums computed in torch;
 * the exponentials: e and the rescaled row sum;
-* the finalize pipeline: k and ``RECIP_TABLE[mant - 1024]``, j and ``RSQRT_TABLE[m - 256]``,
+* the finalize pipeline: k and ``RECIP_TABLE[mant - 8192]``, j and ``RSQRT_TABLE[m - 256]``,
   N * rsq and S1 * rsq, into the right slot in the cycle the schedule gives;
 * the back: whole rows of ``intops.softmax``, ``intops.layernorm`` and ``intops.gelu`` results,
   from the intermediate values and the slot statistics;
@@ -58,6 +58,7 @@ CONFIGS = ["2x2", "8x8"]
 SEED = int(os.environ.get("BERTACCEL_SEED", "1"))
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
 T_PAD = -(1 << 23)          # SOFTMAX's t in a pad lane
+ONE = 1 << intops.SOFTMAX_FRAC      # SOFTMAX's t of 1 (log2 units)
 TWO_PASS = (EpOp.SOFTMAX, EpOp.LAYERNORM)
 
 
@@ -107,15 +108,16 @@ def softmax_row(t, row_len, lanes):
     table = i64(intops.EXP2_TABLE)
 
     def exp2(lo, m):
-        u = (m << 8) - t[lo:lo + lanes]
-        q, f = u >> 8, u & 255
-        e = torch.where(q < 16, table[f] >> q.clamp(max=15), 0)
+        u = (m << intops.SOFTMAX_FRAC) - t[lo:lo + lanes]
+        q, f = u >> intops.SOFTMAX_FRAC, u & (ONE - 1)
+        e = intops.rshift_round(table[f] << intops.EXP2_GUARD, q.clamp(max=40))
+        e = torch.where(q < intops.EXP2_CUTOFF, e, 0)
         return torch.where(valid[lo:lo + lanes], e, 0)
 
     out = {"t": t, "m_run": [], "dm": [], "e_first": []}
     m, total = -(1 << 15), 0
     for lo in range(0, len(t), lanes):
-        new = max(m, int((t[lo:lo + lanes].max() + 255) >> 8))
+        new = max(m, int((t[lo:lo + lanes].max() + ONE - 1) >> intops.SOFTMAX_FRAC))
         e = exp2(lo, new)
         total = (total >> min(new - m, 63)) + int(e.sum())
         out["m_run"].append(new)
@@ -123,15 +125,20 @@ def softmax_row(t, row_len, lanes):
         out["e_first"].append(e)
         m = new
     k = total.bit_length() - 1
-    mant = total >> (k - 10) if k >= 10 else total << (10 - k)
-    out.update(m=m, total=total, k=k, r=intops.RECIP_TABLE[mant - 1024],
+    out.update(m=m, total=total, k=k, r=recip(total),
                e_second=[exp2(lo, m) for lo in range(0, len(t), lanes)])
-    y = torch.cat([intops.rshift_round(e * out["r"], 16 + k).clamp(0, 127)
-                   for e in out["e_second"]])
+    y = torch.cat([intops.rshift_round(e * out["r"], intops.RECIP_SHIFT + k)
+                   .clamp(0, intops.PROB_SCALE) for e in out["e_second"]])
     want = intops.softmax(t.view(1, -1), mul=1, shift=0, cols=lanes, row_len=row_len)[0]
     assert torch.equal(torch.where(valid, y, 0), want.long())
     out["y"] = want
     return out
+
+
+def recip(total):
+    """golden's RECIP_TABLE entry of a SOFTMAX row sum ``total`` (at least 2**20)."""
+    k = total.bit_length() - 1
+    return intops.RECIP_TABLE[(total >> (k - intops.RECIP_BITS)) - (1 << intops.RECIP_BITS)]
 
 
 def layernorm_row(v, row_len, eps, *, gamma, beta, gshift):
@@ -261,13 +268,14 @@ def logits(rng, n, lanes):
     if kind == "equal":
         return i64([rng.randint(-(1 << 23), (1 << 23) - 1)] * n)
     if kind == "rising":
-        return rng.randint(-(1 << 22), 1 << 22) + 256 * (torch.arange(n) // lanes)
+        return rng.randint(-(1 << 22), 1 << 22) + ONE * (torch.arange(n) // lanes)
     if kind == "masked":
         t = torch.full((n,), T_PAD)
         if rng.random() < 0.5:
             t[rng.randrange(n)] = rng.randint(-(1 << 23), (1 << 23) - 1)
         return t
-    t = torch.randint(-3000, 3000, (n,)) * rng.choice([1, 16, 256]) + rng.randint(-10**6, 10**6)
+    t = torch.randint(-3000, 3000, (n,)) * rng.choice([1, 16, 256, ONE]) \
+        + rng.randint(-10**6, 10**6)
     if kind == "outlier":
         t[rng.randrange(n)] += 10**6
     if kind == "edges":
@@ -376,7 +384,7 @@ def front_expected(item, lanes):
     if op == EpOp.SOFTMAX:
         t = sat(intops.rshift_round(sat(x, 32) * prm["mul0"], prm["shift0"]), 24)
         t = torch.where(valid, t, T_PAD)
-        return {"a": t, "c": (t + 255) >> 8}
+        return {"a": t, "c": (t + ONE - 1) >> intops.SOFTMAX_FRAC}
     res = i64(beat["res"])
     v = sat(intops.rshift_round(x * prm["mul0"] + res * prm["mul1"], prm["shift0"]), 16)
     v = torch.where(valid, v, 0)
@@ -511,7 +519,8 @@ def stats_items(rng, cfg, store_list):
         for sub in subs:
             a = rows[sub["row"]]["a"][sub["cols"]]
             a16 = (a + (1 << 15)) % (1 << 16) - (1 << 15)
-            lane = [{"a": int(a[i]), "c": int((a[i] + 255) >> 8), "v2": int(a16[i] ** 2),
+            lane = [{"a": int(a[i]), "c": int((a[i] + ONE - 1) >> intops.SOFTMAX_FRAC),
+                     "v2": int(a16[i] ** 2),
                      "carry": carry_bits(rng)} for i in range(lanes)]
             items.append({"in": {"ctl": sub["ctl"], "lanes": lane}, "op": op, "sub": sub,
                           "row": rows[sub["row"]]})
@@ -565,9 +574,10 @@ def test_exponent(preset):
             a = row["a"][sub["cols"]]
             m = (row["m"] if sub["second"] else row["m_run"][sub["j"]]) \
                 if op == EpOp.SOFTMAX else rng.randint(-(1 << 16), (1 << 16) - 1)
-            if op == EpOp.SOFTMAX:      # pad lanes: e is 0 whatever t, even one near 256 M
+            if op == EpOp.SOFTMAX:      # pad lanes: e is 0 whatever t, even one near 4096 M
                 a = [int(a[i]) if sub["ctl"]["lane_valid"] >> i & 1
-                     else (m << 8) - rng.randint(0, 4095) for i in range(lanes)]
+                     else (m << intops.SOFTMAX_FRAC) - rng.randint(0, 16 * ONE - 1)
+                     for i in range(lanes)]
             lane = [{"a": int(a[i]), "m": m, "carry": carry_bits(rng)} for i in range(lanes)]
             dm = row["dm"][sub["j"]] if op == EpOp.SOFTMAX and not sub["second"] else None
             items.append({"in": {"ctl": sub["ctl"], "lanes": lane}, "op": op, "sub": sub,
@@ -611,14 +621,13 @@ def finalize_rows(rng, cfg):
         for _ in range(rng.randint(1, 6)):
             slot = rng.getrandbits(1)
             if rng.random() < 0.5:
-                total = rng.choice([1, 1023, 1024, 1025, 2047, 2048, (1 << 26) - 1,
-                                    rng.randint(1, (1 << 26) - 1),
+                # A row's sum holds its largest exponential: from 2**20 to 1024 * 2**21.
+                total = rng.choice([1 << 20, (1 << 21) - 1, 1 << 21, (1 << 21) + 1,
+                                    (1 << 32) - 1, 1 << 31, rng.randint(1 << 20, (1 << 31)),
                                     softmax_row(logits(rng, cfg.cols, cfg.ep_lanes), cfg.cols,
                                                 cfg.ep_lanes)["total"]])
-                k = total.bit_length() - 1
-                mant = total >> (k - 10) if k >= 10 else total << (10 - k)
-                rows.append((EpOp.SOFTMAX, slot, {"total": total, "k": k,
-                                                  "r": intops.RECIP_TABLE[mant - 1024]}))
+                rows.append((EpOp.SOFTMAX, slot, {"total": total, "k": total.bit_length() - 1,
+                                                  "r": recip(total)}))
             else:
                 gamma = beta = torch.zeros(row_len, dtype=torch.int64)
                 row = layernorm_row(norm_row(rng, row_len), row_len, eps, gamma=gamma,
@@ -699,7 +708,7 @@ def back_items(rng, cfg, store_list):
 def slot_stats(rng, op=None, row=None, row_len=0):
     """What the finalize pipeline leaves in a slot for ``row`` of ``op`` (the other op's
     fields random; all random without an op)."""
-    stats = {"r": rng.getrandbits(23), "k": rng.getrandbits(5), "nr": rng.getrandbits(30),
+    stats = {"r": rng.getrandbits(17), "k": rng.getrandbits(5), "nr": rng.getrandbits(30),
              "sr": rng.randint(-(1 << 45), (1 << 45) - 1), "j": rng.randint(-32, 31)}
     if op == EpOp.SOFTMAX:
         stats.update(r=row["r"], k=row["k"])

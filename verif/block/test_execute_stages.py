@@ -108,6 +108,7 @@ class PreloadBench(_Bench):
             "acc_addr": rng.choice([0, rng.randrange(1 << 16)]),
             "m_len": rng.choice([0, 1, 2, rng.randrange(1, 40), (1 << 16) - 1]),
             "accumulate": rng.random() < 0.5,
+            "shift": rng.random() < 0.5,
             "deps": {flag: rng.random() < 0.5 for flag in FLAGS},
         }
 
@@ -118,7 +119,8 @@ class PreloadBench(_Bench):
             "bank": bank, "a_addr": fields["a_addr"], "acc_addr": fields["acc_addr"],
             "acc_prev": (fields["acc_addr"] - 1) % (1 << self.cfg.acc_addr_width),
             "remaining": m_len or 1, "zero": int(m_len == 0), "final": int(m_len <= 1),
-            "accumulate": int(fields["accumulate"]), "push_load": int(fields["deps"]["push_prev"]),
+            "accumulate": int(fields["accumulate"]), "shift": int(fields["shift"]),
+            "push_load": int(fields["deps"]["push_prev"]),
             "push_store": int(fields["deps"]["push_next"]),
         }
 
@@ -236,6 +238,7 @@ class StreamBench(_Bench):
             "bank": rng.randrange(2), "a_addr": rng.randrange(1 << 16), "acc_addr": acc_addr,
             "acc_prev": (acc_addr - 1) & mask, "remaining": m_len or 1, "zero": int(m_len == 0),
             "final": int(m_len <= 1), "accumulate": int(rng.random() < 0.7),
+            "shift": int(rng.random() < 0.5),
             "push_load": int(rng.random() < 0.5), "push_store": int(rng.random() < 0.5),
         }
 
@@ -289,12 +292,12 @@ class StreamBench(_Bench):
         stage, at = self.stage, f"cycle {cycle}"
         assert ctx.get(stage.o_busy) == (s is not None), at
         tag = ctx.get(stage.o_row)
-        got = [int(getattr(tag, f)) for f in ("valid", "addr", "accumulate", "push")]
+        got = [int(getattr(tag, f)) for f in ("valid", "addr", "accumulate", "shift", "push")]
         if s is None:
-            assert got == [0, 0, 0, 0] and not ctx.get(stage.o_push_load), at
+            assert got == [0, 0, 0, 0, 0] and not ctx.get(stage.o_push_load), at
         else:
             assert got == [1 - s["zero"], (s["acc_addr"] + row) & self.acc_mask,
-                           s["accumulate"], int(s["push_store"] and last)], at
+                           s["accumulate"], s["shift"], int(s["push_store"] and last)], at
             assert ctx.get(stage.o_push_load) == (s["push_load"] and last), at
             addr = (s["a_addr"] + row) & self.spad_mask
             self.reads[cycle + 1] = addr

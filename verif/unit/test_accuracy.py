@@ -64,9 +64,10 @@ def test_padding_is_exercised(results):
 
 
 # op: (integer op max LSB, vs float model max LSB, vs float model mean LSB); measured
-# softmax 0.642 / 4.48 / 0.228, LayerNorm 0.596 / 13.05 / 0.676, GELU 0.546 / 7.41 / 0.328.
+# softmax 0.724 / 138.2 / 1.465 (its LSB is 1/4095: int8 Q and K cost it some 4 LSB of 1/127),
+# LayerNorm 0.596 / 13.05 / 0.676, GELU 0.546 / 7.41 / 0.328.
 BOUNDS = {
-    "softmax": (0.75, 6.0, 0.3),
+    "softmax": (0.8, 180.0, 1.8),
     "layernorm": (0.7, 16.0, 0.8),
     "gelu": (0.6, 10.0, 0.4),
 }
@@ -87,9 +88,10 @@ def test_error_bounds(results, op):
     # Against the float model, int8 operands add the most.
     assert stats["model"]["max_lsb"] <= model_max
     assert stats["model"]["mean_lsb"] <= model_mean
-    # Float units are LSBs times the output scale (1/127 for the softmax).
+    # Float units are LSBs times the output scale (1/4095 for the softmax).
     if op == "softmax":
-        assert stats["int"]["max_float"] == pytest.approx(stats["int"]["max_lsb"] / 127)
+        assert stats["int"]["max_float"] == pytest.approx(stats["int"]["max_lsb"]
+                                                          / intops.PROB_SCALE)
 
 
 def test_softmax_cols_barely_matter(results):
@@ -117,7 +119,8 @@ def test_mask_and_row_len_agree_on_real_scores(model, sentences):
     q = (layer["q"] / s[0]).round().clamp(-127, 127)
     k = (layer["k"] / s[1]).round().clamp(-127, 127)
     acc = (q.double() @ k.double().transpose(2, 3)).to(torch.int64)
-    mul, shift = intops.quantize_scale(s[0] * s[1] * layer["scaling"] * math.log2(math.e) * 256)
+    mul, shift = intops.quantize_scale(s[0] * s[1] * layer["scaling"] * math.log2(math.e)
+                                       * (1 << intops.SOFTMAX_FRAC))
     padded = 0
     for b in range(acc.shape[0]):
         valid = capture.valid[b]

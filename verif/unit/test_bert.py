@@ -236,13 +236,24 @@ def test_rebind_equals_a_fresh_compile():
 def test_split_rows_is_exact():
     gen = torch.Generator().manual_seed(SEED)
     q = torch.randint(-127, 128, (30, 11), generator=gen, dtype=torch.int64)
-    q[3, 4] = 1000
-    q[7] = torch.randint(-5000, 5000, (11,), generator=gen)
-    q[9, 0] = -127 * 3
-    b, index = split_rows(q, torch.arange(30))
-    assert b.dtype == torch.int8 and b.shape[0] == index.numel() > 30
-    a = torch.randint(-128, 128, (13, 30), generator=gen, dtype=torch.int64)
-    assert torch.equal(a[:, index] @ b.to(torch.int64), a @ q)
+    q[3, 4] = 1000                                                  # digits: 2 rows, not 8
+    q[7] = torch.randint(-5000, 5000, (11,), generator=gen)         # digits: 2 rows, not 40
+    q[9, 0] = -127 * 3                                              # digits: 2 rows, not 3
+    q[11, 5] = 200                                                  # halves: 2 rows
+    q[12, :] = 127 * 64 * 3                                         # digits: 1 + 3 high rows
+    split = split_rows(q, torch.arange(30))
+    b, index, high = split.b, split.index, split.k_high
+    assert b.dtype == torch.int8 and b.shape[0] == index.numel() == 30 + 4 + 3
+    assert high == 6 and sorted(index[:high].tolist()) == [3, 7, 9, 12, 12, 12]
+    a = torch.randint(-128, 128, (13, 30), generator=gen, dtype=torch.int8)
+    want = (a.long() @ q).to(torch.int32)
+    assert torch.equal(golden.gemm(a[:, index], b, k_high=high), want)
+    # Padding keeps the high rows first and changes no product.
+    padded = split.padded(high + 3, b.shape[0] + 5)
+    assert padded.k_high == high + 3 and padded.k == b.shape[0] + 5
+    assert torch.equal(golden.gemm(a[:, padded.index], padded.b, k_high=padded.k_high), want)
+    with pytest.raises(ValueError, match="cannot pad"):
+        split.padded(high - 1, b.shape[0])
 
 
 def test_act_quant_outliers():

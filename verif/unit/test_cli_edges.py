@@ -167,21 +167,25 @@ def test_program_size_is_the_compiled_size():
     from bertaccel.sw.tiler import compile_gemm, plan_gemm, program_size
 
     shapes = ((1, 1, 1), (7, 33, 5), (300, 70, 129), (1000, 8, 8), (8, 700, 8), (97, 65, 40))
-    for name, (m, k, n), ep in itertools.product(("2x2", "4x8", "16x16"), shapes,
-                                                 (None, "requant", "softmax", "layernorm")):
+    # High rows (k_high) are tiled apart from the others: more K tiles than ceil(k / rows).
+    for name, (m, k, n), ep, third in itertools.product(
+            ("2x2", "4x8", "16x16"), shapes, (None, "requant", "softmax", "layernorm"), (0, 1)):
         cfg = PRESETS[name]
+        k_high = third * (k // 3)
+        if third and not k_high:
+            continue
         epilogue = None if ep is None else random_epilogue(
             ep, k=k, n=n, generator=torch.Generator().manual_seed(m))
         try:
-            program = compile_gemm(cfg, m, k, n, epilogue=epilogue)
+            program = compile_gemm(cfg, m, k, n, epilogue=epilogue, k_high=k_high)
         except ProgramError:
             with pytest.raises(ProgramError):
-                plan_gemm(cfg, m, k, n, epilogue=epilogue)
+                plan_gemm(cfg, m, k, n, epilogue=epilogue, k_high=k_high)
             continue
         assert program_size(cfg, program.meta["plan"], epilogue=epilogue) == {
             "instructions": len(program.instrs), "matmuls": program.counts()["MATMUL"],
             "data_beats": program.n_data_beats, "out_beats": program.n_out_beats}, \
-            (name, m, k, n, ep)
+            (name, m, k, n, ep, k_high)
 
 
 def test_sizes():

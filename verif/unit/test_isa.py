@@ -22,7 +22,7 @@ def random_instr(rng, kind):
         return isa.Load(target=rng.choice(list(isa.Target)), addr=field(), count=field(), **flags)
     if kind is isa.Matmul:
         return isa.Matmul(a_addr=field(), b_addr=field(), acc_addr=field(), m_len=field(),
-                          accumulate=rng.random() < 0.5, **flags)
+                          accumulate=rng.random() < 0.5, shift=rng.random() < 0.5, **flags)
     return isa.Store(acc_addr=field(), rows=field(), strips=field(), stride=field(),
                      op=rng.choice(list(isa.EpOp)), dest=isa.Dest.HOST, dest_addr=field(),
                      param_addr=field(), aux_addr=field(), **flags)

@@ -123,6 +123,26 @@ def test_joined_programs(config):
         assert timer.concat(mixed) == _model_cycles(concat([program, other, program, program]))
 
 
+@pytest.mark.parametrize("config", ["2x2", "8x8"])
+def test_high_rows(config):
+    """GEMMs with high rows (attention's P V on two digit planes): the high rows are tiled
+    apart, so the K tiles, the plan and the groups differ from the plain GEMM's."""
+    cfg = PRESETS[config]
+    rng = random.Random(f"{SEED}high{config}")
+    gen = torch.Generator().manual_seed(SEED)
+    timer = GemmTimer(cfg)
+    for m, k, n in _shapes(rng, 6) + [(128, 256, 32)]:
+        k_high = rng.randint(1, k)
+        for op in (None, "requant"):
+            epilogue = _epilogue(op, k, n, gen)
+            program = compile_gemm(cfg, m, k, n, epilogue=epilogue, k_high=k_high)
+            want = _model_cycles(program)
+            assert timer.gemm(m, k, n, epilogue=epilogue, k_high=k_high) == want, \
+                (m, k, n, k_high, op)
+            assert timer.concat([(m, k, n, epilogue, k_high)] * 3) == \
+                _model_cycles(concat([program] * 3))
+
+
 def test_concat_needs_a_part():
     with pytest.raises(ValueError, match="at least one part"):
         GemmTimer(PRESETS["4x8"]).concat([])

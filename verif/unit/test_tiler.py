@@ -211,6 +211,49 @@ def test_bad_dimension_is_named(dims, name):
         plan_gemm(PRESETS["4x4"], *dims)
 
 
+def high_rows(m, k, n, k_high, seed):
+    """Operands of a GEMM with ``k_high`` high rows: ``A = [P_high | P_low]`` (the 6-bit digits
+    of 12-bit values ``P``) and ``B = [B_high; B_low]``, with ``C = P @ B`` when both halves of
+    ``B`` are the same; here they differ, and ``C = (A_h @ B_h << 6) + A_l @ B_l``."""
+    a, b = operands(m, k, n, seed)
+    want = (a[:, :k_high].long() @ b[:k_high].long() << isa.MATMUL_SHIFT) \
+        + a[:, k_high:].long() @ b[k_high:].long()
+    return a, b, want
+
+
+@pytest.mark.parametrize("name", ARRAYS)
+def test_high_rows_are_shifted(name):
+    # High rows of any count (a multiple of rows or not, all of K, none), in tiny memories
+    # (many steps and K blocks) and full ones, in program order and interleaved.
+    rng = random.Random(SEED)
+    for cfg in (PRESETS[name], small(name)):
+        for m, k, n, k_high in [(7, 10, 5, 3), (20, 2 * cfg.rows, 9, cfg.rows),
+                                (33, 41, 17, 41), (5, 9, 3, 0), (1, 1, 1, 1),
+                                (rng.randint(1, 80), 90, rng.randint(1, 40), rng.randint(1, 89))]:
+            a, b, want = high_rows(m, k, n, k_high, rng.randrange(1000))
+            program = compile_gemm(cfg, m, k, n, k_high=k_high)
+            program.validate()
+            assert program.meta["plan"].k_high == k_high
+            for interleave in (None, rng.randrange(1000)):
+                c = SoftwareDevice(cfg, interleave=interleave).run(program, a=a, b=b)
+                assert torch.equal(c.outputs["c"].long(), want), (cfg, m, k, n, k_high)
+            # The high K tiles are those of the first ceil(k_high / rows) and only they shift.
+            kt_high = -(-k_high // cfg.rows)
+            matmuls = [i for i in program.instrs if isinstance(i, isa.Matmul)]
+            assert any(i.shift for i in matmuls) == (k_high > 0)
+            assert sum(i.shift for i in matmuls) == len(matmuls) * kt_high // (
+                kt_high + -(-(k - k_high) // cfg.rows))
+
+
+def test_bad_k_high_is_refused():
+    for k_high in (-1, 9, 2.0, True):
+        with pytest.raises(ValueError, match="k_high must be an int from 0 to k = 8"):
+            compile_gemm(PRESETS["4x4"], 4, 8, 4, k_high=k_high)
+    plan = plan_gemm(PRESETS["4x4"], 4, 8, 4, k_high=3)
+    with pytest.raises(ProgramError, match="8x4 GEMM with 3 high rows, not 4x8x4 with 5 high"):
+        compile_gemm(PRESETS["4x4"], 4, 8, 4, k_high=5, plan=plan)
+
+
 def test_bad_plans_are_refused():
     cfg = small("4x4")
     plan = TilePlan(m=8, k=8, n=8, mb=8, kb=2, nb=2, order="m", n_steps=0, n_tiles=0,

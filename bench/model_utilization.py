@@ -1,0 +1,104 @@
+"""Utilization counting only the model's MACs, and BERT-base's attention cycles.
+
+::
+
+    python bench/model_utilization.py [--configs 8x8 16x16] [--json] [-o PATH]
+
+Every cycle count is the cycle model's (equal to the RTL's), from
+:class:`bertaccel.sw.bert.timing.StageTimer` on the stage programs the compiler writes:
+
+* **utilization**: the model's own MACs (:func:`bertaccel.sw.bert.model_macs`: without the rows
+  and columns that channel splitting adds, and with P V counted once, however many digit planes
+  it runs on) over ``rows * cols * cycles``, for all-MiniLM-L6-v2 (real weights, all 6 layers) at
+  seq 32 and for a random-weight BERT-base (:func:`bertaccel.analysis.perf.compile_shape`, layer
+  0 counted 12 times) at seq 128, batch 1;
+* **attention**: the cycles of BERT-base's two attention stages (``qk``: ``Q K^T`` fused with
+  SOFTMAX, ``pv``: ``P V`` fused with REQUANT) summed over its 12 layers, at seq 128 and 512.
+
+Writes ``bench/results/model_utilization.json``. Offline (``HF_HUB_OFFLINE=1``); a few minutes
+on the 2-core development machine.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import time
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+from bertaccel.analysis.perf import compile_shape  # noqa: E402
+from bertaccel.golden import bert_ref  # noqa: E402
+from bertaccel.hw.config import PRESETS  # noqa: E402
+from bertaccel.sw.bert import compile_bert, model_macs  # noqa: E402
+from bertaccel.sw.bert.timing import StageTimer  # noqa: E402
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "model_utilization.json"
+#: (what, seq) of the utilization figures, and the sequence lengths of the attention figures.
+UTILIZATION = (("all-MiniLM-L6-v2", 32), ("bert-base", 128))
+ATTENTION_SEQS = (128, 512)
+
+
+def _cycles(timer, bert, seq, every_layer):
+    """``(total, {stage: cycles})`` of one sequence of ``seq`` tokens over every layer (layer 0
+    counted for each unless ``every_layer``)."""
+    if every_layer:
+        return timer.model(1, seq)
+    stages = timer.layer(0, 1, seq)
+    stages = {stage: bert.spec.layers * cycles for stage, cycles in stages.items()}
+    return sum(stages.values()), stages
+
+
+def measure(cfg, minilm, base, log):
+    """The figures of one config: ``{"utilization": [...], "attention": [...]}``."""
+    out = {"utilization": [], "attention": []}
+    for (what, seq), bert in zip(UTILIZATION, (minilm, base)):
+        timer = StageTimer(bert)
+        total, stages = _cycles(timer, bert, seq, every_layer=what != "bert-base")
+        macs = model_macs(bert.spec, seq)
+        share = macs / (cfg.macs_per_cycle * total)
+        out["utilization"].append({"model": what, "seq": seq, "cycles": total, "macs": macs,
+                                   "utilization": share, "stages": stages,
+                                   "k": dict(bert.k)})
+        log(f"  {cfg.name}: {what} seq {seq}: {total:,} cycles, {share:.1%} of the array on "
+            f"the model's {macs:,} MACs")
+    timer = StageTimer(base)
+    for seq in ATTENTION_SEQS:
+        _, stages = _cycles(timer, base, seq, every_layer=False)
+        out["attention"].append({"seq": seq, "qk": stages["qk"], "pv": stages["pv"],
+                                 "attention": stages["qk"] + stages["pv"]})
+        log(f"  {cfg.name}: bert-base attention at seq {seq}: qk {stages['qk']:,} + pv "
+            f"{stages['pv']:,} = {stages['qk'] + stages['pv']:,} cycles (12 layers)")
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--configs", nargs="+", default=["8x8", "16x16"], choices=list(PRESETS))
+    parser.add_argument("--json", action="store_true", help="print the JSON")
+    parser.add_argument("-o", "--output", type=pathlib.Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    start = time.perf_counter()
+    tokenizer, model = bert_ref.load()
+    report = {"configs": {}}
+    for name in args.configs:
+        cfg = PRESETS[name]
+        minilm = compile_bert(model, cfg, tokenizer=tokenizer, name="all-MiniLM-L6-v2")
+        base = compile_shape("bert-base", cfg)
+        report["configs"][name] = measure(cfg, minilm, base, log)
+    report["wall_s"] = time.perf_counter() - start
+    report["command"] = " ".join(["python", "bench/model_utilization.py",
+                                  *(sys.argv[1:] if argv is None else argv)])
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"wrote {args.output} in {report['wall_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
