@@ -11,6 +11,8 @@
     bertaccel bench bert --shape bert-base --seq 128 --batch 1 --config 16x16 [--json]
     bertaccel profile --model minilm [--config 8x8] [--png P] [--json]  # host vs accelerator
     bertaccel seqpoint [--model minilm] [--config 8x8] [--k 10] [--json]
+    bertaccel sweep --model minilm --seq 32,128 --configs 4x4,8x8 [--synth] [--address A]  # Ray
+    bertaccel regress --configs 2x2,4x8,8x8 --programs 200 [--seed S] [--address A]     # Ray
 
 Bad arguments (an unknown preset, a dimension below 1, a stall probability out of range) give a
 one-line error on stderr and exit status 2 before anything is built or simulated (for ``synth``
@@ -358,12 +360,14 @@ def _cmd_run(args):
     if args.batch_size < 1:
         raise _UsageError(f"--batch-size must be at least 1, not {args.batch_size}")
     log = None if args.quiet else (lambda text: print(f"bertaccel: {text}", file=sys.stderr))
+    stream = _ray_stream(args)
     try:
         report = run_texts(args.model, cfg=cfg, texts=args.text, text_file=args.text_file,
                            device=args.device, batch_size=args.batch_size, output=args.output,
                            compare_fp32=not args.no_fp32, cache=not args.no_cache,
                            cache_dir=args.cache_dir, build_root=args.build_root,
-                           progress=None if args.quiet else RateProgress(), log=log)
+                           progress=None if args.quiet else RateProgress(), log=log,
+                           stream=stream)
     except (BertError, CacheError) as error:
         raise _UsageError(str(error)) from None
     if args.json:
@@ -522,6 +526,7 @@ def _parser():
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
+    _add_ray_run_options(run)
     run.set_defaults(func=_cmd_run)
 
     bench = commands.add_parser("bench", help="performance figures from the cycle model")
@@ -555,10 +560,192 @@ def _parser():
     seqpoint.add_argument("--json", action="store_true", help="print one JSON object")
     seqpoint.set_defaults(func=_cmd_seqpoint)
 
+    _add_sweep_parser(commands)
+    _add_regress_parser(commands)
     commands.add_parser("profile", add_help=False,
                         help="PyTorch BERT on this CPU by op class, beside the accelerator's "
                              "cycles (bertaccel profile --help)")
     return parser
+
+# -- Ray: bertaccel sweep, bertaccel regress, bertaccel run --ray (bertaccel.cluster) -----------
+
+def _add_cluster_options(parser):
+    parser.add_argument("--address", metavar="HOST:PORT",
+                        help="join the Ray cluster whose head is there (ray start --head); "
+                             "$RAY_ADDRESS by default, and without either Ray starts embedded "
+                             "on this machine's cores")
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="embedded Ray: the CPUs it uses, so the tasks run at once (all)")
+    parser.add_argument("--retries", type=int, default=3, metavar="N",
+                        help="runs again of a task whose worker died (3)")
+
+
+def _cluster_options(args):
+    """``(address, workers)`` checked; ``--retries`` too."""
+    from ..cluster.connect import check_workers
+    try:
+        check_workers(args.workers, args.address, name="--workers")
+    except ValueError as error:
+        raise _UsageError(str(error)) from None
+    if args.retries < 0:
+        raise _UsageError(f"--retries must be at least 0, not {args.retries}")
+    return args.address, args.workers
+
+
+def _add_ray_run_options(run):
+    run.add_argument("--ray", action="store_true",
+                     help="share the texts out over Ray actors that each hold the compiled "
+                          "model (same embeddings, in input order)")
+    _add_cluster_options(run)
+
+
+def _ray_stream(args):
+    """``bertaccel run``'s ShardedStream with ``--ray``, else None."""
+    if not args.ray:
+        if args.address or args.workers is not None:
+            raise _UsageError("--address and --workers apply to --ray only")
+        return None
+    from ..cluster.shard import ShardedStream
+    address, workers = _cluster_options(args)
+    return ShardedStream(args.model, cache=not args.no_cache, cache_dir=args.cache_dir,
+                         address=address, workers=workers, retries=args.retries)
+
+
+def _add_sweep_parser(commands):
+    sweep = commands.add_parser("sweep", help="design-space sweep on Ray: cycles, latency and "
+                                              "utilization of BERT over a grid of configs (with "
+                                              "--synth also resources and Fmax); JSON, CSV and "
+                                              "a Pareto plot")
+    sweep.add_argument("--configs", metavar="LIST",
+                       help="presets or config .json files, comma-separated (4x4,8x8); the "
+                            "field lists vary each of them")
+    for field in ("rows", "cols", "spad-depth", "acc-depth", "epilogue-lanes"):
+        sweep.add_argument(f"--{field}", metavar="LIST",
+                           help=f"values of {field.replace('-', '_')}, comma-separated")
+    sweep.add_argument("--model", default="minilm", metavar="LIST",
+                       help="minilm (real weights), bert-base, bert-large (random weights) or "
+                            "a model folder; comma-separated (minilm)")
+    sweep.add_argument("--seq", default="128", metavar="LIST", help="tokens a sequence (128)")
+    sweep.add_argument("--batch", default="1", metavar="LIST", help="sequences (1)")
+    sweep.add_argument("--seed", type=int, default=0, help="seeds the random weights (0)")
+    sweep.add_argument("--synth", action="store_true",
+                       help="also synthesise, place and route each config's core (minutes a "
+                            "config; cached in build/synth)")
+    sweep.add_argument("--target", help="--synth: the FPGA part (ecp5-85k)")
+    sweep.add_argument("--synth-timeout", type=float, default=45.0, metavar="MIN",
+                       help="--synth: minutes place and route may take (45)")
+    _add_cluster_options(sweep)
+    sweep.add_argument("-o", "--output", default="build/sweep",
+                       help="folder for sweep.json, sweep.csv, pareto.png (build/sweep)")
+    sweep.add_argument("--json", action="store_true", help="print one JSON object")
+    sweep.add_argument("--build-root", default="build/synth", help=argparse.SUPPRESS)
+    sweep.set_defaults(func=_cmd_sweep)
+
+
+def _sweep_grid(args):
+    """``(configs, invalid, workloads)`` of ``bertaccel sweep``'s options, or a usage error."""
+    from ..cluster.grid import FIELDS, GridError, config_grid, int_list, name_list, \
+        workload_grid
+    from ..cluster.sweep import check_model
+    try:
+        fields = {name: int_list(f"--{name.replace('_', '-')}", getattr(args, name))
+                  for name in FIELDS if getattr(args, name) is not None}
+        presets = name_list("--configs", args.configs) if args.configs else []
+        if not presets and not fields:
+            raise GridError("give the configs to sweep: --configs and/or field lists "
+                            "(--rows, --cols, --spad-depth, --acc-depth, --epilogue-lanes)")
+        configs, invalid = config_grid(presets, fields)
+        models = [check_model(model) for model in name_list("--model", args.model)]
+        seqs = int_list("--seq", args.seq)
+        if max(seqs) > 512:
+            raise GridError(f"--seq must be at most 512 (BERT's positions), not {max(seqs)}")
+        workloads = workload_grid(models, seqs, int_list("--batch", args.batch))
+    except GridError as error:
+        raise _UsageError(str(error)) from None
+    return configs, invalid, workloads
+
+
+def _sweep_synth(args):
+    """The synthesis settings of ``bertaccel sweep --synth``, or None."""
+    if not args.synth:
+        if args.target:
+            raise _UsageError("--target applies to --synth only")
+        return None
+    from pathlib import Path
+
+    from ..fpga.errors import SynthError
+    from ..fpga.targets import target
+    try:
+        target(args.target or "ecp5-85k")
+    except SynthError as error:
+        raise _UsageError(str(error)) from None
+    if args.synth_timeout <= 0:
+        raise _UsageError(f"--synth-timeout must be a positive number of minutes, "
+                          f"not {args.synth_timeout}")
+    return {"target": args.target or "ecp5-85k",
+            "build_root": str(Path(args.build_root).resolve()),
+            "timeout_s": 60 * args.synth_timeout, "seed": 1}
+
+
+def _cmd_sweep(args):
+    _quiet_transformers()
+    from ..cluster.connect import connect
+    from ..cluster.sweep import sweep
+    from ..cluster.table import format_sweep, write_sweep
+    configs, invalid, workloads = _sweep_grid(args)
+    synth = _sweep_synth(args)
+    address, workers = _cluster_options(args)
+    out_dir = _output_dir(args.output)
+    log = _stderr_log(args)
+    with connect(address, workers=workers) as where:
+        if log:
+            log(f"{len(configs)} config(s) x {len(workloads)} workload(s) on Ray "
+                f"({where['cpus']} CPUs, {where['nodes']} node(s))")
+        report = sweep(configs, workloads, invalid=invalid, synth=synth, seed=args.seed,
+                       retries=args.retries, log=log)
+    report["cluster"] = where
+    write_sweep(report, out_dir)
+    print(json.dumps(report, indent=2) if args.json else format_sweep(report))
+    return 0
+
+
+def _add_regress_parser(commands):
+    regress = commands.add_parser("regress", help="random GEMMs with every epilogue, free-running "
+                                                  "and stalled, on the RTL, checked bit for bit; "
+                                                  "as Ray tasks")
+    regress.add_argument("--configs", default="2x2,4x8,8x8", metavar="LIST",
+                         help="presets or config .json files, comma-separated (2x2,4x8,8x8)")
+    regress.add_argument("--programs", type=int, default=60, metavar="N",
+                         help="random programs in all, shared out over the configs (60)")
+    regress.add_argument("--seed", type=int, default=0, help="seeds the draw of programs (0)")
+    _add_cluster_options(regress)
+    regress.add_argument("--json", action="store_true", help="print one JSON object")
+    regress.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
+    regress.set_defaults(func=_cmd_regress)
+
+
+def _cmd_regress(args):
+    from pathlib import Path
+
+    from ..cluster.connect import connect
+    from ..cluster.grid import GridError, name_list
+    from ..cluster.regress import draw_cases, format_regress, regress
+    try:
+        specs = name_list("--configs", args.configs)
+    except GridError as error:
+        raise _UsageError(str(error)) from None
+    for spec in specs:
+        _config(spec)
+    _dimension("programs", args.programs)
+    address, workers = _cluster_options(args)
+    cases = draw_cases(specs, args.programs, args.seed)
+    log = _stderr_log(args)
+    with connect(address, workers=workers) as where:
+        report = regress(cases, build_root=Path(args.build_root).resolve(),
+                         retries=args.retries, log=log)
+    report.update(cluster=where, seed=args.seed)
+    print(json.dumps(report, indent=2) if args.json else format_regress(report))
+    return 0 if not report["failures"] else 1
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
@@ -582,10 +769,11 @@ def main(argv=None):
         print("bertaccel: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 - a device or build failure: report, exit 1
+        from ..cluster.connect import ClusterError
         from ..fpga.errors import SynthError
         from ..sim.build import SimulationError
         from .devices.base import DeviceError
-        if isinstance(error, (DeviceError, SimulationError, SynthError)):
+        if isinstance(error, (DeviceError, SimulationError, SynthError, ClusterError)):
             print(f"bertaccel: error: {error}", file=sys.stderr)
             return 1
         raise
