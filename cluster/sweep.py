@@ -143,7 +143,9 @@ def sweep(configs, workloads, *, invalid=(), synth=None, seed=0, retries=DEFAULT
     -------
     dict
         ``schema``, ``points`` (one row per config and workload, grid order: see
-        :func:`point_row`), ``synth`` (the settings, or None), ``wall_s``.
+        :func:`point_row`), ``synth`` (the settings, or None), ``wall_s``, and ``task_s``:
+        the tasks' own wall times added up (a synthesis that was cached counts nothing), so
+        ``task_s / wall_s`` is how many ran side by side on average.
     """
     import ray
 
@@ -178,9 +180,12 @@ def sweep(configs, workloads, *, invalid=(), synth=None, seed=0, retries=DEFAULT
     points = [point_row(cfg, w, timing, synths.get(cfg.tag))
               for (cfg, w), timing in zip(pairs, timings)]
     points += [invalid_row(fields, message, w) for fields, message in invalid for w in workloads]
+    task_s = sum(r["time_wall_s"] for r in timings if not isinstance(r, Failure)) + sum(
+        r["synth_wall_s"] for r in synths.values()
+        if not isinstance(r, Failure) and not r["synth_cached"])
     return {"schema": SCHEMA, "points": points,
             "synth": None if synth is None else dict(synth),
-            "wall_s": time.perf_counter() - begin}
+            "wall_s": time.perf_counter() - begin, "task_s": task_s}
 
 
 def point_row(cfg, workload, timing, synth=None):

@@ -74,7 +74,10 @@ def format_sweep(report):
     failed = sum(p["status"] != "ok" for p in points)
     cpus = report.get("cluster", {}).get("cpus")
     lines.append(f"{len(points)} points, {failed} failed, in {report['wall_s']:.1f} s"
-                 + (f" on {cpus} CPU(s)" if cpus else ""))
+                 + (f" on {cpus} CPU(s)" if cpus else "")
+                 + (f"; the tasks took {report['task_s']:.1f} s, "
+                    f"{report['task_s'] / report['wall_s']:.2f} at a time on average"
+                    if report.get("task_s") else ""))
     _, _, x_label, y_label = axes(points)
     for key, labels in report.get("pareto", {}).items():
         lines.append(f"front of {key} ({y_label} against {x_label}): {', '.join(labels)}")

@@ -741,6 +741,9 @@ def _cmd_regress(args):
     cases = draw_cases(specs, args.programs, args.seed)
     log = _stderr_log(args)
     with connect(address, workers=workers) as where:
+        if log:
+            log(f"{len(cases)} programs over {', '.join(specs)} on Ray ({where['cpus']} CPUs, "
+                f"{where['nodes']} node(s)); the first of each config builds its simulator")
         report = regress(cases, build_root=Path(args.build_root).resolve(),
                          retries=args.retries, log=log)
     report.update(cluster=where, seed=args.seed)
