@@ -103,15 +103,18 @@ class ShardedStream:
                              build_root=encoder.build_root) for _ in range(max(1, count))]
 
     def _drive(self, actors, chunks, merged, batch_size, compare_fp32, progress, total):
-        """Keep :data:`IN_FLIGHT` windows an actor running; merge them in input order."""
+        """Keep :data:`IN_FLIGHT` windows an actor running; merge them in input order. No window
+        starts more than twice as many windows ahead of the first unmerged one, so a slow
+        window (its actor restarting) holds back a bounded number of results."""
         import ray
 
         pending, lines = {}, {}     # ref -> (window number, actor); window number -> lines
         free = [actor for actor in actors for _ in range(IN_FLIGHT)]
+        ahead = 2 * len(free)
         number = 0
         chunks = iter(chunks)
         while True:
-            while free:
+            while free and number < merged.next + ahead:
                 chunk = next(chunks, None)
                 if chunk is None:
                     break

@@ -16,6 +16,7 @@ import re
 import signal
 
 import pytest
+import ray
 import torch
 import transformers
 
@@ -23,8 +24,6 @@ from bertaccel.cluster.grid import Workload, config_grid
 from bertaccel.cluster.sweep import compile_base, sweep, time_point
 from bertaccel.golden import bert_ref
 from bertaccel.sw.cli import main
-
-ray = pytest.importorskip("ray")
 
 #: The sequence length of the point whose worker dies every time.
 PICKED_SEQ = 24
