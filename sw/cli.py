@@ -567,6 +567,7 @@ def _parser():
                              "cycles (bertaccel profile --help)")
     return parser
 
+
 # -- Ray: bertaccel sweep, bertaccel regress, bertaccel run --ray (bertaccel.cluster) -----------
 
 def _add_cluster_options(parser):
@@ -576,20 +577,21 @@ def _add_cluster_options(parser):
                              "on this machine's cores")
     parser.add_argument("--workers", type=int, metavar="N",
                         help="embedded Ray: the CPUs it uses, so the tasks run at once (all)")
-    parser.add_argument("--retries", type=int, default=3, metavar="N",
+    parser.add_argument("--retries", type=int, metavar="N",
                         help="runs again of a task whose worker died (3)")
 
 
 def _cluster_options(args):
-    """``(address, workers)`` checked; ``--retries`` too."""
+    """``(address, workers, retries)``, checked."""
     from ..cluster.connect import check_workers
+    from ..cluster.tasks import DEFAULT_RETRIES
     try:
         check_workers(args.workers, args.address, name="--workers")
     except ValueError as error:
         raise _UsageError(str(error)) from None
-    if args.retries < 0:
+    if args.retries is not None and args.retries < 0:
         raise _UsageError(f"--retries must be at least 0, not {args.retries}")
-    return args.address, args.workers
+    return args.address, args.workers, DEFAULT_RETRIES if args.retries is None else args.retries
 
 
 def _add_ray_run_options(run):
@@ -602,13 +604,13 @@ def _add_ray_run_options(run):
 def _ray_stream(args):
     """``bertaccel run``'s ShardedStream with ``--ray``, else None."""
     if not args.ray:
-        if args.address or args.workers is not None:
-            raise _UsageError("--address and --workers apply to --ray only")
+        if args.address or args.workers is not None or args.retries is not None:
+            raise _UsageError("--address, --workers and --retries apply to --ray only")
         return None
     from ..cluster.shard import ShardedStream
-    address, workers = _cluster_options(args)
+    address, workers, retries = _cluster_options(args)
     return ShardedStream(args.model, cache=not args.no_cache, cache_dir=args.cache_dir,
-                         address=address, workers=workers, retries=args.retries)
+                         address=address, workers=workers, retries=retries)
 
 
 def _add_sweep_parser(commands):
@@ -694,7 +696,7 @@ def _cmd_sweep(args):
     from ..cluster.table import format_sweep, write_sweep
     configs, invalid, workloads = _sweep_grid(args)
     synth = _sweep_synth(args)
-    address, workers = _cluster_options(args)
+    address, workers, retries = _cluster_options(args)
     out_dir = _output_dir(args.output)
     log = _stderr_log(args)
     with connect(address, workers=workers) as where:
@@ -702,7 +704,7 @@ def _cmd_sweep(args):
             log(f"{len(configs)} config(s) x {len(workloads)} workload(s) on Ray "
                 f"({where['cpus']} CPUs, {where['nodes']} node(s))")
         report = sweep(configs, workloads, invalid=invalid, synth=synth, seed=args.seed,
-                       retries=args.retries, log=log)
+                       retries=retries, log=log)
     report["cluster"] = where
     write_sweep(report, out_dir)
     print(json.dumps(report, indent=2) if args.json else format_sweep(report))
@@ -737,7 +739,7 @@ def _cmd_regress(args):
     for spec in specs:
         _config(spec)
     _dimension("programs", args.programs)
-    address, workers = _cluster_options(args)
+    address, workers, retries = _cluster_options(args)
     cases = draw_cases(specs, args.programs, args.seed)
     log = _stderr_log(args)
     with connect(address, workers=workers) as where:
@@ -745,7 +747,7 @@ def _cmd_regress(args):
             log(f"{len(cases)} programs over {', '.join(specs)} on Ray ({where['cpus']} CPUs, "
                 f"{where['nodes']} node(s)); the first of each config builds its simulator")
         report = regress(cases, build_root=Path(args.build_root).resolve(),
-                         retries=args.retries, log=log)
+                         retries=retries, log=log)
     report.update(cluster=where, seed=args.seed)
     print(json.dumps(report, indent=2) if args.json else format_regress(report))
     return 0 if not report["failures"] else 1

@@ -180,7 +180,8 @@ def test_addresses_and_workers(monkeypatch):
     (["sweep", "--configs", "4x4", "--retries", "-1"], "--retries must be at least 0"),
     (["regress", "--configs", "2x2,9x9"], "unknown preset '9x9'"),
     (["regress", "--programs", "0"], "--programs must be at least 1"),
-    (["run", "--text", "a", "--workers", "2"], "--address and --workers apply to --ray"),
+    (["run", "--text", "a", "--workers", "2"], "--address, --workers and --retries apply to"),
+    (["run", "--text", "a", "--retries", "1"], "--address, --workers and --retries apply to"),
     (["run", "--text", "a", "--ray", "--workers", "0"], "--workers must be an int"),
 ])
 def test_bad_input(argv, message, capsys, monkeypatch):
