@@ -21,7 +21,7 @@ import torch
 import transformers
 
 from bertaccel.cluster.grid import Workload, config_grid
-from bertaccel.cluster.sweep import compile_base, sweep, time_point
+from bertaccel.cluster.sweep import compile_base, point_row, sweep, time_point
 from bertaccel.golden import bert_ref
 from bertaccel.sw.cli import main
 
@@ -93,13 +93,18 @@ def kill_in_stage_timer(*, always, once, marker):
 SWEEP_CONFIGS = ["4x4", "8x8", "16x16"]
 
 
-def sweep_points(folder, **options):
-    configs, invalid = config_grid(SWEEP_CONFIGS, {})
-    workloads = [Workload(str(folder), seq) for seq in (16, PICKED_SEQ)]
-    return sweep(configs, workloads, invalid=invalid, **options)["points"]
+@pytest.fixture(scope="module")
+def tiny_bert(tiny_folder):
+    """The tiny model compiled here, as the sweep's compile task compiles it."""
+    return compile_base(str(tiny_folder))
 
 
-def test_sweep_cli(cluster, tiny_folder, tmp_path, capsys):
+def sweep_grid(folder):
+    configs, _ = config_grid(SWEEP_CONFIGS, {})
+    return configs, [Workload(str(folder), seq) for seq in (16, PICKED_SEQ)]
+
+
+def test_sweep_cli(cluster, tiny_folder, tiny_bert, tmp_path, capsys):
     """``bertaccel sweep --json`` over a grid with an invalid combination and configs that do
     not fit the part: every point a row, the cycles those of the cycle model run here."""
     out = tmp_path / "sweep"
@@ -120,28 +125,28 @@ def test_sweep_cli(cluster, tiny_folder, tmp_path, capsys):
                                                    {"epilogue_lanes": [4, 32]})[0]}
     assert [p["config"]["label"] for p in timed] == ["16x16 el4"] * 2 + ["32x32 el4"] * 2 \
         + ["32x32"] * 2
-    bert = compile_base(str(tiny_folder))
     for point in timed:
         assert point["failure"] == "DoesNotFit" and "does not fit ecp5-85k" in point["reason"]
-        cfg = configs[point["config"]["tag"]]
-        local = time_point(bert, cfg, Workload(**point["workload"]))
+        local = time_point(tiny_bert, configs[point["config"]["tag"]],
+                           Workload(**point["workload"]))
         assert point["cycles"] == local["cycles"] and point["stages"] == local["stages"]
     assert sorted(path.name for path in out.iterdir()) == ["pareto.png", "sweep.csv",
                                                            "sweep.json"]
     assert json.loads((out / "sweep.json").read_text())["points"] == points
 
 
-def test_sweep_survives_killed_workers(cluster, tiny_folder, tmp_path):
+def test_sweep_survives_killed_workers(cluster, tiny_folder, tiny_bert, tmp_path):
     """Two points' workers are killed: one the first time (its task runs again, on a new
-    worker, and gives what an undisturbed sweep gives), one every time (after its retry it is a
-    failed row); every other point is there, as in an undisturbed sweep."""
-    with job(cluster):
-        undisturbed = sweep_points(tiny_folder)
+    worker, and gives what an undisturbed run gives), one every time (after its retry it is a
+    failed row); every other point is there, as the same computation gives it here."""
+    configs, workloads = sweep_grid(tiny_folder)
+    undisturbed = [point_row(cfg, w, time_point(tiny_bert, cfg, w))
+                   for cfg in configs for w in workloads]
     assert all(p["status"] == "ok" for p in undisturbed), undisturbed
     marker = tmp_path / "killed"
     hook = kill_in_stage_timer(always=(4, PICKED_SEQ), once=(8, 16), marker=str(marker))
     with job(cluster, hook):
-        points = sweep_points(tiny_folder, retries=1)
+        points = sweep(configs, workloads, retries=1)["points"]
     assert marker.exists()                    # the once-killed worker did die
     dead = [index for index, p in enumerate(points) if p["status"] != "ok"]
     assert len(dead) == 1, points
