@@ -27,6 +27,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--output", type=Path, default=RESULTS / "cycle_model_speed.json")
     args = parser.parse_args(argv)
+    from bertaccel.sw.paths import check_args
+    check_args(parser, files={"--output": args.output})
     if args.blocks < 1 or args.repeats < 1:
         parser.error(f"--blocks and --repeats must be at least 1, not {args.blocks} and "
                      f"{args.repeats}")
@@ -49,7 +51,7 @@ def main(argv=None):
         report = CycleModel(cfg).run(instrs)
         times.append(time.perf_counter() - start)
     best = min(times)
-    result = {"config": cfg.name, "instructions": len(instrs), "seconds": times,
+    result = {"config": cfg.label, "instructions": len(instrs), "seconds": times,
               "instructions_per_s": len(instrs) / best, "cycles": report.cycles}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")

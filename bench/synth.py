@@ -70,6 +70,9 @@ def main(argv=None):
     parser.add_argument("--output", type=Path, default=RESULTS,
                         help="the JSON; the Markdown table goes beside it (.md)")
     args = parser.parse_args(argv)
+    from bertaccel.sw.paths import check_args
+    check_args(parser, files={"--output": args.output,
+                              "the table": args.output.with_suffix(".md")})
     tgt = target(args.target)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, not {args.jobs}")

@@ -64,6 +64,8 @@ def main(argv=None):
     parser.add_argument("--program", action="store_true", help="load it with openFPGALoader")
     parser.add_argument("--build-dir", type=Path)
     args = parser.parse_args(argv)
+    from bertaccel.sw.paths import check_args
+    check_args(parser, folders={"--build-dir": args.build_dir})
     if args.timeout <= 0:
         parser.error(f"--timeout must be a positive number of minutes, not {args.timeout:g}")
     cfg = load_config(args.config)
@@ -120,7 +122,7 @@ def main(argv=None):
     pnr = parse_nextpnr_report(json.loads((build_dir / f"{name}.report.json").read_text()))
     util = pnr["utilization"]
     summary = {
-        "config": cfg.name, "tag": cfg.tag, "board": f"ULX3S-{args.board}",
+        "config": cfg.label, "tag": cfg.tag, "board": f"ULX3S-{args.board}",
         "device": platform.device, "baud": args.baud, "seed": args.seed,
         "bitstream": str(bitstream), "bitstream_bytes": bitstream.stat().st_size,
         "fmax_mhz": pnr["fmax_mhz"], "clock_mhz": platform.default_clk_frequency / 1e6,

@@ -21,7 +21,6 @@ Verilator, Icarus (``-g2005`` and ``-g2012``) and yosys all read it.
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -33,11 +32,12 @@ from ..hw.axi import AxiShell, csr
 from ..hw.axi.signature import CACHE, DATA_ID, INSTR_ID
 from ..hw.core import BertAccelCore
 from ..hw.verilog import convert
+from ..sw.paths import check_folder
 from .synth import TARGETS
 
 __all__ = [
-    "OutputDirError", "Constant", "CORE_MODULE", "SHELL_MODULE", "ECP5_TARGET", "WAIVERS_NAME",
-    "check_output_dir", "write_core", "write_ip",
+    "Constant", "CORE_MODULE", "SHELL_MODULE", "ECP5_TARGET", "WAIVERS_NAME",
+    "write_core", "write_ip",
     "shell_ports", "interface", "interface_markdown",
     "csr_constants", "csr_header", "csr_python", "fusesoc_core",
 ]
@@ -51,32 +51,6 @@ ECP5_TARGET = "ecp5-85k"
 WAIVERS_NAME = "bertaccel_lint.vlt"
 _WAIVERS = Path(hw.__file__).resolve().parent / "lint.vlt"
 _VERSION = "0.1.0"
-
-
-class OutputDirError(ValueError):
-    """The output folder is not a folder, or cannot be written."""
-
-
-def check_output_dir(out_dir):
-    """Make ``out_dir`` (and its parents) if needed and check that files can be written there.
-
-    Raises
-    ------
-    OutputDirError
-        ``out_dir`` exists and is not a folder, or it cannot be made or written; a one-line
-        message.
-    """
-    path = Path(out_dir)
-    if path.exists() and not path.is_dir():
-        raise OutputDirError(f"output {str(out_dir)!r} exists and is not a directory")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as error:
-        raise OutputDirError(f"cannot write into output directory {str(out_dir)!r}: "
-                             f"{error.strerror or error}") from None
-    return path
 
 
 def _names(cfg):
@@ -93,7 +67,7 @@ def _names(cfg):
 
 def write_core(cfg, out_dir):
     """Write the bare core's Verilog and the config JSON into ``out_dir``; return the paths."""
-    out_dir = check_output_dir(out_dir)
+    out_dir = check_folder(out_dir)
     names = _names(cfg)
     v_path, json_path = out_dir / names["core_v"], out_dir / names["config"]
     v_path.write_text(convert(BertAccelCore(cfg), name=CORE_MODULE))
@@ -107,10 +81,11 @@ def write_ip(cfg, out_dir):
 
     Raises
     ------
-    OutputDirError
-        Before any work, if ``out_dir`` is not a folder that can be written.
+    PathError
+        Before any work, if ``out_dir`` is not a folder that can be written
+        (:func:`bertaccel.sw.paths.check_folder`).
     """
-    out_dir = check_output_dir(out_dir)
+    out_dir = check_folder(out_dir)
     names = _names(cfg)
     paths = write_core(cfg, out_dir)
     shell = AxiShell(cfg)

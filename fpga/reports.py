@@ -126,7 +126,7 @@ def not_routed_report(cfg, tgt, error, reason):
     mapper, the seed, the estimate after placement, router2's last iteration and
     ``reason``."""
     iteration = error.router_iteration
-    return {"config": cfg.name, "tag": cfg.tag, "target": tgt.name, "fits": True,
+    return {"config": cfg.label, "tag": cfg.tag, "target": tgt.name, "fits": True,
             "error": reason, "placed_fmax_mhz": error.placed_fmax_mhz,
             "lut_mapper": error.lut_mapper, "seed": error.seed,
             "router_iteration": None if iteration is None else

@@ -354,7 +354,7 @@ def _report(run, *, freq_mhz, used, used_pnr, ramreg, copies, pnr, versions, map
     """The report of a finished run (see :func:`synthesize`), less ``cached``."""
     cfg, tgt = run.cfg, run.tgt
     return {
-        "config": cfg.name, "tag": cfg.tag, "design": run.design, "target": tgt.name,
+        "config": cfg.label, "tag": cfg.tag, "design": run.design, "target": tgt.name,
         "part": tgt.part,
         "lut4": used["lut4"], "ff": used_pnr["ff"],
         "mult18x18d": used["mult18x18d"], "dp16kd": used["dp16kd"],

@@ -349,7 +349,7 @@ def _save_runtime(build_dir, runtime):
 
 def _converted_before(build_dir, name, source_key):
     """The Verilog of ``source_key`` from a sibling build folder (the same design built for
-    another simulator), or None: converting a harness takes seconds a Mbit of memory."""
+    another simulator), or None: converting a large harness takes minutes (32x32: two)."""
     if source_key is None:
         return None
     for v_path in sorted(build_dir.parent.glob(f"*/{name}.v")):
@@ -402,8 +402,10 @@ def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=N
 
     Parameters
     ----------
-    design : str, Elaboratable, or callable returning an Elaboratable
-        Verilog text, or an Amaranth design that is converted with :func:`bertaccel.hw.verilog.convert`.
+    design : str, Elaboratable, or callable returning an Elaboratable or str
+        Verilog text, or an Amaranth design that is converted with
+        :func:`bertaccel.hw.verilog.convert`. A callable is called only when the build is not
+        current (:func:`bertaccel.hw.harness.harness_verilog` returns text).
     name : str
         Module name for the conversion, and the stem of ``<name>.v`` and ``<name>.vlt``.
     build_dir : path
@@ -470,10 +472,11 @@ def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=N
         else:
             text = _converted_before(build_dir, name, source_key)
         if text is None:
-            # An Elaboratable instance is converted as it is; anything else is a factory.
+            # An Elaboratable instance is converted as it is; anything else is a factory (of
+            # an Elaboratable, or of Verilog text).
             is_design = hasattr(design, "elaborate") and not isinstance(design, type)
-            component = design if is_design else design()
-            text = convert(component, name=name)
+            made = design if is_design else design()
+            text = made if isinstance(made, str) else convert(made, name=name)
         extra = _vlt_text(toplevel) if simulator == "verilator" else ""
         digest = hashlib.sha256(
             json.dumps([text, extra, flags], sort_keys=True).encode()).hexdigest()

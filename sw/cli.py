@@ -14,11 +14,16 @@
     bertaccel sweep --model minilm --seq 32,128 --configs 4x4,8x8 [--synth] [--address A]  # Ray
     bertaccel regress --configs 2x2,4x8,8x8 --programs 200 [--seed S] [--address A]     # Ray
 
-Bad arguments (an unknown preset, a dimension below 1, a stall probability out of range) give a
-one-line error on stderr and exit status 2 before anything is built or simulated (for ``synth``
-also an unknown target, or a config that does not fit the part; for ``verilog`` and ``demo`` an
-output path that is not a writable directory). ``gemm`` exits
-with 1 when the result is not bit-exact, or when the device fails.
+Bad input gives one line on stderr, ``bertaccel: error: ...``, and exit status 2 before
+anything is built, compiled or simulated: an unknown preset, a config file that leaves fields
+out without a base, a dimension below 1, a stall probability out of range, an output path or
+build folder that cannot be written (:mod:`bertaccel.sw.paths`), a GEMM (or ``run``'s largest
+batch, or a ``bench bert`` shape) estimated to need more memory than the machine has available
+or than ``--max-memory`` (:mod:`bertaccel.sw.budget`); for ``synth`` also an unknown target, or
+a config that does not fit the part. Long work says what it does on stderr: a GEMM of many
+instructions its stages, an RTL simulator its build (announced as it starts). Ctrl-C stops
+the command (exit status 130) and leaves no half-written output. ``gemm`` exits with 1 when
+the result is not bit-exact, or when the device fails.
 """
 
 import argparse
@@ -27,6 +32,8 @@ import math
 import sys
 import time
 import warnings
+
+from .paths import PathError, check_folder
 
 __all__ = ["main"]
 
@@ -67,20 +74,25 @@ def _probability(name, value):
 
 
 def _output_dir(spec):
-    """``spec`` made ready for writing, or a usage error."""
-    from ..fpga.ip import OutputDirError, check_output_dir
-    try:
-        return check_output_dir(spec)
-    except OutputDirError as error:
-        raise _UsageError(str(error)) from None
+    """``spec`` made ready for writing (a :class:`~bertaccel.sw.paths.PathError` if it cannot
+    be: :func:`main` reports it in one line)."""
+    return check_folder(spec, what="output folder")
+
+
+def _build_root(spec):
+    """The simulator's (or the synthesis') build folder, made ready for writing."""
+    return check_folder(spec, what="build folder")
 
 
 def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0,
-             build_root="build/sim", epilogue=None, simulator="verilator", icarus_std="2012"):
+             build_root="build/sim", epilogue=None, simulator="verilator", icarus_std="2012",
+             log=None):
     """Run a random ``m x k x n`` GEMM on ``device`` and check it; return a report dict.
 
     ``simulator`` and ``icarus_std`` choose the simulator of the ``"rtl"`` device
-    (:class:`~bertaccel.sw.devices.rtl.RtlDevice`).
+    (:class:`~bertaccel.sw.devices.rtl.RtlDevice`), which is started (its simulator built, on
+    first use) before anything else, announced on ``log``. With ``log``, a GEMM of
+    :data:`LARGE` instructions or more also says what it does as it goes.
 
     The operands come from a torch generator seeded with ``seed``. The result is compared with
     the software device and with :func:`bertaccel.golden.ops.gemm`.
@@ -93,6 +105,26 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
     device, for ``plain_cycles`` and ``fusion_ratio`` (fused over plain cycles), and the
     result's distance from the float epilogue in torch is reported in output LSBs.
     """
+    import contextlib
+
+    from .devices.base import start_announced
+
+    with contextlib.ExitStack() as stack:
+        rtl = None
+        if device == "rtl":
+            from .devices.rtl import RtlDevice
+            rtl = stack.enter_context(RtlDevice(
+                cfg, build_root=build_root, seed=seed, src_idle=src_idle, sink_stall=sink_stall,
+                simulator=simulator, icarus_std=icarus_std))
+            start_announced(rtl, log)
+        return _run_gemm(cfg, m, k, n, rtl, seed=seed, epilogue=epilogue, log=log)
+
+
+#: Instructions from which :func:`run_gemm` says what it does as it goes (about 2 s of work).
+LARGE = 50_000
+
+
+def _run_gemm(cfg, m, k, n, rtl, *, seed, epilogue, log):
     import torch
 
     from ..golden import ops
@@ -110,31 +142,71 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
         if fused.op.name == "LAYERNORM":
             inputs["r"] = torch.randint(-128, 128, (m, n), generator=generator,
                                         dtype=torch.int8)
+    stage = _stages(cfg, m, k, n, fused, log)
+    stage("compiling")
+    if fused is not None:
         plain = compile_gemm(cfg, m, k, n)
     program = compile_gemm(cfg, m, k, n, epilogue=fused)  # raises before anything is simulated
 
     begin = time.perf_counter()
+    stage("running it on the software device and the cycle model")
     with SoftwareDevice(cfg) as software:
         expected = software.run(program, **inputs)
+    stage("checking it against torch")
     golden = ops.gemm(a, b)
     if fused is not None:
         golden = ep_mod.apply_integer(program.meta["epilogue"], golden, inputs.get("r"),
                                       cols=cfg.ep_lanes)
     plain_result = None
-    if device == "ref":
+    if rtl is None:
         result = expected  # its cycles come from the cycle model (sw/cycles.py)
         if plain is not None:
+            stage("running the plain GEMM on the software device")
             with SoftwareDevice(cfg) as software_plain:
                 plain_result = software_plain.run(plain, a=a, b=b)
     else:
-        from .devices.rtl import RtlDevice
-        with RtlDevice(cfg, build_root=build_root, seed=seed, src_idle=src_idle,
-                       sink_stall=sink_stall, simulator=simulator,
-                       icarus_std=icarus_std) as rtl:
-            result = rtl.run(program, **inputs)
-            if plain is not None:
-                plain_result = rtl.run(plain, a=a, b=b)
+        stage("running it on the RTL")
+        result = rtl.run(program, **inputs)
+        if plain is not None:
+            stage("running the plain GEMM on the RTL")
+            plain_result = rtl.run(plain, a=a, b=b)
     wall = time.perf_counter() - begin
+    stage(None)
+    return _gemm_report(cfg, m, k, n, program, plain, fused, inputs, result, expected, golden,
+                        plain_result, device="ref" if rtl is None else "rtl", seed=seed,
+                        wall=wall)
+
+
+def _stages(cfg, m, k, n, fused, log):
+    """``stage(text)``: says on ``log`` that a stage of a large GEMM begins, with the time the
+    last one took (``stage(None)`` closes the last); does nothing for a small GEMM."""
+    from .tiler import plan_gemm, program_size
+
+    size = program_size(cfg, plan_gemm(cfg, m, k, n, epilogue=fused), epilogue=fused)
+    if log is None or size["instructions"] < LARGE:
+        return lambda text: None
+    log(f"{m} x {k} x {n} GEMM on {cfg.label}: {size['instructions']:,} instructions, "
+        f"{size['data_beats']:,} data beats, {size['out_beats']:,} output beats"
+        + (" (and the plain GEMM beside it)" if fused is not None else ""))
+    clock = [None]
+
+    def stage(text):
+        now = time.perf_counter()
+        took = "" if clock[0] is None else f"done in {now - clock[0]:.1f} s"
+        clock[0] = now
+        if text is None:
+            log(took)
+        else:
+            log(f"{took}; {text}" if took else text)
+    return stage
+
+
+def _gemm_report(cfg, m, k, n, program, plain, fused, inputs, result, expected, golden,
+                 plain_result, *, device, seed, wall):
+    import torch
+
+    from ..golden import ops
+    from . import epilogue as ep_mod
 
     c = result.outputs["c"]
     bit_exact = bool(torch.equal(c, expected.outputs["c"]) and torch.equal(c, golden))
@@ -144,7 +216,7 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
     cycles = result.cycles
     stats = result.stats
     report = {
-        "config": cfg.name, "tag": cfg.tag, "device": device,
+        "config": cfg.label, "tag": cfg.tag, "device": device,
         "simulator": stats.get("simulator") if device == "rtl" else None,
         "icarus_std": stats.get("icarus_std") if device == "rtl" else None,
         "m": m, "k": k, "n": n, "macs": macs, "seed": seed,
@@ -156,15 +228,15 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
         "utilization": ideal / cycles if cycles else None,
         "bit_exact": bit_exact,
         "sim_cycles_per_s": stats.get("sim_cycles_per_s"),
-        "chunks": stats.get("chunks"),
         "device_wall_s": result.wall_s, "wall_s": wall,
     }
     if fused is not None:
+        a, b = inputs["a"], inputs["b"]
         error = (c.double() - ep_mod.apply_float(fused, ops.gemm(a, b), inputs.get("r"))).abs()
         plan = program.meta["plan"]
         plain_cycles = plain_result.cycles if plain_result is not None else None
         report.update({
-            "epilogue": epilogue,
+            "epilogue": fused.op.name.lower(),
             "plan": {"mb": plan.mb, "kb": plan.kb, "nb": plan.nb, "tail": plan.tail,
                      "order": plan.order, "n_tiles": plan.n_tiles, "n_steps": plan.n_steps,
                      "est_cycles": plan.est_cycles},
@@ -188,8 +260,7 @@ def _print_report(report, file=sys.stdout):
     if device == "rtl":
         device += f", {report['simulator']}" + (f" -g{report['icarus_std']}"
                                                 if report["icarus_std"] else "")
-        device += (f" (src_idle {report['src_idle']}/256, sink_stall {report['sink_stall']}/256"
-                   f"{', %d chunks' % report['chunks'] if report['chunks'] != 1 else ''})")
+        device += (f" (src_idle {report['src_idle']}/256, sink_stall {report['sink_stall']}/256)")
     line("device", device)
     line("program", f"{report['instructions']} instructions, {report['data_beats']} data beats, "
                     f"{report['out_beats']} output beats")
@@ -228,6 +299,44 @@ def _cmd_verilog(args):
     return 0
 
 
+def _log(text):
+    print(f"bertaccel: {text}", file=sys.stderr, flush=True)
+
+
+def _max_memory(args):
+    """``--max-memory`` in bytes, or ``None``."""
+    from .budget import BudgetError, parse_size
+    if args.max_memory is None:
+        return None
+    try:
+        return parse_size(args.max_memory)
+    except BudgetError as error:
+        raise _UsageError(str(error)) from None
+
+
+def _check_memory(need, args, what, hint=""):
+    from .budget import BudgetError, check_memory
+    try:
+        check_memory(need, limit=_max_memory(args), what=what, hint=hint)
+    except BudgetError as error:
+        raise _UsageError(str(error)) from None
+
+
+def _check_gemm_memory(cfg, m, k, n, args):
+    """Refuse a GEMM that needs more memory than it may have, before its operands exist. The
+    epilogue's parameters here are a stand-in of the same op: the memory depends on the op."""
+    import torch
+
+    from .budget import gemm_memory
+    from .epilogue import random_epilogue
+    need = gemm_memory(cfg, m, k, n)
+    if args.epilogue is not None:   # the fused GEMM, and the plain one beside it
+        stand_in = random_epilogue(args.epilogue, k=k, n=n,
+                                   generator=torch.Generator().manual_seed(0))
+        need += gemm_memory(cfg, m, k, n, epilogue=stand_in)
+    _check_memory(need, args, f"a {m} x {k} x {n} GEMM on {cfg.label}")
+
+
 def _cmd_gemm(args):
     cfg = _config(args.config)
     m, k, n = (_dimension(name, getattr(args, name)) for name in ("m", "k", "n"))
@@ -247,12 +356,15 @@ def _cmd_gemm(args):
             raise _UsageError(str(error)) from None
     if not 0 <= args.seed < 1 << 32:
         raise _UsageError(f"--seed must be from 0 to 2**32-1, not {args.seed}")
+    if args.device == "rtl":
+        _build_root(args.build_root)
     from .program import ProgramError
     try:
+        _check_gemm_memory(cfg, m, k, n, args)      # also a GEMM the config cannot hold
         report = run_gemm(cfg, m, k, n, device=args.device, seed=args.seed, src_idle=src_idle,
                           sink_stall=sink_stall, build_root=args.build_root,
                           epilogue=args.epilogue, simulator=args.simulator or "verilator",
-                          icarus_std=args.icarus_std or "2012")
+                          icarus_std=args.icarus_std or "2012", log=_log)
     except ProgramError as error:  # ScaleError is a ValueError, never raised by the seeded ones
         raise _UsageError(str(error)) from None
     if args.json:
@@ -266,6 +378,7 @@ def _cmd_demo(args):
     from ..fpga.ip import write_core
     from ..hw.config import preset
     cfg = preset("8x8")
+    _build_root(args.build_root)
     out_dir = _output_dir(args.output)
     print(f"== Verilog for {cfg.name} into {out_dir}")
     for path in write_core(cfg, out_dir):
@@ -276,7 +389,7 @@ def _cmd_demo(args):
               + (" (the first run builds the simulator: about a minute)" if device == "rtl"
                  else ""))
         report = run_gemm(cfg, 256, 256, 256, device=device, seed=args.seed,
-                          build_root=args.build_root)
+                          build_root=args.build_root, log=_log)
         _print_report(report)
         ok &= report["bit_exact"]
     return 0 if ok else 1
@@ -325,6 +438,7 @@ def _cmd_synth(args):
         raise _UsageError(f"--freq must be from 1 to 1000 MHz, not {args.freq}")
     if args.timeout <= 0:
         raise _UsageError(f"--timeout must be a positive number of minutes, not {args.timeout}")
+    _build_root(args.build_root)
     progress = (lambda text: print(f"bertaccel: {text}", file=sys.stderr)) if not args.json \
         else None
     try:
@@ -356,9 +470,13 @@ def _cmd_run(args):
     from .bert.cache import CacheError
     from .bert.progress import RateProgress
     from .bert.text import format_report, run_texts
+    from .budget import BudgetError
     cfg = _config(args.config)
+    max_memory = _max_memory(args)
     if args.batch_size < 1:
         raise _UsageError(f"--batch-size must be at least 1, not {args.batch_size}")
+    if args.device == "rtl":
+        _build_root(args.build_root)
     log = None if args.quiet else (lambda text: print(f"bertaccel: {text}", file=sys.stderr))
     stream = _ray_stream(args)
     try:
@@ -367,8 +485,8 @@ def _cmd_run(args):
                            compare_fp32=not args.no_fp32, cache=not args.no_cache,
                            cache_dir=args.cache_dir, build_root=args.build_root,
                            progress=None if args.quiet else RateProgress(), log=log,
-                           stream=stream)
-    except (BertError, CacheError) as error:
+                           stream=stream, max_memory=max_memory)
+    except (BertError, CacheError, BudgetError) as error:
         raise _UsageError(str(error)) from None
     if args.json:
         print(json.dumps(report, indent=2))
@@ -392,7 +510,9 @@ def _cmd_bench_bert(args):
     _quiet_transformers()
     from ..analysis.perf import SHAPES, bench_bert, compile_shape, format_report
     from .bert import BertError
+    from .budget import bert_memory
     cfg = _config(args.config)
+    _max_memory(args)
     if args.shape not in SHAPES:
         raise _UsageError(f"--shape must be one of {', '.join(SHAPES)}, not {args.shape!r}")
     _dimension("seq", args.seq)
@@ -402,8 +522,12 @@ def _cmd_bench_bert(args):
     log = _stderr_log(args)
     try:
         if log:
-            log(f"compiling a random-weight {args.shape} for {cfg.name}")
+            log(f"compiling a random-weight {args.shape} for {cfg.label}")
         bert = compile_shape(args.shape, cfg, seed=args.seed)
+        if args.seq <= bert.max_seq:                # else bench_bert says why not
+            _check_memory(bert_memory(bert, args.batch, args.seq), args,
+                          f"{args.shape} with {args.batch} x {args.seq} tokens on {cfg.label}",
+                          "; a smaller --batch or --seq needs less")
         report = bench_bert(bert, seq=args.seq, batch=args.batch,
                             every_layer=not args.one_layer, log=log)
     except BertError as error:
@@ -434,7 +558,22 @@ def _parser():
     from .. import __version__
     parser.add_argument("--version", action="version", version=f"bertaccel {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_verilog_parser(commands)
+    _add_gemm_parser(commands)
+    _add_demo_parser(commands)
+    _add_synth_parser(commands)
+    _add_run_parser(commands)
+    _add_bench_parser(commands)
+    _add_seqpoint_parser(commands)
+    _add_sweep_parser(commands)
+    _add_regress_parser(commands)
+    commands.add_parser("profile", add_help=False,
+                        help="PyTorch BERT on this CPU by op class, beside the accelerator's "
+                             "cycles (bertaccel profile --help)")
+    return parser
 
+
+def _add_verilog_parser(commands):
     verilog = commands.add_parser("verilog", help="write the IP package of a config: the core's "
                                                   "and the AXI4 shell's Verilog, the config "
                                                   "JSON, a FuseSoC core, the register map as C "
@@ -445,6 +584,8 @@ def _parser():
     verilog.add_argument("-o", "--output", default="build", help="output folder (build/)")
     verilog.set_defaults(func=_cmd_verilog)
 
+
+def _add_gemm_parser(commands):
     gemm = commands.add_parser("gemm", help="run a random int8 GEMM and check it")
     gemm.add_argument("--config", default="8x8", help="a preset or a .json (8x8)")
     gemm.add_argument("--m", type=int, required=True)
@@ -468,15 +609,22 @@ def _parser():
                            "layernorm adds a residual) and also run the plain GEMM to compare "
                            "cycles")
     gemm.add_argument("--json", action="store_true", help="print one JSON object")
+    gemm.add_argument("--max-memory", metavar="SIZE",
+                      help="refuse a GEMM estimated to need more memory than SIZE (4G, 512M); "
+                           "by default, more than the machine has available")
     gemm.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
     gemm.set_defaults(func=_cmd_gemm)
 
+
+def _add_demo_parser(commands):
     demo = commands.add_parser("demo", help="Verilog for 8x8, then a 256^3 GEMM on ref and rtl")
     demo.add_argument("-o", "--output", default="build/demo")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
     demo.set_defaults(func=_cmd_demo)
 
+
+def _add_synth_parser(commands):
     synth = commands.add_parser("synth", help="synthesise, place and route the core for an FPGA "
                                               "(yosys + nextpnr from PyPI); report resources "
                                               "and Fmax")
@@ -499,6 +647,9 @@ def _parser():
     synth.add_argument("--json", action="store_true", help="print one JSON object")
     synth.add_argument("--build-root", default="build/synth", help=argparse.SUPPRESS)
     synth.set_defaults(func=_cmd_synth)
+
+
+def _add_run_parser(commands):
     run = commands.add_parser("run", help="embed text with a BERT model on the accelerator and "
                                           "compare with FP32 PyTorch")
     run.add_argument("--model", default="minilm",
@@ -524,11 +675,16 @@ def _parser():
     run.add_argument("--cache-dir", metavar="D",
                      help="compile cache folder ($BERTACCEL_CACHE or ~/.cache/bertaccel)")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    run.add_argument("--max-memory", metavar="SIZE",
+                     help="refuse a run whose largest batch is estimated to need more memory "
+                          "than SIZE (4G, 512M); by default, more than the machine has")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
     _add_ray_run_options(run)
     run.set_defaults(func=_cmd_run)
 
+
+def _add_bench_parser(commands):
     bench = commands.add_parser("bench", help="performance figures from the cycle model")
     benches = bench.add_subparsers(dest="bench", required=True, parser_class=_Parser)
     bert = benches.add_parser("bert", help="time a BERT shape (random weights) on a config: "
@@ -543,8 +699,13 @@ def _parser():
                       help="time layer 0 and count it for every layer (the layers of a "
                            "random model have the same programs)")
     bert.add_argument("--json", action="store_true", help="print one JSON object")
+    bert.add_argument("--max-memory", metavar="SIZE",
+                      help="refuse a shape estimated to need more memory than SIZE (4G, "
+                           "512M); by default, more than the machine has available")
     bert.set_defaults(func=_cmd_bench_bert)
 
+
+def _add_seqpoint_parser(commands):
     seqpoint = commands.add_parser("seqpoint", help="project a text set's cycles from k "
                                                     "representative sequence lengths")
     seqpoint.add_argument("--model", default="minilm",
@@ -559,13 +720,6 @@ def _parser():
     seqpoint.add_argument("--seed", type=int, default=0, help="seeds random weights (0)")
     seqpoint.add_argument("--json", action="store_true", help="print one JSON object")
     seqpoint.set_defaults(func=_cmd_seqpoint)
-
-    _add_sweep_parser(commands)
-    _add_regress_parser(commands)
-    commands.add_parser("profile", add_help=False,
-                        help="PyTorch BERT on this CPU by op class, beside the accelerator's "
-                             "cycles (bertaccel profile --help)")
-    return parser
 
 
 # -- Ray: bertaccel sweep, bertaccel regress, bertaccel run --ray (bertaccel.cluster) -----------
@@ -684,6 +838,7 @@ def _sweep_synth(args):
     if args.synth_timeout <= 0:
         raise _UsageError(f"--synth-timeout must be a positive number of minutes, "
                           f"not {args.synth_timeout}")
+    _build_root(args.build_root)
     return {"target": args.target or "ecp5-85k",
             "build_root": str(Path(args.build_root).resolve()),
             "timeout_s": 60 * args.synth_timeout, "seed": 1}
@@ -739,6 +894,7 @@ def _cmd_regress(args):
     for spec in specs:
         _config(spec)
     _dimension("programs", args.programs)
+    _build_root(args.build_root)
     address, workers, retries = _cluster_options(args)
     cases = draw_cases(specs, args.programs, args.seed)
     log = _stderr_log(args)
@@ -767,7 +923,7 @@ def main(argv=None):
     try:
         args = _parser().parse_args(argv)
         return args.func(args)
-    except _UsageError as error:
+    except (_UsageError, PathError) as error:
         print(f"bertaccel: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

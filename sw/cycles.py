@@ -9,6 +9,9 @@ in the simulation harness (:class:`bertaccel.hw.harness.SimHarness`) with free-r
     report.breakdown               # {"compute": .., "preload": .., "load_wait": .., ...}
     report.start, report.end       # per instruction, in cycles after ``start``
 
+:class:`CycleStepper` runs the same units on a program piece by piece and reads their state
+between two pieces, normalised: what :mod:`bertaccel.sw.timing` builds its exact shortcuts on.
+
 It works instruction by instruction, not cycle by cycle: every unit is in-order and every
 constraint between units is "not before cycle X", so each time is a ``max`` of earlier times (a
 max-plus recurrence evaluated in program order; a legal program never pops a token that a later
@@ -21,7 +24,7 @@ The timing rules, with the gateware that makes them
 ----------------------------------------------------
 Cycle 0 is the first cycle after the clock edge that samples ``start``.
 
-* Harness (hw/harness.py): each source reads its memory in cycle 0, so instruction word 0 (and data
+* Harness (hw/harness.py): each source reads its file in cycle 0, so instruction word 0 (and data
   beat 0) is on offer from cycle 1, and the next word one cycle after a word is taken. ``cycles``
   counts every edge while running, including the one that raises ``done``; ``done`` rises at the
   first cycle where every instruction was taken and ``o_busy`` is low. So a run takes
@@ -115,12 +118,12 @@ import numpy as np
 from ..hw import isa
 from ..hw.config import AccelConfig
 from ..hw.epilogue import Schedule
-from ..hw.harness import SimHarness, harness_chunks
 from ..hw.store import StoreUnit
 
-__all__ = ["CycleModel", "CycleReport", "BREAKDOWN", "OP_CLASSES", "EPILOGUE_CLASS",
-           "STAGE_CLASSES", "rtl_chunks", "model_cycles", "FIRST_INSTRUCTION", "QUEUE_LATENCY",
-           "TOKEN_DELAY", "DONE_CYCLES", "STORE_READ_TO_FIFO", "PRELOAD_EXTRA", "ACC_WRITE_EXTRA"]
+__all__ = ["CycleModel", "CycleReport", "CycleStepper", "TIMED_FIELDS", "timing_view",
+           "BREAKDOWN", "OP_CLASSES", "EPILOGUE_CLASS", "STAGE_CLASSES",
+           "model_cycles", "FIRST_INSTRUCTION", "QUEUE_LATENCY", "TOKEN_DELAY", "DONE_CYCLES",
+           "STORE_READ_TO_FIFO", "PRELOAD_EXTRA", "ACC_WRITE_EXTRA"]
 
 #: The classes of :attr:`CycleReport.breakdown`, in report order.
 BREAKDOWN = ("compute", "zero_slots", "preload", "load_wait", "store_wait", "dispatch",
@@ -140,8 +143,14 @@ EPILOGUE_CLASS = {isa.EpOp.SOFTMAX: "softmax", isa.EpOp.LAYERNORM: "layernorm",
 STAGE_CLASSES = {"qkv": "gemm", "qk": "attn_matmul", "pv": "attn_matmul", "wo": "gemm",
                  "w1": "gemm", "w2": "gemm"}
 
-#: The cycle in which instruction word 0 is first on offer (the harness's source reads its
-#: memory in cycle 0; the read port has one cycle of latency).
+#: The fields the model reads of each instruction kind, besides its kind and its four token
+#: flags: every other field (the scratchpad, PMEM and host addresses, a STORE's stride and
+#: accumulator base, a SET's index and value) leaves the whole report unchanged.
+TIMED_FIELDS = {isa.Load: ("count",), isa.Matmul: ("m_len", "accumulate", "acc_addr"),
+                isa.Store: ("rows", "strips", "op"), isa.Set: ()}
+
+#: The cycle in which instruction word 0 is first on offer (the harness's source reads it
+#: from its file in cycle 0, a clocked read with one cycle of latency).
 FIRST_INSTRUCTION = 1
 #: SyncFIFOBuffered: an entry written in cycle W is at the output in cycle W + 2.
 QUEUE_LATENCY = 2
@@ -319,6 +328,29 @@ class _Channel:
         self.visible.append(cycle + TOKEN_DELAY)
         self.producer.append(number)
 
+    def snapshot(self, floor):
+        """What later instructions can still see, in cycles after ``floor`` (see
+        :meth:`CycleStepper.state`): the pending pushes, and the pops later than ``floor`` of
+        those that the room of a later push reads (the last ``TOKEN_MAX`` but the pending)."""
+        pops, visible = self.pops, self.visible
+        j = len(pops)
+        pending = tuple(t - floor if t > floor else 0 for t in visible[j:])
+        lowest = max(len(visible) - isa.TOKEN_MAX, 0)
+        while j > lowest and pops[j - 1] > floor:     # pops never go back in time
+            j -= 1
+        return pending, tuple(t - floor for t in pops[j:])
+
+    def resume(self, state, floor):
+        """Take the state :meth:`snapshot` gave, shifted to ``floor``: ``TOKEN_MAX`` pops
+        ending with the recent ones (the others are no later than ``floor``), then the
+        pending pushes, so that the next pop and the room of every later push read what they
+        read before."""
+        pending, recent = state
+        keep = isa.TOKEN_MAX
+        self.pops = [floor] * (keep - len(recent)) + [floor + t for t in recent]
+        self.visible = [floor] * keep + [floor + t for t in pending]
+        self.producer = [-1] * len(self.visible)
+
 
 def _illegal(number, instr, channel, what):
     from .program import ProgramError
@@ -372,6 +404,18 @@ class _Unit:
         self.end = origin - 1
         self.last = -1
 
+    def snapshot(self, floor):
+        """The cycles that decide later instructions' times, after ``floor``, clamped at 0
+        (see :meth:`CycleStepper.state`)."""
+        return tuple(t - floor if t > floor else 0 for t in self._cycles())
+
+    def resume(self, state, floor):
+        """Take the state :meth:`snapshot` gave, shifted to ``floor``."""
+        self._set_cycles([floor + t for t in state])
+        self.last = -1
+        self.busy_lo.clear()
+        self.busy_hi.clear()
+
 
 class _LoadUnit(_Unit):
     """The load unit (hw/load.py): one beat a cycle after the accept, the push with the last."""
@@ -385,6 +429,12 @@ class _LoadUnit(_Unit):
     def begin(self, origin):
         super().begin(origin)
         self.free = origin
+
+    def _cycles(self):
+        return self.free, self.end
+
+    def _set_cycles(self, cycles):
+        self.free, self.end = cycles
 
     def step(self, i, ins, avail):
         """Run LOAD ``i``, at the head of its queue from cycle ``avail``; return its accept."""
@@ -448,6 +498,22 @@ class _ExecuteUnit(_Unit):
         self.p_free = origin             # the preload stage may accept from here
         self.s_end = origin - 1          # last stream cycle so far
         self.s_last_row = -1             # the accumulator row it wrote (-1: none)
+
+    def _cycles(self):
+        return self.p_free, self.s_end, self.end
+
+    def _set_cycles(self, cycles):
+        self.p_free, self.s_end, self.end = cycles
+
+    def snapshot(self, floor):
+        # A later MATMUL hands over no earlier than floor + QUEUE_LATENCY + preload; only a
+        # hand-over in cycle s_end reads the row that the last one wrote (acc_hazard).
+        close = self.s_end >= floor + QUEUE_LATENCY + self.preload
+        return super().snapshot(floor) + (self.s_last_row if close else -1,)
+
+    def resume(self, state, floor):
+        super().resume(state[:-1], floor)
+        self.s_last_row = state[-1]
 
     def step(self, i, ins, avail):
         """Run MATMUL ``i``, at the head of its queue from cycle ``avail``; return its accept."""
@@ -579,6 +645,13 @@ class _StoreUnit(_Unit):
         # The reads (shared by every STORE): the last read issued, and the cycles the
         # epilogue took the last FIFO_DEPTH beats, oldest first.
         self.beats = [origin - 1, [_FAR_PAST] * self.fifo_depth]
+
+    def _cycles(self):
+        return (self.free, self.idle, self.quiet, self.end, self.beats[0], *self.beats[1])
+
+    def _set_cycles(self, cycles):
+        self.free, self.idle, self.quiet, self.end, last_issue = cycles[:5]
+        self.beats = [last_issue, list(cycles[5:])]
 
     def store(self, i, ins, avail):
         """Run STORE ``i``, at the head of its queue from cycle ``avail``; return its accept."""
@@ -760,11 +833,11 @@ class CycleModel:
         ----------
         program : Program or sequence of instructions
         chunks : sequence of (first, end), optional
-            Run the instructions ``[first, end)`` of each entry as a separate harness run (as
-            :class:`~bertaccel.sw.devices.rtl.RtlDevice` does with programs larger than its
-            memories; :func:`rtl_chunks` gives its boundaries): each starts with empty pipelines
-            and queues and keeps the token counts the earlier ones left. The entries must cover
-            the program in order. One run by default.
+            Run the instructions ``[first, end)`` of each entry as a separate harness run (a
+            program run piecewise, one ``start`` each): each starts with empty pipelines and
+            queues and keeps the token counts the earlier ones left. The entries must cover
+            the program in order. One run by default, as
+            :class:`~bertaccel.sw.devices.rtl.RtlDevice` runs every program.
         regions : sequence of (first, end, op_class), optional
             Op class (:data:`OP_CLASSES`) of the instructions ``[first, end)``, for
             :attr:`CycleReport.by_class`; instructions in no region are ``default_class``.
@@ -817,7 +890,8 @@ class CycleModel:
         for first, stop in chunks:
             for unit in units:
                 unit.begin(origin)
-            present = self._dispatch(instrs, first, stop, origin, ledger, steps, queues)
+            clock = _clock(origin)
+            present = self._dispatch(instrs, first, stop, ledger, steps, queues, clock)
             chunk = self._drain(ledger, units, origin, present, first, stop)
             chunk_cycles.append(chunk)
             origin += chunk
@@ -825,16 +899,15 @@ class CycleModel:
         assert sum(ledger.totals.values()) == origin, (ledger.totals, origin)
         return self._report(instrs, ledger, units, chunk_cycles, regions, default_class)
 
-    def _dispatch(self, instrs, first, stop, origin, ledger, steps, queues):
-        """Hand the instructions ``[first, stop)`` of a run that starts in cycle ``origin`` to
-        their units, one a cycle in program order; return the cycle after the last was
-        taken."""
+    def _dispatch(self, instrs, first, stop, ledger, steps, queues, clock):
+        """Hand the instructions ``[first, stop)`` to their units, one a cycle in program
+        order, from the cycle ``clock[0]`` (:func:`_clock`); return the cycle after the last
+        was taken, which ``clock[0]`` then holds too."""
         depth = self.cfg.queue_depth
         rings, filled = queues
         dispatch = ledger.dispatch
         stalls = ledger.stalls
-        present = origin + FIRST_INSTRUCTION
-        last_pop = [origin - 1, origin - 1, origin - 1]   # when each queue was last popped
+        present, last_pop = clock
         for i in range(first, stop):
             ins = instrs[i]
             unit = steps.get(type(ins))
@@ -857,6 +930,7 @@ class CycleModel:
             filled[q] = k + 1
             dispatch[i] = w
             last_pop[q] = step(i, ins, avail)
+        clock[0] = present
         return present
 
     @staticmethod
@@ -928,6 +1002,123 @@ class CycleModel:
             stalls=ledger.stalls, counts=counts)
 
 
+class CycleStepper:
+    """The cycle model run on a program piece by piece, whose state can be read and set.
+
+    ``run(piece)`` for consecutive pieces of a program, then ``cycles()``, gives what
+    ``CycleModel(cfg).run(program).cycles`` gives for the whole program (one harness run).
+    :meth:`state` is the state between two pieces normalised to a reference cycle: in a
+    state ``(key, ref)`` the same pieces take the same cycles, shifted by ``ref``, as the
+    model is a max-plus recurrence in which every cycle is a ``max`` of earlier ones plus
+    constants. The key holds only what a later instruction can still read: every cycle is
+    counted from ``ref``, the dispatch cycle of the next instruction, and clamped at 0, since
+    a later instruction is on offer at its unit no earlier than ``ref + QUEUE_LATENCY``, and
+    each cycle in the state is a "not before" bound that a ``max`` with that cycle (or a later
+    one) reads; the token channels keep the pending pushes and the pops the room of a later
+    push reads; the execute unit's last accumulator row only while a later MATMUL can hand
+    over right behind it. So a run that repeats its work in a steady rhythm reaches the same
+    key again: :mod:`bertaccel.sw.timing` uses that to skip the repeats.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+    """
+
+    def __init__(self, cfg):
+        self._model = model = CycleModel(cfg)
+        self._ledger = ledger = _Ledger(0)
+        self._channels = channels = [_Channel(name) for name in _CHANNEL_NAMES]
+        by_name = dict(zip(_CHANNEL_NAMES, channels))
+        self._units = units = (_LoadUnit(ledger, by_name),
+                               _ExecuteUnit(ledger, by_name, cfg, model.timing),
+                               _StoreUnit(ledger, by_name, model.timing))
+        load, execute, store = units
+        self._steps = {isa.Load: (_LOAD, load.step), isa.Matmul: (_EXEC, execute.step),
+                       isa.Store: (_STORE, store.store), isa.Set: (_STORE, store.set)}
+        depth = cfg.queue_depth
+        self._queues = ([[_FAR_PAST] * depth for _ in range(3)], [0, 0, 0])
+        self._clock = _clock(0)
+        for unit in units:
+            unit.begin(0)
+        self._ran = False                # any instruction yet (done waits for the last)
+
+    def run(self, instrs):
+        """Run the next piece of the program: a sequence of instructions."""
+        instrs = instrs if isinstance(instrs, list) else list(instrs)
+        n = len(instrs)
+        ledger = self._ledger
+        grow = n - len(ledger.start)
+        if grow > 0:           # in place: the units hold these lists
+            for name in ("dispatch", "start", "end", "charged"):
+                getattr(ledger, name).extend([0] * grow)
+            ledger.stream.extend([-1] * grow)
+        self._model._dispatch(instrs, 0, n, ledger, self._steps, self._queues, self._clock)
+        for unit in self._units:
+            unit.busy_lo.clear()
+            unit.busy_hi.clear()
+        ledger.nonlinear.clear()
+        self._ran = self._ran or n > 0
+
+    def state(self):
+        """``(key, ref)``: the normalised state (a hashable tuple) and its reference
+        cycle."""
+        floor, last_pop = self._clock
+        rings, filled = self._queues
+        depth = len(rings[0])
+        waits = []
+        for ring, k in zip(rings, filled):
+            # the cycles the next depth - 1 entries of this queue wait for
+            for j in range(k - depth + 1, k):
+                t = ring[j % depth] if j >= 0 else floor
+                waits.append(t - floor if t > floor else 0)
+        waits.extend(t - floor if t > floor else 0 for t in last_pop)
+        key = (tuple(waits), self._ran,
+               *(unit.snapshot(floor) for unit in self._units),
+               *(channel.snapshot(floor) for channel in self._channels))
+        return key, floor
+
+    def resume(self, key, ref):
+        """Set the state to ``(key, ref)``, as :meth:`state` gave it (with ``ref`` shifted)."""
+        waits, ran, *rest = key
+        rings, filled = self._queues
+        depth = len(rings[0])
+        for q, ring in enumerate(rings):
+            # The queue as if it held depth - 1 entries: the next one (entry depth - 1) and
+            # those after it wait for entries 0, 1, ... to reach the output.
+            part = waits[q * (depth - 1):(q + 1) * (depth - 1)]
+            ring[:depth - 1] = [ref + t for t in part]
+            filled[q] = depth - 1
+        self._clock[0] = ref
+        self._clock[1][:] = [ref + t for t in waits[3 * (depth - 1):]]
+        for unit, state in zip(self._units, rest[:3]):
+            unit.resume(state, ref)
+        for channel, state in zip(self._channels, rest[3:]):
+            channel.resume(state, ref)
+        self._ran = ran
+
+    def cycles(self):
+        """Cycles of the program run so far, as :meth:`CycleModel.run` counts them (the
+        harness is done after the last busy cycle and once every instruction was taken)."""
+        last_busy = max(max(unit.end for unit in self._units), -1)
+        if self._ran:
+            last_busy = max(last_busy, self._clock[0])
+        return last_busy + DONE_CYCLES
+
+
+def timing_view(instr):
+    """What the model reads of ``instr``: a tuple of its kind, its token flags and its
+    :data:`TIMED_FIELDS`. Programs whose instructions have equal views take equal cycles."""
+    kind = type(instr)
+    return (kind, instr.pop_prev, instr.pop_next, instr.push_prev, instr.push_next,
+            *(getattr(instr, name) for name in TIMED_FIELDS[kind]))
+
+
+def _clock(origin):
+    """The dispatcher's clock at the start of a harness run in cycle ``origin``: the cycle the
+    next instruction is on offer, and when each unit's queue was last popped."""
+    return [origin + FIRST_INSTRUCTION, [origin - 1, origin - 1, origin - 1]]
+
+
 def _by_class(instrs, charged, nonlinear, regions, default_class, cycles):
     """Cycles by op class: ``charged`` summed by the class of each instruction (its region's,
     or the op's for the ``nonlinear`` STOREs)."""
@@ -948,18 +1139,6 @@ def _by_class(instrs, charged, nonlinear, regions, default_class, cycles):
     return out
 
 
-def rtl_chunks(program, depths=None):
-    """The ``(first, end)`` instruction ranges that :class:`~bertaccel.sw.devices.rtl.RtlDevice`
-    runs separately, for harness memories of ``depths`` (``(instr, data, out)``; the defaults of
-    ``program.cfg`` when ``None``)."""
-    instrs = program.instrs if hasattr(program, "instrs") else list(program)
-    if depths is None:
-        depths = SimHarness.default_depths(program.cfg)
-    return [(first, end) for first, end, _, _ in harness_chunks(instrs, tuple(depths))]
-
-
-def model_cycles(program, *, depths=None, chunked=True):
-    """Cycles of ``program`` on the RTL device: the model run in the device's chunks."""
-    model = CycleModel(program.cfg)
-    chunks = rtl_chunks(program, depths) if chunked else None
-    return model.run(program, chunks=chunks).cycles
+def model_cycles(program):
+    """Cycles of ``program`` on the RTL device (one free-running run)."""
+    return CycleModel(program.cfg).run(program).cycles

@@ -5,7 +5,7 @@ Test files import from here, never from one another.
 
 import torch
 from bertaccel.hw import isa
-from bertaccel.sw.cycles import CycleModel, rtl_chunks
+from bertaccel.sw.cycles import CycleModel
 
 __all__ = ["check_model_cycles", "check_outputs", "load", "matmul", "store", "two_pass_sets", "pass_order"]
 
@@ -20,7 +20,7 @@ def check_model_cycles(device, program, result, *, what=""):
     """
     if device.src_idle or device.sink_stall:
         return None
-    report = CycleModel(device.cfg).run(program, chunks=rtl_chunks(program, device.depths))
+    report = CycleModel(device.cfg).run(program)
     assert report.cycles == result.cycles, (
         f"cycle model {report.cycles} vs RTL {result.cycles} for {what or repr(program)} on "
         f"{device.cfg.name}: {report.summary()}")

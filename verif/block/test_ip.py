@@ -63,7 +63,7 @@ def test_cli_refuses_an_output_that_is_no_directory(tmp_path, capsys, output):
     (tmp_path / "file").write_text("")
     assert cli.main(["verilog", "--config", "2x2", "-o", str(tmp_path / output)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "bertaccel: error:" in err and "director" in err
+    assert err.count("\n") == 1 and "bertaccel: error:" in err and "is a file, not a folder" in err
     assert sorted(path.name for path in tmp_path.iterdir()) == ["file"]
 
 

@@ -2,8 +2,8 @@
 the software device's.
 
 Hand-written programs (which must agree exactly), MATMUL chains, overlapping accumulation, GEMMs
-of many shapes with every epilogue on 2x2, 4x8 and 8x8, a program split into chunks by a small
-harness, and a full all-MiniLM-L6-v2 encoder layer; the model against RTL cycles is printed at
+of many shapes with every epilogue on 2x2, 4x8 and 8x8, large programs, and a full
+all-MiniLM-L6-v2 encoder layer; the model against RTL cycles is printed at
 the end. Every free-running run's cycles must equal the model's, and every run's outputs the
 software device's, bit for bit. ``test_gemm_rtl.py`` and ``test_epilogue_rtl.py`` check every
 free-running run they make with :func:`verif.helpers.check_model_cycles` too; the model's
@@ -22,7 +22,7 @@ from bertaccel.hw.config import PRESETS
 from bertaccel.sw import SoftwareDevice, compile_gemm
 from bertaccel.sw import cycles as cm
 from bertaccel.sw import epilogue as ep_mod
-from bertaccel.sw.cycles import CycleModel, rtl_chunks
+from bertaccel.sw.cycles import CycleModel
 from bertaccel.sw.devices.rtl import RtlDevice
 from bertaccel.sw.program import Program
 from verif.helpers import check_model_cycles, check_outputs, load, matmul, store, two_pass_sets
@@ -307,16 +307,17 @@ def test_rtl_gemms(free_device, table, op):
         _compare(table, free_device, program, inputs, f"{op or 'raw'} {m}x{k}x{n}")
 
 
-def test_rtl_chunked(rtl_device, table):
-    """A program larger than a small harness runs in chunks; the model splits it the same way.
-    The outputs are the software device's."""
+def test_rtl_large_programs(rtl_device, table):
+    """Programs of 14 000 to 50 000 instructions and 50 000 to 100 000 data beats, with and
+    without a two-pass epilogue, each run in one piece: the model counts them whole. The
+    outputs are the software device's."""
     cfg = PRESETS["2x2"]
-    device = rtl_device(cfg, instr_depth=64, data_depth=256, out_depth=64)  # test_build's
+    device = rtl_device(cfg)
     gen = torch.Generator().manual_seed(21)
-    for m, k, n, op in ((24, 40, 12, None), (8, 40, 12, "softmax"), (10, 20, 10, "layernorm")):
+    for m, k, n, op in ((96, 96, 96, None), (64, 96, 64, "softmax"), (64, 64, 96, "layernorm")):
         program, inputs = _gemm_case(cfg, m, k, n, op, gen)
-        result = _compare(table, device, program, inputs, f"chunked {op or 'raw'} {m}x{k}x{n}")
-        assert result.stats["chunks"] > 1
+        assert len(program.instrs) > 10_000 and program.n_data_beats > 50_000
+        _compare(table, device, program, inputs, f"large {op or 'raw'} {m}x{k}x{n}")
 
 
 def test_rtl_minilm_layer(rtl_device, table):
@@ -351,12 +352,10 @@ def test_rtl_minilm_layer(rtl_device, table):
     classes = dict.fromkeys(cm.OP_CLASSES, 0)
     for stage, (program, result) in zip(STAGES, recorder.runs):
         model = check_model_cycles(device, program, result, what=f"MiniLM {stage}")
-        report = CycleModel(cfg).run(program, chunks=rtl_chunks(program, device.depths),
-                                     default_class=cm.STAGE_CLASSES[stage])
+        report = CycleModel(cfg).run(program, default_class=cm.STAGE_CLASSES[stage])
         for cls, value in report.by_class.items():
             classes[cls] += value
-        table.append((f"8x8 MiniLM layer 0 {stage} ({result.stats['chunks']} runs)",
-                      result.cycles, model))
+        table.append((f"8x8 MiniLM layer 0 {stage}", result.cycles, model))
         rtl_total += result.cycles
         model_total += model
     table.append((f"8x8 MiniLM layer 0, B x L = {tuple(mask.shape)}", rtl_total, model_total))

@@ -1,9 +1,9 @@
 """The RTL device end to end: the driver on the Verilated harness.
 
 The same program and operands on the RTL device and on the software device must give the same
-bits, free-running and with idle cycles and backpressure on the streams; a program larger than
-a small harness runs in chunks; an illegal instruction and a run past its cycle limit raise
-:class:`~bertaccel.sw.DeviceError`, and the device works again after each.
+bits, free-running and with idle cycles and backpressure on the streams; a large program runs
+in one piece; an illegal instruction, a run past its cycle limit and a stream file that ends
+early raise :class:`~bertaccel.sw.DeviceError`, and the device works again after each.
 """
 
 import pytest
@@ -12,7 +12,9 @@ import torch
 from bertaccel.golden import ops
 from bertaccel.hw import isa
 from bertaccel.hw.config import preset
-from bertaccel.sw import DeviceError, SoftwareDevice, gemm
+from bertaccel.hw.harness import STREAM_FILES
+from bertaccel.sw import DeviceError, SoftwareDevice, compile_gemm, gemm
+from bertaccel.sw.devices import rtl
 
 __all__ = []
 
@@ -35,23 +37,26 @@ def test_rtl_device_gemm(rtl_device, stall):
     assert torch.equal(result.outputs["c"], expected.outputs["c"])
     assert torch.equal(result.outputs["c"], ops.gemm(a, b))
     assert result.cycles >= 37 * 29 * 19 / cfg.macs_per_cycle
-    assert result.stats["sim_cycles_per_s"] > 0 and result.stats["chunks"] == 1
+    assert result.stats["sim_cycles_per_s"] > 0
 
 
 @pytest.fixture
 def small_rtl(rtl_device):
-    """A 2x2 device with tiny harness memories, so that programs run in several chunks."""
-    return rtl_device(preset("2x2"), instr_depth=64, data_depth=256, out_depth=64)
+    return rtl_device(preset("2x2"))
 
 
-def test_rtl_device_chunks(small_rtl):
-    a, b = _operands(24, 40, 12, seed=5)
-    result = gemm(small_rtl, a, b)
-    assert result.stats["chunks"] > 2
+def test_rtl_device_large_program(small_rtl):
+    """Some 17 000 instructions, 67 000 data beats and 263 000 cycles: one run, whose cycles
+    the model counts for the program as a whole."""
+    a, b = _operands(64, 264, 64, seed=5)
+    program = compile_gemm(small_rtl.cfg, 64, 264, 64)
+    assert len(program.instrs) > 16_000 and program.n_data_beats > 66_000
+    result = small_rtl.run(program, a=a, b=b)
     assert torch.equal(result.outputs["c"], ops.gemm(a, b))
+    assert result.cycles == SoftwareDevice(small_rtl.cfg).run(program, a=a, b=b).cycles
 
 
-def test_rtl_device_errors(small_rtl):
+def test_rtl_device_errors(small_rtl, monkeypatch):
     class Illegal:  # _execute's view of a program: one word with the illegal opcode 0
         instrs = [isa.Store(acc_addr=0, rows=0)]
 
@@ -68,5 +73,12 @@ def test_rtl_device_errors(small_rtl):
             gemm(small_rtl, a, b)
     finally:
         small_rtl.max_cycles = None
+    # A data file one beat short: the source reads past its end.
+    write = rtl._write_stream
+    with monkeypatch.context() as patch:
+        patch.setattr(rtl, "_write_stream", lambda path, data: write(
+            path, data[:-small_rtl.cfg.lanes] if path.name == STREAM_FILES["data"] else data))
+        with pytest.raises(DeviceError, match="could not open a stream file .* or read"):
+            gemm(small_rtl, a, b)
     # The harness was reset after each failure: the device still works.
     assert torch.equal(gemm(small_rtl, a, b).outputs["c"], ops.gemm(a, b))

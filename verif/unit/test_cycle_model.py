@@ -19,7 +19,7 @@ from bertaccel.hw.config import PRESETS
 from bertaccel.sw import SoftwareDevice, compile_gemm
 from bertaccel.sw import cycles as cm
 from bertaccel.sw import epilogue as ep_mod
-from bertaccel.sw.cycles import CycleModel, rtl_chunks
+from bertaccel.sw.cycles import CycleModel
 from bertaccel.sw.program import ProgramError
 from bertaccel.sw.sequence import concat
 from verif.helpers import load, matmul, store, two_pass_sets
@@ -214,13 +214,6 @@ def test_chunks_carry_tokens():
     assert split.start[2] >= split.chunk_cycles[0]
     with pytest.raises(ValueError, match="cover the program"):
         model.run(instrs, chunks=[(0, 2), (3, 5)])
-    # rtl_chunks is the RTL device's split.
-    from bertaccel.hw.harness import harness_chunks
-    program = compile_gemm(cfg, 24, 40, 12)
-    depths = (64, 256, 64)
-    assert rtl_chunks(program, depths) == [(f, e) for f, e, _, _ in harness_chunks(
-        program.instrs, depths)]
-    assert len(rtl_chunks(program, depths)) > 2 and rtl_chunks(program) == [(0, len(program))]
 
 
 def test_illegal_program_is_refused():
@@ -278,8 +271,4 @@ def test_software_device_reports_model_cycles():
     off = SoftwareDevice(cfg, cycle_model=False).run(program, a=a, b=b)
     assert off.cycles is None and "cycle_breakdown" not in off.stats
     assert torch.equal(off.outputs["c"], result.outputs["c"])
-    depths = (64, 256, 64)
-    chunked = SoftwareDevice(cfg, harness_depths=depths).run(program, a=a, b=b)
-    assert chunked.cycles == CycleModel(cfg).run(program,
-                                                 chunks=rtl_chunks(program, depths)).cycles
-    assert chunked.cycles > result.cycles
+    assert cm.model_cycles(program) == report.cycles

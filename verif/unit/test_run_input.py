@@ -41,7 +41,7 @@ CASES = [
     (["--text", "x", "--output", "{tmp}/out.csv"], "must end in .npy or .jsonl"),
     (["--text", "x", "--output", "/proc/out.npy"], "is not writable"),
     (["--text", "x", "--batch-size", "0"], "--batch-size must be at least 1"),
-    (["--text", "x", "--cache-dir", "/proc/cache"], "cannot use the cache folder"),
+    (["--text", "x", "--cache-dir", "/proc/cache"], "cache folder '/proc/cache' cannot be made"),
     (["--text", "x", "--device", "gpu"], "invalid choice: 'gpu'"),
 ]
 
