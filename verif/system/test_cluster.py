@@ -168,12 +168,12 @@ def kill_in_run_batch(marker):
 
         run_batch = encoder.Encoder.run_batch
 
-        def dying(self, batch):
+        def dying(self, batch, *args, **kwargs):
             if not (marker and os.path.exists(marker)):
                 if marker:
                     open(marker, "w").close()
                 os.kill(os.getpid(), signal.SIGKILL)
-            return run_batch(self, batch)
+            return run_batch(self, batch, *args, **kwargs)
 
         encoder.Encoder.run_batch = dying
     return hook
