@@ -54,6 +54,21 @@ def job(cluster, hook=None):
         ray.shutdown()
 
 
+def command_json(out):
+    """The one JSON object that a command printed on ``out``.
+
+    A command that starts Ray stops it before it prints, so its standard output is that object
+    alone. Here the test process is the Ray driver, joined before the command runs and still
+    joined after it: its error listener prints the raylet's notices about the workers the test
+    killed on standard output when they arrive, which can be around the command's print: what
+    surrounds the object, if anything, begins with such a notice."""
+    start = out.index("{")
+    report, end = json.JSONDecoder().raw_decode(out, start)
+    for around in (out[:start].strip(), out[end:].strip()):
+        assert not around or "(raylet)" in around.splitlines()[0], around
+    return report
+
+
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
     """A small random BERT saved with MiniLM's tokenizer: compiled and run in seconds."""
@@ -114,7 +129,7 @@ def test_sweep_cli(cluster, tiny_folder, tiny_bert, tmp_path, capsys):
                        "-o", str(out), "--json"])
     captured = capsys.readouterr()
     assert status == 0, captured.err
-    report = json.loads(captured.out)
+    report = command_json(captured.out)
     points = report["points"]
     # 16x16 and 32x32, each with 4 lanes and with 32 (which 16x16 refuses), times two seqs
     assert len(points) == 8
@@ -203,7 +218,7 @@ def test_run_on_ray_equals_one_process(cluster, tiny_folder, texts, tmp_path, ca
     marker = tmp_path / "killed"
     with job(cluster, kill_in_run_batch(str(marker))):
         assert run_cli(tiny_folder, texts, tmp_path / "ray.jsonl", "--ray") == 0
-    sharded = json.loads(capsys.readouterr().out)
+    sharded = command_json(capsys.readouterr().out)
     assert marker.exists()
     assert (tmp_path / "ray.jsonl").read_text() == (tmp_path / "one.jsonl").read_text()
     for key in ("texts", "batches", "cycles", "tokens", "padded_tokens", "cosine_fp32",
@@ -250,7 +265,7 @@ def test_regress_bit_exact(cluster, sim_root, capsys):
             "--build-root", str(sim_root), "--json"]
     with job(cluster):
         assert main(argv) == 0
-    report = json.loads(capsys.readouterr().out)
+    report = command_json(capsys.readouterr().out)
     assert len(report["cases"]) == 6 and not report["failures"]
     assert {case["epilogue"] for case in report["cases"]} == {None, "requant", "gelu",
                                                               "softmax", "layernorm"}
