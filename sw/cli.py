@@ -11,6 +11,8 @@
     bertaccel bench bert --shape bert-base --seq 128 --batch 1 --config 16x16 [--json]
     bertaccel profile --model minilm [--config 8x8] [--png P] [--json]  # host vs accelerator
     bertaccel seqpoint [--model minilm] [--config 8x8] [--k 10] [--json]
+    bertaccel sweep --model minilm --seq 32,128 --configs 4x4,8x8 [--synth] [--address A]  # Ray
+    bertaccel regress --configs 2x2,4x8,8x8 --programs 200 [--seed S] [--address A]     # Ray
 
 Bad input gives one line on stderr, ``bertaccel: error: ...``, and exit status 2 before
 anything is built, compiled or simulated: an unknown preset, a config file that leaves fields
@@ -477,13 +479,14 @@ def _cmd_run(args):
     if args.device == "rtl":
         _build_root(args.build_root)
     log = None if args.quiet else (lambda text: print(f"bertaccel: {text}", file=sys.stderr))
+    stream = _ray_stream(args)
     try:
         report = run_texts(args.model, cfg=cfg, texts=args.text, text_file=args.text_file,
                            device=args.device, batch_size=args.batch_size, output=args.output,
                            compare_fp32=not args.no_fp32, cache=not args.no_cache,
                            cache_dir=args.cache_dir, build_root=args.build_root,
                            progress=None if args.quiet else RateProgress(), log=log,
-                           max_memory=max_memory)
+                           stream=stream, max_memory=max_memory)
     except (BertError, CacheError, BudgetError) as error:
         raise _UsageError(str(error)) from None
     if args.json:
@@ -558,7 +561,22 @@ def _parser():
     from .. import __version__
     parser.add_argument("--version", action="version", version=f"bertaccel {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_verilog_parser(commands)
+    _add_gemm_parser(commands)
+    _add_demo_parser(commands)
+    _add_synth_parser(commands)
+    _add_run_parser(commands)
+    _add_bench_parser(commands)
+    _add_seqpoint_parser(commands)
+    _add_sweep_parser(commands)
+    _add_regress_parser(commands)
+    commands.add_parser("profile", add_help=False,
+                        help="PyTorch BERT on this CPU by op class, beside the accelerator's "
+                             "cycles (bertaccel profile --help)")
+    return parser
 
+
+def _add_verilog_parser(commands):
     verilog = commands.add_parser("verilog", help="write the IP package of a config: the core's "
                                                   "and the AXI4 shell's Verilog, the config "
                                                   "JSON, a FuseSoC core, the register map as C "
@@ -569,6 +587,8 @@ def _parser():
     verilog.add_argument("-o", "--output", default="build", help="output folder (build/)")
     verilog.set_defaults(func=_cmd_verilog)
 
+
+def _add_gemm_parser(commands):
     gemm = commands.add_parser("gemm", help="run a random int8 GEMM and check it")
     gemm.add_argument("--config", default="8x8", help="a preset or a .json (8x8)")
     gemm.add_argument("--m", type=int, required=True)
@@ -598,12 +618,16 @@ def _parser():
     gemm.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
     gemm.set_defaults(func=_cmd_gemm)
 
+
+def _add_demo_parser(commands):
     demo = commands.add_parser("demo", help="Verilog for 8x8, then a 256^3 GEMM on ref and rtl")
     demo.add_argument("-o", "--output", default="build/demo")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
     demo.set_defaults(func=_cmd_demo)
 
+
+def _add_synth_parser(commands):
     synth = commands.add_parser("synth", help="synthesise, place and route the core for an FPGA "
                                               "(yosys + nextpnr from PyPI); report resources "
                                               "and Fmax")
@@ -629,6 +653,9 @@ def _parser():
     synth.add_argument("--json", action="store_true", help="print one JSON object")
     synth.add_argument("--build-root", default="build/synth", help=argparse.SUPPRESS)
     synth.set_defaults(func=_cmd_synth)
+
+
+def _add_run_parser(commands):
     run = commands.add_parser("run", help="embed text with a BERT model on the accelerator and "
                                           "compare with FP32 PyTorch")
     run.add_argument("--model", default="minilm",
@@ -659,8 +686,11 @@ def _parser():
                           "than SIZE (4G, 512M); by default, more than the machine has")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
+    _add_ray_run_options(run)
     run.set_defaults(func=_cmd_run)
 
+
+def _add_bench_parser(commands):
     bench = commands.add_parser("bench", help="performance figures from the cycle model")
     benches = bench.add_subparsers(dest="bench", required=True, parser_class=_Parser)
     bert = benches.add_parser("bert", help="time a BERT shape (random weights) on a config: "
@@ -680,6 +710,8 @@ def _parser():
                            "512M); by default, more than the machine has available")
     bert.set_defaults(func=_cmd_bench_bert)
 
+
+def _add_seqpoint_parser(commands):
     seqpoint = commands.add_parser("seqpoint", help="project a text set's cycles from k "
                                                     "representative sequence lengths")
     seqpoint.add_argument("--model", default="minilm",
@@ -699,10 +731,192 @@ def _parser():
     seqpoint.add_argument("--json", action="store_true", help="print one JSON object")
     seqpoint.set_defaults(func=_cmd_seqpoint)
 
-    commands.add_parser("profile", add_help=False,
-                        help="PyTorch BERT on this CPU by op class, beside the accelerator's "
-                             "cycles (bertaccel profile --help)")
-    return parser
+
+# -- Ray: bertaccel sweep, bertaccel regress, bertaccel run --ray (bertaccel.cluster) -----------
+
+def _add_cluster_options(parser):
+    parser.add_argument("--address", metavar="HOST:PORT",
+                        help="join the Ray cluster whose head is there (ray start --head); "
+                             "$RAY_ADDRESS by default, and without either Ray starts embedded "
+                             "on this machine's cores")
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="embedded Ray: the CPUs it uses, so the tasks run at once (all)")
+    parser.add_argument("--retries", type=int, metavar="N",
+                        help="runs again of a task whose worker died (3)")
+
+
+def _cluster_options(args):
+    """``(address, workers, retries)``, checked."""
+    from ..cluster.connect import check_workers
+    from ..cluster.tasks import DEFAULT_RETRIES
+    try:
+        check_workers(args.workers, args.address, name="--workers")
+    except ValueError as error:
+        raise _UsageError(str(error)) from None
+    if args.retries is not None and args.retries < 0:
+        raise _UsageError(f"--retries must be at least 0, not {args.retries}")
+    return args.address, args.workers, DEFAULT_RETRIES if args.retries is None else args.retries
+
+
+def _add_ray_run_options(run):
+    run.add_argument("--ray", action="store_true",
+                     help="share the texts out over Ray actors that each hold the compiled "
+                          "model (same embeddings, in input order)")
+    _add_cluster_options(run)
+
+
+def _ray_stream(args):
+    """``bertaccel run``'s ShardedStream with ``--ray``, else None."""
+    if not args.ray:
+        if args.address or args.workers is not None or args.retries is not None:
+            raise _UsageError("--address, --workers and --retries apply to --ray only")
+        return None
+    from ..cluster.shard import ShardedStream
+    address, workers, retries = _cluster_options(args)
+    return ShardedStream(args.model, cache=not args.no_cache, cache_dir=args.cache_dir,
+                         address=address, workers=workers, retries=retries)
+
+
+def _add_sweep_parser(commands):
+    sweep = commands.add_parser("sweep", help="design-space sweep on Ray: cycles, latency and "
+                                              "utilization of BERT over a grid of configs (with "
+                                              "--synth also resources and Fmax); JSON, CSV and "
+                                              "a Pareto plot")
+    sweep.add_argument("--configs", metavar="LIST",
+                       help="presets or config .json files, comma-separated (4x4,8x8); the "
+                            "field lists vary each of them")
+    for field in ("rows", "cols", "spad-depth", "acc-depth", "epilogue-lanes"):
+        sweep.add_argument(f"--{field}", metavar="LIST",
+                           help=f"values of {field.replace('-', '_')}, comma-separated")
+    sweep.add_argument("--model", default="minilm", metavar="LIST",
+                       help="minilm (real weights), bert-base, bert-large (random weights) or "
+                            "a model folder; comma-separated (minilm)")
+    sweep.add_argument("--seq", default="128", metavar="LIST", help="tokens a sequence (128)")
+    sweep.add_argument("--batch", default="1", metavar="LIST", help="sequences (1)")
+    sweep.add_argument("--seed", type=int, default=0, help="seeds the random weights (0)")
+    sweep.add_argument("--synth", action="store_true",
+                       help="also synthesise, place and route each config's core (minutes a "
+                            "config; cached in build/synth)")
+    sweep.add_argument("--target", help="--synth: the FPGA part (ecp5-85k)")
+    sweep.add_argument("--synth-timeout", type=float, default=45.0, metavar="MIN",
+                       help="--synth: minutes place and route may take (45)")
+    _add_cluster_options(sweep)
+    sweep.add_argument("-o", "--output", default="build/sweep",
+                       help="folder for sweep.json, sweep.csv, pareto.png (build/sweep)")
+    sweep.add_argument("--json", action="store_true", help="print one JSON object")
+    sweep.add_argument("--build-root", default="build/synth", help=argparse.SUPPRESS)
+    sweep.set_defaults(func=_cmd_sweep)
+
+
+def _sweep_grid(args):
+    """``(configs, invalid, workloads)`` of ``bertaccel sweep``'s options, or a usage error."""
+    from ..cluster.grid import FIELDS, GridError, config_grid, int_list, name_list, \
+        workload_grid
+    from ..cluster.sweep import check_model
+    try:
+        fields = {name: int_list(f"--{name.replace('_', '-')}", getattr(args, name))
+                  for name in FIELDS if getattr(args, name) is not None}
+        presets = name_list("--configs", args.configs) if args.configs else []
+        if not presets and not fields:
+            raise GridError("give the configs to sweep: --configs and/or field lists "
+                            "(--rows, --cols, --spad-depth, --acc-depth, --epilogue-lanes)")
+        configs, invalid = config_grid(presets, fields)
+        models = [check_model(model) for model in name_list("--model", args.model)]
+        seqs = int_list("--seq", args.seq)
+        if max(seqs) > 512:
+            raise GridError(f"--seq must be at most 512 (BERT's positions), not {max(seqs)}")
+        workloads = workload_grid(models, seqs, int_list("--batch", args.batch))
+    except GridError as error:
+        raise _UsageError(str(error)) from None
+    return configs, invalid, workloads
+
+
+def _sweep_synth(args):
+    """The synthesis settings of ``bertaccel sweep --synth``, or None."""
+    if not args.synth:
+        if args.target:
+            raise _UsageError("--target applies to --synth only")
+        return None
+    from pathlib import Path
+
+    from ..fpga.errors import SynthError
+    from ..fpga.targets import target
+    try:
+        target(args.target or "ecp5-85k")
+    except SynthError as error:
+        raise _UsageError(str(error)) from None
+    if args.synth_timeout <= 0:
+        raise _UsageError(f"--synth-timeout must be a positive number of minutes, "
+                          f"not {args.synth_timeout}")
+    _build_root(args.build_root)
+    return {"target": args.target or "ecp5-85k",
+            "build_root": str(Path(args.build_root).resolve()),
+            "timeout_s": 60 * args.synth_timeout, "seed": 1}
+
+
+def _cmd_sweep(args):
+    _quiet_transformers()
+    from ..cluster.connect import connect
+    from ..cluster.sweep import sweep
+    from ..cluster.table import format_sweep, write_sweep
+    configs, invalid, workloads = _sweep_grid(args)
+    synth = _sweep_synth(args)
+    address, workers, retries = _cluster_options(args)
+    out_dir = _output_dir(args.output)
+    log = _stderr_log(args)
+    with connect(address, workers=workers) as where:
+        if log:
+            log(f"{len(configs)} config(s) x {len(workloads)} workload(s) on Ray "
+                f"({where['cpus']} CPUs, {where['nodes']} node(s))")
+        report = sweep(configs, workloads, invalid=invalid, synth=synth, seed=args.seed,
+                       retries=retries, log=log)
+    report["cluster"] = where
+    write_sweep(report, out_dir)
+    print(json.dumps(report, indent=2) if args.json else format_sweep(report))
+    return 0
+
+
+def _add_regress_parser(commands):
+    regress = commands.add_parser("regress", help="random GEMMs with every epilogue, free-running "
+                                                  "and stalled, on the RTL, checked bit for bit; "
+                                                  "as Ray tasks")
+    regress.add_argument("--configs", default="2x2,4x8,8x8", metavar="LIST",
+                         help="presets or config .json files, comma-separated (2x2,4x8,8x8)")
+    regress.add_argument("--programs", type=int, default=60, metavar="N",
+                         help="random programs in all, shared out over the configs (60)")
+    regress.add_argument("--seed", type=int, default=0, help="seeds the draw of programs (0)")
+    _add_cluster_options(regress)
+    regress.add_argument("--json", action="store_true", help="print one JSON object")
+    regress.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
+    regress.set_defaults(func=_cmd_regress)
+
+
+def _cmd_regress(args):
+    from pathlib import Path
+
+    from ..cluster.connect import connect
+    from ..cluster.grid import GridError, name_list
+    from ..cluster.regress import draw_cases, format_regress, regress
+    try:
+        specs = name_list("--configs", args.configs)
+    except GridError as error:
+        raise _UsageError(str(error)) from None
+    for spec in specs:
+        _config(spec)
+    _dimension("programs", args.programs)
+    _build_root(args.build_root)
+    address, workers, retries = _cluster_options(args)
+    cases = draw_cases(specs, args.programs, args.seed)
+    log = _stderr_log(args)
+    with connect(address, workers=workers) as where:
+        if log:
+            log(f"{len(cases)} programs over {', '.join(specs)} on Ray ({where['cpus']} CPUs, "
+                f"{where['nodes']} node(s)); the first of each config builds its simulator")
+        report = regress(cases, build_root=Path(args.build_root).resolve(),
+                         retries=retries, log=log)
+    report.update(cluster=where, seed=args.seed)
+    print(json.dumps(report, indent=2) if args.json else format_regress(report))
+    return 0 if not report["failures"] else 1
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
@@ -726,10 +940,11 @@ def main(argv=None):
         print("bertaccel: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 - a device or build failure: report, exit 1
+        from ..cluster.connect import ClusterError
         from ..fpga.errors import SynthError
         from ..sim.build import SimulationError
         from .devices.base import DeviceError
-        if isinstance(error, (DeviceError, SimulationError, SynthError)):
+        if isinstance(error, (DeviceError, SimulationError, SynthError, ClusterError)):
             print(f"bertaccel: error: {error}", file=sys.stderr)
             return 1
         raise

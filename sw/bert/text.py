@@ -44,7 +44,8 @@ def check_texts(texts):
 
 def run_texts(model, *, cfg, texts=None, text_file=None, device="ref", batch_size=32,
               output=None, compare_fp32=True, cache=True, cache_dir=None,
-              build_root="build/sim", progress=None, log=None, max_memory=None):
+              build_root="build/sim", progress=None, log=None, stream=None,
+              max_memory=None):
     """Embed ``texts`` (a list) or the texts of ``text_file`` with ``model`` on ``device``;
     return a report (a JSON-able dict).
 
@@ -69,6 +70,9 @@ def run_texts(model, *, cfg, texts=None, text_file=None, device="ref", batch_siz
         ``progress(done, total)`` after every batch.
     log : callable, optional
         ``log(text)`` for what happens before the run (compiling, building the simulator).
+    stream : callable, optional
+        What embeds the texts: :func:`~bertaccel.sw.bert.stream.encode_stream` by default;
+        :class:`bertaccel.cluster.shard.ShardedStream` shares the windows out over Ray.
     max_memory : int, optional
         Bytes the run may take (by default what the machine has available): a run estimated
         to need more (:func:`~bertaccel.sw.budget.bert_memory` of its largest batch) is
@@ -112,7 +116,8 @@ def run_texts(model, *, cfg, texts=None, text_file=None, device="ref", batch_siz
         if hasattr(progress, "restart"):
             progress.restart()      # the ETA counts the run, not the build before it
         report = _run(encoder, texts, source, total, batch_size=batch_size, output=output,
-                      compare_fp32=compare_fp32, progress=progress)
+                      compare_fp32=compare_fp32, progress=progress,
+                      stream=stream or encode_stream)
     report["blank_lines"] = source.blank if source else 0
     report["wall_s"] = {"load": loaded - start, "run": time.perf_counter() - loaded,
                         "total": time.perf_counter() - start}
@@ -149,12 +154,12 @@ def _numbered(texts, source):
         yield from source.texts()
 
 
-def _run(encoder, texts, source, total, *, batch_size, output, compare_fp32, progress):
+def _run(encoder, texts, source, total, *, batch_size, output, compare_fp32, progress, stream):
     writer = EmbeddingWriter(output, total, encoder.hidden) if output is not None else None
     try:
-        stats = encode_stream(encoder, _numbered(texts, source), total=total,
-                              batch_size=batch_size, writer=writer, compare_fp32=compare_fp32,
-                              progress=progress, keep=writer is None)
+        stats = stream(encoder, _numbered(texts, source), total=total, batch_size=batch_size,
+                       writer=writer, compare_fp32=compare_fp32, progress=progress,
+                       keep=writer is None)
     except BaseException:
         if writer is not None:
             writer.abort()
