@@ -1,4 +1,4 @@
-# bertaccel: make setup | test | demo | verilog | fpga | bitstream
+# bertaccel: make setup | test | demo | verilog | fpga | bitstream | multitask
 #
 # Everything runs from a virtual environment (VENV, default .venv) that `setup` makes and
 # keeps current: it is remade when pyproject.toml changes.
@@ -9,7 +9,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.bertaccel-setup
 PRESETS := 2x2 4x4 4x8 8x8 16x16 32x32
 
-.PHONY: all setup test demo verilog fpga bitstream clean
+.PHONY: all setup test demo verilog fpga bitstream multitask clean
 .DEFAULT_GOAL := test
 
 all: test
@@ -52,6 +52,12 @@ fpga: setup
 BITSTREAM_CONFIG ?= 2x2
 bitstream: setup
 	$(BIN)/python bench/ulx3s.py --config $(BITSTREAM_CONFIG) --board 85F
+
+# all-MiniLM-L6-v2 fine-tuned on every task of golden/tasks, on the CPU (checkpoints in
+# build/multitask, reused while the data, recipe and base model are the same; 10-30 minutes a
+# task on 2 shared cores). The delta measurements then: python bench/multitask_deltas.py.
+multitask: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bertaccel.sw.multitask.finetune --all
 
 clean:
 	rm -rf build

@@ -372,15 +372,17 @@ def write_task(folder, splits, meta):
 
 
 def _debian_release():
-    inrelease = sorted(glob.glob(f"{_LISTS}/*_dists_*_InRelease"))
-    fields = {}
-    for path in inrelease:
+    """Origin, suite, codename, version and date of every apt list's ``InRelease`` used."""
+    out = []
+    for path in sorted(glob.glob(f"{_LISTS}/*_dists_*_InRelease")):
+        text = pathlib.Path(path).read_text(errors="replace")
+        fields = {}
         for key in ("Origin", "Suite", "Codename", "Version", "Date"):
-            match = re.search(rf"^{key}: (.*)$", pathlib.Path(path).read_text(errors="replace"),
-                              re.M)
-            if match and key not in fields:
+            match = re.search(rf"^{key}: (.*)$", text, re.M)
+            if match:
                 fields[key] = match.group(1)
-    return fields
+        out.append(fields)
+    return out
 
 
 _PYTHON = {"python": platform.python_version(),

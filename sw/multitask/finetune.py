@@ -1,0 +1,240 @@
+"""Fine-tune all-MiniLM-L6-v2 on a task of :mod:`bertaccel.golden.tasks`, on the CPU.
+
+The recipe (:class:`Recipe`) is linear probing then full fine-tuning: the head (a linear layer
+on the mean-pooled embedding, :class:`~.model.Classifier`) starts as the base model's linear
+probe (:mod:`.probe`), then every parameter is trained with AdamW (no weight decay, so what the
+task never touches, such as the embeddings of tokens it never sees, stays exactly the base
+model's), a linear warm-up and decay, gradient clipping, in seeded shuffled batches. Nothing is
+chosen on the test split; its accuracy is only recorded.
+
+A checkpoint is a folder ``<out>/<task>-<key>/`` with ``model.pt`` (the classifier's state dict)
+and ``result.json`` (the recipe, accuracies, wall time). ``key`` hashes the task's data, the
+recipe and the base model, so a finished checkpoint is reused and a changed input makes a new
+one::
+
+    python -m bertaccel.sw.multitask.finetune --task stdlib-topic [--task ...|--all]
+        [--out build/multitask] [--force]
+"""
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import pathlib
+import sys
+import time
+
+import torch
+
+from ...golden import bert_ref
+from ...golden.tasks import TASKS, labels, load_task, task_dir
+from .model import Classifier, accuracy, pooled
+from .probe import train_probe
+
+__all__ = ["Recipe", "BUILD", "Checkpoint", "checkpoint_key", "train", "finetune",
+           "load_checkpoint", "main"]
+
+#: Where checkpoints go (build artefacts, not committed).
+BUILD = pathlib.Path("build/multitask")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Recipe:
+    """The fine-tuning settings (every one enters the checkpoint key).
+
+    Members
+    -------
+    lr : float
+        Peak learning rate of AdamW (no weight decay).
+    epochs : int
+    batch_size : int
+    warmup : float
+        Fraction of the steps the learning rate ramps up over; it then decays linearly to 0.
+    clip : float
+        Largest gradient norm.
+    max_length : int
+        Tokens a text is truncated to (no task text is longer).
+    seed : int
+    threads : int
+        ``torch.set_num_threads`` while training (results are bit-reproducible for one count;
+        on a machine whose cores other jobs share, one thread runs faster than two).
+    """
+
+    lr: float = 5e-5
+    epochs: int = 3
+    batch_size: int = 16
+    warmup: float = 0.1
+    clip: float = 1.0
+    max_length: int = 128
+    seed: int = 0
+    threads: int = 1
+
+    def __post_init__(self):
+        if not (self.lr > 0 and self.epochs >= 1 and self.batch_size >= 1
+                and 0 <= self.warmup < 1 and self.clip > 0 and self.threads >= 1):
+            raise ValueError(f"bad recipe {self!r}: lr and clip must be positive, epochs, "
+                             f"batch_size and threads at least 1, warmup in [0, 1)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """A fine-tuned task model on disk: ``folder/model.pt`` and ``folder/result.json``."""
+
+    folder: pathlib.Path
+
+    @property
+    def result(self):
+        """``result.json`` as a dict."""
+        return json.loads((self.folder / "result.json").read_text())
+
+    def state_dict(self):
+        """The classifier's state dict (``bert.*`` and ``head.*``), float32."""
+        return torch.load(self.folder / "model.pt", weights_only=True)
+
+
+def _digest(paths):
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(pathlib.Path(path).name.encode())
+        h.update(pathlib.Path(path).read_bytes())
+    return h.hexdigest()
+
+
+def checkpoint_key(task, recipe, model=None):
+    """A 12-digit hash of the task's train/dev files and labels, the recipe, and the base
+    model's config and weights."""
+    folder = bert_ref.model_path(model)
+    weights = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+    h = hashlib.sha256()
+    h.update(_digest([task_dir(task) / f for f in ("train.jsonl", "dev.jsonl")]).encode())
+    h.update(json.dumps([labels(task), dataclasses.asdict(recipe)]).encode())
+    h.update(_digest([folder / "config.json", *weights]).encode())
+    return h.hexdigest()[:12]
+
+
+def _schedule(recipe, steps):
+    warm = max(1, round(recipe.warmup * steps))
+    return lambda step: min((step + 1) / warm, max(0.0, (steps - step) / max(1, steps - warm)))
+
+
+def train(classifier, tokenizer, texts, targets, recipe, *, log=None):
+    """Fine-tune ``classifier`` in place on ``(texts, targets)`` with ``recipe``; returns the
+    mean training loss of each epoch. Seeded: the same inputs give the same weights."""
+    torch.manual_seed(recipe.seed)
+    order = torch.Generator().manual_seed(recipe.seed)
+    targets = torch.as_tensor(targets)
+    per_epoch = math.ceil(len(texts) / recipe.batch_size)
+    params = [p for p in classifier.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=0.0, fused=True)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(recipe, recipe.epochs * per_epoch))
+    losses = []
+    classifier.train()
+    for epoch in range(recipe.epochs):
+        total, index = 0.0, torch.randperm(len(texts), generator=order)
+        for lo in range(0, len(texts), recipe.batch_size):
+            pick = index[lo:lo + recipe.batch_size]
+            batch = bert_ref.tokenize(tokenizer, [texts[i] for i in pick.tolist()],
+                                      max_length=recipe.max_length)
+            loss = torch.nn.functional.cross_entropy(classifier(**batch), targets[pick])
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, recipe.clip)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            total += float(loss.detach()) * len(pick)
+        losses.append(total / len(texts))
+        if log:
+            log(f"epoch {epoch + 1}/{recipe.epochs}: loss {losses[-1]:.4f}")
+    classifier.eval()
+    return losses
+
+
+def _probe(bert, tokenizer, task, recipe):
+    """The base model's probe on ``task`` and its test accuracy (recorded, never used)."""
+    feats, ys = {}, {}
+    for split in ("train", "dev", "test"):
+        texts, ys[split] = load_task(task, split)
+        feats[split] = pooled(bert, tokenizer, texts, max_length=recipe.max_length)
+    probe = train_probe(feats["train"], ys["train"], feats["dev"], ys["dev"], len(labels(task)))
+    test = float(((feats["test"] @ probe.weight.t() + probe.bias).argmax(1)
+                  == torch.as_tensor(ys["test"])).double().mean())
+    return probe, test
+
+
+def finetune(task, *, recipe=Recipe(), out=BUILD, model=None, force=False, log=print):
+    """The :class:`Checkpoint` of ``task`` fine-tuned with ``recipe`` from ``model``
+    (all-MiniLM-L6-v2 by default), trained now unless it exists (or ``force``)."""
+    folder = pathlib.Path(out) / f"{task}-{checkpoint_key(task, recipe, model)}"
+    if not force and (folder / "result.json").is_file() and (folder / "model.pt").is_file():
+        log(f"{task}: cached in {folder}")
+        return Checkpoint(folder)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(recipe.threads)
+    try:
+        start = time.perf_counter()
+        tokenizer, bert = bert_ref.load(model)
+        probe, probe_test = _probe(bert, tokenizer, task, recipe)
+        log(f"{task}: probe dev {probe.dev_accuracy:.4f} (L2 {probe.penalty:g})")
+        classifier = Classifier(bert, len(labels(task)))
+        with torch.no_grad():
+            classifier.head.weight.copy_(probe.weight)
+            classifier.head.bias.copy_(probe.bias)
+        texts, targets = load_task(task, "train")
+        trained = time.perf_counter()
+        losses = train(classifier, tokenizer, texts, targets, recipe,
+                       log=lambda m: log(f"{task}: {m}"))
+        trained = time.perf_counter() - trained
+        acc = {s: accuracy(classifier, tokenizer, *load_task(task, s),
+                           max_length=recipe.max_length) for s in ("dev", "test")}
+    finally:
+        torch.set_num_threads(threads)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(classifier.state_dict(), folder / "model.pt")
+    result = {"task": task, "key": folder.name.rsplit("-", 1)[1],
+              "recipe": dataclasses.asdict(recipe), "labels": list(labels(task)),
+              "train_examples": len(texts), "losses": losses,
+              "probe": {"penalty": probe.penalty, "dev": probe.dev_accuracy, "test": probe_test},
+              "finetuned": acc, "train_seconds": round(trained, 1),
+              "total_seconds": round(time.perf_counter() - start, 1)}
+    (folder / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+    log(f"{task}: fine-tuned dev {acc['dev']:.4f} test {acc['test']:.4f} "
+        f"(probe test {probe_test:.4f}); {trained:.0f} s training -> {folder}")
+    return Checkpoint(folder)
+
+
+def load_checkpoint(task, *, recipe=Recipe(), out=BUILD, model=None):
+    """``(tokenizer, classifier)`` of ``task``'s checkpoint, in eval mode; :class:`FileNotFoundError`
+    naming the command that makes it if there is none."""
+    folder = pathlib.Path(out) / f"{task}-{checkpoint_key(task, recipe, model)}"
+    if not (folder / "model.pt").is_file():
+        raise FileNotFoundError(f"no checkpoint {folder}: run 'make multitask' or 'python -m "
+                                f"bertaccel.sw.multitask.finetune --task {task}'")
+    tokenizer, bert = bert_ref.load(model)
+    classifier = Classifier(bert, len(labels(task)))
+    classifier.load_state_dict(Checkpoint(folder).state_dict())
+    return tokenizer, classifier.eval()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m bertaccel.sw.multitask.finetune",
+                                     description="Fine-tune all-MiniLM-L6-v2 on a task "
+                                                 "(cached in OUT).")
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--task", action="append", choices=TASKS)
+    group.add_argument("--all", action="store_true", help="every task")
+    parser.add_argument("--out", type=pathlib.Path, default=BUILD)
+    parser.add_argument("--force", action="store_true", help="train even if cached")
+    parser.add_argument("--threads", type=int, default=Recipe.threads)
+    args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error(f"--threads must be at least 1, not {args.threads}")
+    recipe = Recipe(threads=args.threads)
+    for task in TASKS if args.all else args.task:
+        finetune(task, recipe=recipe, out=args.out, force=args.force,
+                 log=lambda message: print(message, flush=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
