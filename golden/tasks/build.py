@@ -12,8 +12,9 @@ Two sources, neither written by this project and neither downloaded as a data se
   ``interface::`` facet. Needs ``apt-get -o Acquire::Languages=en update`` once (as root).
 
 Every task is deduplicated (one text, one example; a text seen with two labels is dropped),
-kept to texts of at most 128 tokens, capped per label, and split 60/20/20 into train/dev/test per label in a seeded hash order of
-*groups* (a Debian source package, a docstring), so no group and no text is in two splits.
+kept to texts of at most 128 tokens, capped per label, and split 60/20/20 into train/dev/test
+per label in a seeded hash order of *groups* (a Debian source package, a docstring), so no
+group and no text is in two splits.
 The standard library is imported whole, in name order, before either stdlib task is read, so
 a task's text does not depend on what else the same run built::
 
@@ -351,7 +352,8 @@ def split_groups(examples, *, cap, seed):
             split = next(i for i, b in enumerate(bounds) if done < b)
             out[SPLITS[split]].extend((t, label) for t in texts)
             done += len(texts)
-    return {split: sorted(rows, key=lambda row: _rank(seed, row[0])) for split, rows in out.items()}
+    return {split: sorted(rows, key=lambda row: _rank(seed, row[0]))
+            for split, rows in out.items()}
 
 
 def write_task(folder, splits, meta):

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 import torch
 
 __all__ = ["KINDS", "VALUE_BITS", "SCALE_BITS", "FLOAT_BITS", "param_kind", "deltas",
-           "Compressed", "quantize", "index_bits", "topk", "rows", "bitdelta", "lowrank",
-           "as_rows", "int8_scale", "fake_int8", "rows_int8", "int8_model_bits", "task_bits",
-           "storage_ratio", "changes", "apply"]
+           "Compressed", "quantize", "index_bits", "topk", "pick_rows", "rows", "bitdelta",
+           "lowrank", "as_rows", "row_mask", "int8_scale", "fake_int8", "rows_int8",
+           "int8_model_bits", "task_bits", "storage_ratio", "changes", "apply"]
 
 #: The kinds of parameter a task model has.
 KINDS = ("matrix", "table", "vector", "head", "unused")
@@ -153,6 +153,13 @@ def topk(deltas, fraction, *, values="fp16", scope="global"):
     return out
 
 
+def row_mask(name, shape, keep):
+    """A float mask of a parameter's ``shape`` that is 1 on the K-rows ``keep`` (bool) holds."""
+    view = as_rows(name, torch.zeros(shape))
+    view[keep] = 1.0
+    return as_rows(name, view).contiguous()
+
+
 def as_rows(name, tensor):
     """The K-rows of a parameter as the rows of a 2-D view: a ``torch`` Linear weight
     ``(out, in)`` is the B operand ``(in, out)`` transposed; a table's rows are its tokens."""
@@ -172,9 +179,11 @@ def _row_scores(deltas, activations):
     return scores
 
 
-def _pick_rows(deltas, fraction, scope, activations):
-    """``{name: bool mask of K-rows}``: the best-scoring rows, ``fraction`` of each matrix's
-    rows (``"matrix"``) or, globally, until ``fraction`` of all values are covered."""
+def pick_rows(deltas, fraction, scope="global", activations=None):
+    """``{name: bool mask of K-rows}`` (see :func:`as_rows`): the best-scoring rows (score: the
+    row's squared delta per value, times its input energy when ``activations`` has it),
+    ``fraction`` of each matrix's rows (``scope="matrix"``) or, globally, until ``fraction`` of
+    all values are covered."""
     scores = _row_scores(deltas, activations)
     if scope == "matrix":
         out = {}
@@ -199,16 +208,17 @@ def _pick_rows(deltas, fraction, scope, activations):
     return out
 
 
-def rows(deltas, fraction, *, values="fp16", scope="global", activations=None):
+def rows(deltas, fraction, *, values="fp16", scope="global", activations=None, masks=None):
     """Keep whole K-rows (see :func:`as_rows`): ``fraction`` of the values, in rows.
 
     ``activations`` (``{name: (in,) mean square input}``, optional) weights each row's score
-    by its input channel's energy, so rows that meet large activations are kept first. Stored
-    per matrix: the kept rows' values (``values``; an integer format has one scale per
-    matrix) and their row indices.
+    by its input channel's energy, so rows that meet large activations are kept first;
+    ``masks`` (``{name: bool (K,)}``) gives the rows instead. Stored per matrix: the kept rows'
+    values (``values``; an integer format has one scale per matrix) and their row indices.
     """
     out = Compressed({}, {})
-    for name, keep in _pick_rows(deltas, fraction, scope, activations).items():
+    picks = masks if masks is not None else pick_rows(deltas, fraction, scope, activations)
+    for name, keep in picks.items():
         view = as_rows(name, deltas[name])
         values_, bits = quantize(view[keep], values)
         rebuilt = torch.zeros_like(view)
@@ -255,21 +265,23 @@ def fake_int8(weight, scale=None):
     return (torch.round(weight.double() / scale).clamp(-127, 127) * scale).float()
 
 
-def rows_int8(finetuned, base, fraction, *, scope="global", activations=None):
+def rows_int8(finetuned, base, fraction, *, scope="global", activations=None, masks=None):
     """The int8 row-sparse delta the accelerator would hold, on the int8 base model.
 
     Each encoder matrix is the base's int8 integers ``q_b = round(W_b / s)`` at the base's
     per-output-channel scale ``s`` (:func:`int8_scale`); on the kept K-rows (chosen as in
     :func:`rows` from the float delta) the task adds ``dq = round(W_t / s) - q_b``, so those
     rows hold the task's own weight on the base's grid. ``dq`` is stored as int8 (int4 when
-    every kept value fits; no scale: the base's is shared). A ``q_b + dq`` beyond ``[-127,
+    every kept value fits; no scale: the base's is shared); ``masks`` gives the rows instead
+    (matrices only). A ``q_b + dq`` beyond ``[-127,
     127]`` is split into extra K-rows on the accelerator (counted in ``kept["overflow"]``).
 
     Returns a :class:`Compressed` whose ``delta`` is the reconstructed int8-grid weight minus
     the *float* base weight, so :func:`apply` on the float base gives the int8 task model.
     """
     float_deltas = deltas(finetuned, base)
-    picks = _pick_rows(float_deltas, fraction, scope, activations)
+    picks = masks if masks is not None else pick_rows(float_deltas, fraction, scope,
+                                                       activations)
     out, overflow = Compressed({}, {}), 0
     for name, keep in picks.items():
         w_base = finetuned[name] - float_deltas[name]

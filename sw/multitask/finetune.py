@@ -7,13 +7,18 @@ task never touches, such as the embeddings of tokens it never sees, stays exactl
 model's), a linear warm-up and decay, gradient clipping, in seeded shuffled batches. Nothing is
 chosen on the test split; its accuracy is only recorded.
 
-A checkpoint is a folder ``<out>/<task>-<key>/`` with ``model.pt`` (the classifier's state dict)
-and ``result.json`` (the recipe, accuracies, wall time). ``key`` hashes the task's data, the
-recipe and the base model, so a finished checkpoint is reused and a changed input makes a new
-one::
+The row-sparse model (``rows``) trains the same way from the base model, but its encoder
+matrices only on the few K-rows where the full fine-tuning moved them most (:func:`row_masks`)
+and its embedding tables not at all: its delta is row-sparse by construction, the form the
+accelerator runs as extra K-rows of the same GEMMs, and its tables are the base's.
 
-    python -m bertaccel.sw.multitask.finetune --task stdlib-topic [--task ...|--all]
-        [--out build/multitask] [--force]
+A checkpoint is a folder ``<out>/<task>-<key>[-rows<f>]/`` with ``model.pt`` (the classifier's
+state dict) and ``result.json`` (the recipe, accuracies, wall time). ``key`` hashes the task's
+data, the recipe and the base model, so a finished checkpoint is reused and a changed input
+makes a new one::
+
+    python -m bertaccel.sw.multitask.finetune (--task T ...|--all) [--rows 0.04]
+        [--out build/multitask] [--threads 1] [--force]
 """
 
 import argparse
@@ -29,14 +34,21 @@ import torch
 
 from ...golden import bert_ref
 from ...golden.tasks import TASKS, labels, load_task, task_dir
+from . import deltas
+from .activations import input_energy
 from .model import Classifier, accuracy, pooled
 from .probe import train_probe
 
-__all__ = ["Recipe", "BUILD", "Checkpoint", "checkpoint_key", "train", "finetune",
-           "load_checkpoint", "main"]
+__all__ = ["Recipe", "BUILD", "ROWS", "ENERGY_TEXTS", "Checkpoint", "checkpoint_key",
+           "checkpoint_folder", "row_masks", "train", "finetune", "load_checkpoint", "main"]
 
 #: Where checkpoints go (build artefacts, not committed).
 BUILD = pathlib.Path("build/multitask")
+#: The row-sparse models' share of the encoder matrices' values: int8 rows of about 0.85 MB,
+#: under the 1.17 MB a task may store for 0.30x of four separate int8 models.
+ROWS = 0.08
+#: Training texts the rows' input energies are measured over.
+ENERGY_TEXTS = 256
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -118,13 +130,34 @@ def _schedule(recipe, steps):
     return lambda step: min((step + 1) / warm, max(0.0, (steps - step) / max(1, steps - warm)))
 
 
-def train(classifier, tokenizer, texts, targets, recipe, *, log=None):
+def _restrict(classifier, masks):
+    """Gradient hooks that keep the parameters named in ``masks`` (``{name: bool K-rows}``)
+    to their kept K-rows, and freeze the other matrices and tables; returns the hooks."""
+    hooks = []
+    for name, param in classifier.named_parameters():
+        if deltas.param_kind(name, param.shape) not in ("matrix", "table"):
+            continue
+        if name in masks:
+            mask = deltas.row_mask(name, param.shape, masks[name]).to(param.dtype)
+            hooks.append(param.register_hook(lambda grad, mask=mask: grad * mask))
+        else:
+            param.requires_grad_(False)
+    return hooks
+
+
+def train(classifier, tokenizer, texts, targets, recipe, *, masks=None, log=None):
     """Fine-tune ``classifier`` in place on ``(texts, targets)`` with ``recipe``; returns the
-    mean training loss of each epoch. Seeded: the same inputs give the same weights."""
+    mean training loss of each epoch. Seeded: the same inputs give the same weights.
+
+    ``masks`` (``{parameter name: bool (K,)}``, optional) restricts the encoder matrices and
+    the embedding tables to those K-rows (:func:`~.deltas.as_rows`): with no weight decay, the
+    rest stay exactly the starting model's, so the delta is row-sparse by construction.
+    """
     torch.manual_seed(recipe.seed)
     order = torch.Generator().manual_seed(recipe.seed)
     targets = torch.as_tensor(targets)
     per_epoch = math.ceil(len(texts) / recipe.batch_size)
+    hooks = _restrict(classifier, masks) if masks is not None else []
     params = [p for p in classifier.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=0.0, fused=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(recipe, recipe.epochs * per_epoch))
@@ -146,6 +179,8 @@ def train(classifier, tokenizer, texts, targets, recipe, *, log=None):
         losses.append(total / len(texts))
         if log:
             log(f"epoch {epoch + 1}/{recipe.epochs}: loss {losses[-1]:.4f}")
+    for hook in hooks:
+        hook.remove()
     classifier.eval()
     return losses
 
@@ -162,10 +197,60 @@ def _probe(bert, tokenizer, task, recipe):
     return probe, test
 
 
-def finetune(task, *, recipe=Recipe(), out=BUILD, model=None, force=False, log=print):
+def checkpoint_folder(task, *, recipe=Recipe(), out=BUILD, model=None, rows=None):
+    """The folder of ``task``'s checkpoint: ``<out>/<task>-<key>``, and ``-rows<f>`` after it
+    for the row-sparse one."""
+    name = f"{task}-{checkpoint_key(task, recipe, model)}"
+    return pathlib.Path(out) / (name if rows is None else f"{name}-rows{rows:g}")
+
+
+def row_masks(task, rows, *, recipe=Recipe(), out=BUILD, model=None, log=print):
+    """The K-rows a row-sparse fine-tuning of ``task`` trains: ``rows`` of the values of the
+    encoder matrices, in whole K-rows, where the full fine-tuning's delta
+    has the most energy per value weighted by the row's input energy
+    (:func:`~.deltas.pick_rows`, :func:`~.activations.input_energy` over
+    :data:`ENERGY_TEXTS` training texts). Fine-tunes fully first if that is not cached."""
+    finetune(task, recipe=recipe, out=out, model=model, log=log)
+    tokenizer, classifier = load_checkpoint(task, recipe=recipe, out=out, model=model)
+    base = {f"bert.{n}": v for n, v in bert_ref.load(model)[1].state_dict().items()}
+    energy = input_energy(classifier, tokenizer, load_task(task, "train")[0][:ENERGY_TEXTS],
+                          max_length=recipe.max_length)
+    full = deltas.deltas(classifier.state_dict(), base, ("matrix",))
+    return deltas.pick_rows(full, rows, activations=energy)
+
+
+def _train_task(task, recipe, model, masks, log):
+    """Probe, start the head from it, train; returns the classifier and the facts."""
+    tokenizer, bert = bert_ref.load(model)
+    probe, probe_test = _probe(bert, tokenizer, task, recipe)
+    log(f"{task}: probe dev {probe.dev_accuracy:.4f} (L2 {probe.penalty:g})")
+    classifier = Classifier(bert, len(labels(task)))
+    with torch.no_grad():
+        classifier.head.weight.copy_(probe.weight)
+        classifier.head.bias.copy_(probe.bias)
+    texts, targets = load_task(task, "train")
+    start = time.perf_counter()
+    losses = train(classifier, tokenizer, texts, targets, recipe, masks=masks,
+                   log=lambda m: log(f"{task}: {m}"))
+    trained = time.perf_counter() - start
+    acc = {s: accuracy(classifier, tokenizer, *load_task(task, s),
+                       max_length=recipe.max_length) for s in ("dev", "test")}
+    return classifier, {
+        "train_examples": len(texts), "losses": losses,
+        "probe": {"penalty": probe.penalty, "dev": probe.dev_accuracy, "test": probe_test},
+        "finetuned": acc, "train_seconds": round(trained, 1)}
+
+
+def finetune(task, *, recipe=Recipe(), out=BUILD, model=None, rows=None, force=False,
+             log=print):
     """The :class:`Checkpoint` of ``task`` fine-tuned with ``recipe`` from ``model``
-    (all-MiniLM-L6-v2 by default), trained now unless it exists (or ``force``)."""
-    folder = pathlib.Path(out) / f"{task}-{checkpoint_key(task, recipe, model)}"
+    (all-MiniLM-L6-v2 by default), trained now unless it exists (or ``force``).
+
+    ``rows`` (a fraction, optional) makes the row-sparse model instead: only the K-rows of
+    :func:`row_masks` of the matrices and tables train (the vectors and the head all do), from
+    the base model with the same recipe; the tables stay the base's.
+    """
+    folder = checkpoint_folder(task, recipe=recipe, out=out, model=model, rows=rows)
     if not force and (folder / "result.json").is_file() and (folder / "model.pt").is_file():
         log(f"{task}: cached in {folder}")
         return Checkpoint(folder)
@@ -173,43 +258,33 @@ def finetune(task, *, recipe=Recipe(), out=BUILD, model=None, force=False, log=p
     torch.set_num_threads(recipe.threads)
     try:
         start = time.perf_counter()
-        tokenizer, bert = bert_ref.load(model)
-        probe, probe_test = _probe(bert, tokenizer, task, recipe)
-        log(f"{task}: probe dev {probe.dev_accuracy:.4f} (L2 {probe.penalty:g})")
-        classifier = Classifier(bert, len(labels(task)))
-        with torch.no_grad():
-            classifier.head.weight.copy_(probe.weight)
-            classifier.head.bias.copy_(probe.bias)
-        texts, targets = load_task(task, "train")
-        trained = time.perf_counter()
-        losses = train(classifier, tokenizer, texts, targets, recipe,
-                       log=lambda m: log(f"{task}: {m}"))
-        trained = time.perf_counter() - trained
-        acc = {s: accuracy(classifier, tokenizer, *load_task(task, s),
-                           max_length=recipe.max_length) for s in ("dev", "test")}
+        masks = None if rows is None else row_masks(task, rows, recipe=recipe, out=out,
+                                                    model=model, log=log)
+        classifier, facts = _train_task(task, recipe, model, masks, log)
     finally:
         torch.set_num_threads(threads)
     folder.mkdir(parents=True, exist_ok=True)
     torch.save(classifier.state_dict(), folder / "model.pt")
-    result = {"task": task, "key": folder.name.rsplit("-", 1)[1],
-              "recipe": dataclasses.asdict(recipe), "labels": list(labels(task)),
-              "train_examples": len(texts), "losses": losses,
-              "probe": {"penalty": probe.penalty, "dev": probe.dev_accuracy, "test": probe_test},
-              "finetuned": acc, "train_seconds": round(trained, 1),
-              "total_seconds": round(time.perf_counter() - start, 1)}
+    result = {"task": task, "key": checkpoint_key(task, recipe, model),
+              "recipe": dataclasses.asdict(recipe), "rows": rows, "labels": list(labels(task)),
+              **facts, "total_seconds": round(time.perf_counter() - start, 1)}
+    if masks is not None:
+        result["kept_rows"] = {n: int(m.sum()) for n, m in masks.items() if int(m.sum())}
     (folder / "result.json").write_text(json.dumps(result, indent=1) + "\n")
-    log(f"{task}: fine-tuned dev {acc['dev']:.4f} test {acc['test']:.4f} "
-        f"(probe test {probe_test:.4f}); {trained:.0f} s training -> {folder}")
+    acc = facts["finetuned"]
+    log(f"{task}: fine-tuned dev {acc['dev']:.4f} test {acc['test']:.4f} (probe test "
+        f"{facts['probe']['test']:.4f}); {facts['train_seconds']:.0f} s training -> {folder}")
     return Checkpoint(folder)
 
 
-def load_checkpoint(task, *, recipe=Recipe(), out=BUILD, model=None):
-    """``(tokenizer, classifier)`` of ``task``'s checkpoint, in eval mode; :class:`FileNotFoundError`
-    naming the command that makes it if there is none."""
-    folder = pathlib.Path(out) / f"{task}-{checkpoint_key(task, recipe, model)}"
+def load_checkpoint(task, *, recipe=Recipe(), out=BUILD, model=None, rows=None):
+    """``(tokenizer, classifier)`` of ``task``'s checkpoint, in eval mode;
+    :class:`FileNotFoundError` naming the command that makes it if there is none."""
+    folder = checkpoint_folder(task, recipe=recipe, out=out, model=model, rows=rows)
     if not (folder / "model.pt").is_file():
+        flag = "" if rows is None else f" --rows {rows:g}"
         raise FileNotFoundError(f"no checkpoint {folder}: run 'make multitask' or 'python -m "
-                                f"bertaccel.sw.multitask.finetune --task {task}'")
+                                f"bertaccel.sw.multitask.finetune --task {task}{flag}'")
     tokenizer, bert = bert_ref.load(model)
     classifier = Classifier(bert, len(labels(task)))
     classifier.load_state_dict(Checkpoint(folder).state_dict())
@@ -226,12 +301,17 @@ def main(argv=None):
     parser.add_argument("--out", type=pathlib.Path, default=BUILD)
     parser.add_argument("--force", action="store_true", help="train even if cached")
     parser.add_argument("--threads", type=int, default=Recipe.threads)
+    parser.add_argument("--rows", type=float, metavar="F",
+                        help="the row-sparse model: train only this fraction of the matrix and "
+                             f"table values, in K-rows (the issue's storage target: {ROWS})")
     args = parser.parse_args(argv)
     if args.threads < 1:
         parser.error(f"--threads must be at least 1, not {args.threads}")
+    if args.rows is not None and not 0 < args.rows < 1:
+        parser.error(f"--rows must be between 0 and 1, not {args.rows}")
     recipe = Recipe(threads=args.threads)
     for task in TASKS if args.all else args.task:
-        finetune(task, recipe=recipe, out=args.out, force=args.force,
+        finetune(task, recipe=recipe, out=args.out, rows=args.rows, force=args.force,
                  log=lambda message: print(message, flush=True))
     return 0
 

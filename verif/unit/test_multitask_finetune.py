@@ -131,3 +131,54 @@ def test_cli_rejects_bad_threads(capsys):
         F.main(["--task", TASKS[0], "--threads", "0"])
     assert exit_.value.code == 2
     assert "--threads must be at least 1" in capsys.readouterr().err
+
+
+def test_input_energy(tokenizer, data):
+    from bertaccel.sw.multitask.activations import input_energy
+
+    model = tiny_classifier().eval()
+    texts = list(data[0][:6])
+    energy = input_energy(model, tokenizer, texts, batch_size=4)
+    batch = bert_ref.tokenize(tokenizer, texts)
+    valid = batch["attention_mask"].bool()
+    # Tables: how often each token, position and type occurs among the valid tokens.
+    word = energy["bert.embeddings.word_embeddings.weight"]
+    assert word.shape == (model.bert.config.vocab_size,)
+    assert float(word.sum()) == pytest.approx(1.0)
+    cls = tokenizer.cls_token_id
+    assert float(word[cls]) == pytest.approx(len(texts) / int(valid.sum()))
+    assert float(energy["bert.embeddings.token_type_embeddings.weight"][0]) == pytest.approx(1)
+    # The first query's input is the embedding output: its mean square over valid tokens.
+    with torch.no_grad():
+        x = model.bert.embeddings(input_ids=batch["input_ids"],
+                                  token_type_ids=batch["token_type_ids"])[valid]
+    query = energy["bert.encoder.layer.0.attention.self.query.weight"]
+    assert torch.allclose(query, x.square().mean(dim=0), rtol=1e-4)
+    assert len([k for k in energy if ".encoder." in k]) == 2 * 6   # 6 Linears a layer
+
+
+def test_masked_training_is_row_sparse(tokenizer, data):
+    from bertaccel.sw.multitask import deltas as D
+
+    before = tiny_classifier().state_dict()
+    query = "bert.encoder.layer.0.attention.self.query.weight"
+    table = "bert.embeddings.word_embeddings.weight"
+    keep_q = torch.zeros(32, dtype=torch.bool)
+    keep_q[[1, 7]] = True
+    ids = sorted({i for t in tokenizer(list(data[0]))["input_ids"] for i in t})[:5]
+    keep_t = torch.zeros(before[table].shape[0], dtype=torch.bool)
+    keep_t[ids] = True
+    model = tiny_classifier()
+    F.train(model, tokenizer, *data, RECIPE, masks={query: keep_q, table: keep_t})
+    after = model.state_dict()
+    for name, value in after.items():
+        kind = D.param_kind(name, value.shape)
+        delta = value - before[name]
+        if name in (query, table):
+            rows = D.as_rows(name, delta)
+            keep = keep_q if name == query else keep_t
+            assert not rows[~keep].any() and bool(rows[keep].any(dim=1).all())
+        elif kind in ("matrix", "table", "unused"):
+            assert not delta.any(), name                 # frozen: exactly the start
+        else:
+            assert delta.any(), name                     # vectors and head all train
