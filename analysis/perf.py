@@ -14,8 +14,8 @@ few split rows) on its weights, never on the input.
 
 What is timed is what the device runs: the six stage programs of every encoder layer (see
 :mod:`bertaccel.sw.bert`), each started on an idle accelerator (so each pays its pipeline fill
-and drain), run as one program each (as through the AXI shell, not in the simulation harness's
-chunks). The host's work between stages (slicing heads, the embeddings) is not counted.
+and drain), run as one program each (as through the AXI shell and the simulation harness).
+The host's work between stages (slicing heads, the embeddings) is not counted.
 
 Figures (:func:`bench_bert`):
 
@@ -330,7 +330,7 @@ def bench_bert(bert, *, seq, batch=1, every_layer=True, log=None):
         "model": bert.name,
         "shape": {"layers": spec.layers, "hidden": spec.hidden, "heads": spec.heads,
                   "intermediate": spec.intermediate},
-        "config": cfg.name, "tag": cfg.tag, "rows": cfg.rows, "cols": cfg.cols,
+        "config": cfg.label, "tag": cfg.tag, "rows": cfg.rows, "cols": cfg.cols,
         "clock_mhz": cfg.clock_mhz, "seq": seq, "batch": batch,
         "cycles": cycles, "ideal_cycles": ideal, "utilization": ideal / cycles,
         "latency_s": latency, "latency_us": latency * 1e6, "macs": macs,

@@ -47,6 +47,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..sw.cycles import OP_CLASSES
+from ..sw.paths import PathError, check_file
 
 __all__ = [
     "OP_CLASSES", "CLASS_LABELS", "MEMORY_INTENSIVE", "MODES", "SCHEMA", "ProfileError",
@@ -537,8 +538,8 @@ def accelerator_side(model="minilm", *, config="8x8", seq=128, batch=1, seed=0):
     except (ConfigError, BertError) as error:
         raise ProfileError(f"the accelerator side ({model} on {config}): {error}") from None
     name = _DISPLAY_NAMES.get(model, Path(str(model)).name)
-    return accel_breakdown(report["by_op_class"], label=f"{name}\naccelerator {cfg.name}",
-                           model=model, config=cfg.name, tag=cfg.tag, seq=seq, batch=batch,
+    return accel_breakdown(report["by_op_class"], label=f"{name}\naccelerator {cfg.label}",
+                           model=model, config=cfg.label, tag=cfg.tag, seq=seq, batch=batch,
                            mode="inference", source="cycle model (bertaccel bench bert)",
                            utilization=report["utilization"], latency_us=report["latency_us"],
                            breakdown=report["breakdown"])
@@ -782,8 +783,9 @@ def main(argv=None):
         args = _parser().parse_args(argv)
         from transformers.utils import logging as hf_logging
         hf_logging.disable_progress_bar()  # "Loading weights" bars; our progress is on stderr
-        if args.png:
-            _import_pyplot()               # fail before minutes of profiling, not after
+        if args.png:                       # fail before minutes of profiling, not after
+            _import_pyplot()
+            check_file(args.png, what="--png")
         accel = load_accel_breakdown(args.accel_breakdown) if args.accel_breakdown else None
         if accel is None and args.config != "none":
             from ..hw.config import ConfigError, load_config
@@ -823,11 +825,11 @@ def main(argv=None):
             if args.png:
                 print(f"wrote {args.png}")
         return 0
-    except ProfileError as error:
-        print(f"bertaccel profile: error: {error}", file=sys.stderr)
+    except (ProfileError, PathError) as error:
+        print(f"bertaccel: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("bertaccel profile: interrupted", file=sys.stderr)
+        print("bertaccel: interrupted", file=sys.stderr)
         return 130
 
 

@@ -46,6 +46,8 @@ def main(argv=None):
     parser.add_argument("-o", "--output", type=pathlib.Path, default=RESULTS,
                         help="JSON file to write (default bench/results/accuracy_ops.json)")
     args = parser.parse_args(argv)
+    from bertaccel.sw.paths import check_args
+    check_args(parser, files={"--output": args.output})
     if args.batch_size < 1:
         parser.error(f"--batch-size must be at least 1, not {args.batch_size}")
     if not 1 <= args.cols <= 1024:

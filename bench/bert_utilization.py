@@ -72,6 +72,9 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=RESULTS / "bert_utilization.json")
     args = parser.parse_args(argv)
+    from bertaccel.sw.paths import check_args
+    check_args(parser, files={"--output": args.output,
+                              "the plot": args.output.with_suffix(".png")})
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()
 

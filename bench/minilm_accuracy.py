@@ -64,7 +64,7 @@ def measure(cfg, *, n=64, batch_size=8, method="percentile", percentile=99.99, o
     sources = sentences.sentence_sources("evaluation")[:n]
     return {
         "model": "sentence-transformers/all-MiniLM-L6-v2",
-        "config": cfg.name, "tag": cfg.tag, "device": "ref",
+        "config": cfg.label, "tag": cfg.tag, "device": "ref",
         "sentences": len(texts), "batch_size": batch_size,
         "batches": [{"seq": b["seq"], "tokens": b["tokens"]} for b in batches],
         "padding_fraction": 1 - sum(b["tokens"] for b in batches)
@@ -137,6 +137,8 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help="print the JSON")
     parser.add_argument("-o", "--output", type=pathlib.Path, default=RESULTS)
     args = parser.parse_args(argv)
+    from bertaccel.sw.paths import check_args
+    check_args(parser, files={"--output": args.output})
     try:
         cfg = load_config(args.config)
     except ConfigError as error:

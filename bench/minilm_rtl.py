@@ -74,7 +74,7 @@ def measure(cfg, *, seq=32, batch=1, build_root="build/sim", progress=None, log=
     cycles = stats["cycles"]
     return {
         "model": "sentence-transformers/all-MiniLM-L6-v2",
-        "config": cfg.name, "tag": cfg.tag, "clock_mhz": cfg.clock_mhz,
+        "config": cfg.label, "tag": cfg.tag, "clock_mhz": cfg.clock_mhz,
         "batch": stats["batch"], "seq": stats["seq"], "tokens": stats["tokens"],
         "texts": texts,
         "bit_exact": bool(torch.equal(got.hidden_int8, want.hidden_int8)
@@ -107,6 +107,9 @@ def main(argv=None):
     parser.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
     parser.add_argument("-o", "--output", type=pathlib.Path, default=RESULTS)
     args = parser.parse_args(argv)
+    from bertaccel.sw.paths import check_args
+    check_args(parser, files={"--output": args.output},
+               folders={"the build folder": args.build_root})
     try:
         cfg = load_config(args.config)
     except ConfigError as error:

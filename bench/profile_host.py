@@ -79,6 +79,8 @@ def main(argv=None):
     parser.add_argument("--output", type=Path, default=RESULTS / "profile_host.json")
     parser.add_argument("--png", type=Path, default=RESULTS / "profile_host.png")
     args = parser.parse_args(argv)
+    from bertaccel.sw.paths import check_args
+    check_args(parser, files={"--output": args.output, "--png": args.png})
 
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()

@@ -93,6 +93,8 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "runtime.json"))
     args = parser.parse_args(argv)
+    from bertaccel.sw.paths import check_args
+    check_args(parser, files={"--output": args.output})
     torch.set_num_threads(1)
     pool = list(corpus_sentences())
     if not 1 <= args.sentences <= len(pool):

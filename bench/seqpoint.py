@@ -55,6 +55,9 @@ def main(argv=None):
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--output", type=Path, default=RESULTS / "seqpoint.json")
     args = parser.parse_args(argv)
+    from bertaccel.sw.paths import check_args
+    check_args(parser, files={"--output": args.output,
+                              "the plot": args.output.with_suffix(".png")})
     os.environ["HF_HUB_OFFLINE"] = "1"
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()

@@ -11,9 +11,9 @@ Each preset goes through :func:`bertaccel.fpga.synth.synthesize` (what ``bertacc
 results are cached in ``build/synth/<tag>-<target>/``, so a rerun prints at once. A preset that
 does not fit the part is listed with the reason instead of being run, and one that outlives
 ``--timeout`` (minutes) with its yosys counts. A core is placed with ``--seed`` unless
-``--core-seed`` names another for its preset (8x8=2: on seed 1 router2 stalled near 900
-overused wires, docs/fpga.md); the table names such a seed. Then the PE array of every preset (or of
-``--mesh-presets``) that fits is placed and routed alone (``--design mesh``), once per seed of
+``--core-seed`` names another for its preset (8x8=2: on seed 1 router2 stalls near 900
+overused wires, docs/fpga.md); the table names such a seed. Then the PE array of every preset (or
+of ``--mesh-presets``) that fits is placed and routed alone (``--design mesh``), once per seed of
 ``--mesh-seeds``, because nextpnr's Fmax moves by several percent from seed to seed; and so is
 the datapath (``--design datapath``: the execute unit with its scratchpads and accumulator) of
 each of ``--datapath-presets`` (8x8), once per seed of ``--datapath-seeds``. Writes
@@ -29,8 +29,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bertaccel.hw.config import PRESETS
-from bertaccel.fpga.synth import (DoesNotFit, NotRouted, format_seed_table, format_table,
-                                 not_routed_report, synthesize, target)
+from bertaccel.fpga.errors import DoesNotFit, NotRouted
+from bertaccel.fpga.reports import not_routed_report
+from bertaccel.fpga.synth import synthesize
+from bertaccel.fpga.tables import format_seed_table, format_table
+from bertaccel.fpga.targets import target
 
 RESULTS = Path(__file__).resolve().parent / "results" / "synth.json"
 
@@ -67,6 +70,9 @@ def main(argv=None):
     parser.add_argument("--output", type=Path, default=RESULTS,
                         help="the JSON; the Markdown table goes beside it (.md)")
     args = parser.parse_args(argv)
+    from bertaccel.sw.paths import check_args
+    check_args(parser, files={"--output": args.output,
+                              "the table": args.output.with_suffix(".md")})
     tgt = target(args.target)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, not {args.jobs}")

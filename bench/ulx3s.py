@@ -28,12 +28,10 @@ from pathlib import Path
 from bertaccel.hw.config import load_config
 from bertaccel.hw.dsp import KEEP_REGISTERS
 from bertaccel.hw.memory import RTLIL_NO_RW_CHECK
-from bertaccel.fpga.synth import (
-    CLASSIC_ABC_STEPS,
-    RAM_COPY_GROUP,
-    parse_nextpnr_report,
-    tool_versions,
-)
+from bertaccel.fpga.reports import parse_nextpnr_report
+from bertaccel.fpga.scripts import CLASSIC_ABC_STEPS
+from bertaccel.fpga.synth import RAM_COPY_GROUP
+from bertaccel.fpga.tools import tool_versions
 from bertaccel.fpga.ulx3s import ULX3STop
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -66,6 +64,8 @@ def main(argv=None):
     parser.add_argument("--program", action="store_true", help="load it with openFPGALoader")
     parser.add_argument("--build-dir", type=Path)
     args = parser.parse_args(argv)
+    from bertaccel.sw.paths import check_args
+    check_args(parser, folders={"--build-dir": args.build_dir})
     if args.timeout <= 0:
         parser.error(f"--timeout must be a positive number of minutes, not {args.timeout:g}")
     cfg = load_config(args.config)
@@ -122,7 +122,7 @@ def main(argv=None):
     pnr = parse_nextpnr_report(json.loads((build_dir / f"{name}.report.json").read_text()))
     util = pnr["utilization"]
     summary = {
-        "config": cfg.name, "tag": cfg.tag, "board": f"ULX3S-{args.board}",
+        "config": cfg.label, "tag": cfg.tag, "board": f"ULX3S-{args.board}",
         "device": platform.device, "baud": args.baud, "seed": args.seed,
         "bitstream": str(bitstream), "bitstream_bytes": bitstream.stat().st_size,
         "fmax_mhz": pnr["fmax_mhz"], "clock_mhz": platform.default_clk_frequency / 1e6,

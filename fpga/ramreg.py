@@ -40,17 +40,15 @@ with 4, the placer left a copy 6.1-6.8 ns of routing from one of its RAMs on som
 8x8 datapath, because the RAMs it served were far apart. With 1, the source of the 29 copies of
 an accumulator address was 8.3 ns from the farthest. So where a copied flip-flop's data comes
 from a plain flip-flop that nothing else reads (the execute unit's row addresses travel down a
-delay line, ``meta`` in ``hw/execute.py``), that flip-flop is copied too, one copy per
+delay line, ``meta`` in ``hw/execute/accumulate.py``), that flip-flop is copied too, one copy per
 ``fanout`` (4) copies: a tree of two levels, each arc with a cycle of its own and a handful of
 sinks.
 
-For the whole core the group is 8 (:data:`bertaccel.fpga.synth.RAM_COPY_GROUP`), as it was for
-every design before session 10: the cores' limits are their handshakes, not these routes, and
-with 2 the 8x8 core's 1,456 copies left its router with some 15,000 overused wires at
-iterations 5 to 7. With 8 (335 copies) it fell to about 6,000 by iteration 12 and stayed
-there on session 11's RTL; on session 12's it was still falling (1,484 at iteration 21) when
-the 45-minute limit stopped the run. On that RTL the 8x8 core routes with placement seed 2
-(44 iterations); on seed 1 the overuse stalls near 900 wires (docs/fpga.md).
+For the whole core the group is 8 (:data:`bertaccel.fpga.synth.RAM_COPY_GROUP`): the cores'
+limits are their handshakes, not these routes, and copies cost routing. With 2, the 8x8 core's
+1,456 copies left its router with some 15,000 overused wires at iterations 5 to 7. With 8 (335
+copies) the 8x8 core routes with placement seed 2 (44 iterations); on seed 1 the overuse stalls
+near 900 wires (docs/fpga.md).
 
 Both flows run both passes: ``bertaccel synth`` (:func:`bertaccel.fpga.synth.synthesize`) on the
 netlist between yosys and nextpnr, and the ULX3S board build (``bench/ulx3s.py``) through

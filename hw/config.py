@@ -123,8 +123,24 @@ class AccelConfig:
 
     @property
     def name(self):
-        """The array shape, ``"8x8"``."""
+        """The array shape, ``"8x8"`` (the same for every config of that shape: reports print
+        :attr:`label`)."""
         return f"{self.rows}x{self.cols}"
+
+    @property
+    def label(self):
+        """What reports call the config: the preset's name when it is a preset (``"8x8"``),
+        else the shape and what differs from the preset of that shape (``"8x8 (custom:
+        acc_depth 4096)"``), or the shape and the tag when no preset has that shape."""
+        base = PRESETS.get(self.name)
+        if base == self:
+            return self.name
+        if base is None:
+            return f"{self.name} (custom: {self.tag})"
+        changed = [f"{field.name} {getattr(self, field.name)}"
+                   for field in dataclasses.fields(self)
+                   if getattr(self, field.name) != getattr(base, field.name)]
+        return f"{self.name} (custom: {', '.join(changed)})"
 
     @property
     def tag(self):
@@ -204,11 +220,31 @@ class AccelConfig:
 
     @classmethod
     def from_dict(cls, fields):
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(fields) - known)
+        """The config of ``fields``: every field of :class:`AccelConfig`, or ``"base"`` (a
+        preset's name) and the fields that differ from that preset.
+
+        Raises
+        ------
+        ConfigError
+            An unknown field or base, a field left out when there is no base (the message
+            lists them), or a bad value.
+        """
+        known = [field.name for field in dataclasses.fields(cls)]
+        fields = dict(fields)
+        base = fields.pop("base", None)
+        unknown = sorted(set(fields) - set(known))
         if unknown:
             raise ConfigError(f"unknown config field(s) {', '.join(map(repr, unknown))}; "
-                              f"known fields are {', '.join(sorted(known))}")
+                              f"known fields are {', '.join(sorted(known))}, and base")
+        if base is not None:
+            if not isinstance(base, str):
+                raise ConfigError(f"base must be a preset's name ({', '.join(PRESETS)}), not "
+                                  f"{base!r}")
+            return dataclasses.replace(preset(base), **fields)
+        missing = [name for name in known if name not in fields]
+        if missing:
+            raise ConfigError(f"the config leaves out {', '.join(missing)}: give every field, "
+                              f"or a base preset for the fields left out (\"base\": \"8x8\")")
         return cls(**fields)
 
 
@@ -241,7 +277,9 @@ def preset(name):
 
 
 def load_config(spec):
-    """A config from a preset name or from a JSON file written by ``bertaccel verilog``."""
+    """A config from a preset name or from a JSON file (:meth:`AccelConfig.from_dict`: every
+    field, as ``bertaccel verilog`` writes it, or a ``"base"`` preset and the fields that
+    differ from it)."""
     if isinstance(spec, AccelConfig):
         return spec
     if spec.endswith(".json"):
@@ -254,5 +292,8 @@ def load_config(spec):
             raise ConfigError(f"config file {spec!r} is not JSON: {error}") from None
         if not isinstance(fields, dict):
             raise ConfigError(f"config file {spec!r} must hold a JSON object")
-        return AccelConfig.from_dict(fields)
+        try:
+            return AccelConfig.from_dict(fields)
+        except ConfigError as error:
+            raise ConfigError(f"config file {spec!r}: {error}") from None
     return preset(spec)

@@ -1,85 +1,77 @@
-"""A simulation harness: the core plus host memories and stream engines in gateware.
+"""A simulation harness: the core plus stream engines in gateware that read and write files.
 
 The cocotb testbench never drives the core's streams itself (that would put Python on every
-clock). It writes a program and its data into the harness memories, pulses ``start`` and awaits
-``done``. Stream sources and the sink run in gateware, with optional idle cycles and
-backpressure drawn from an LFSR, so a run is free-running and reproducible from its seed.
+clock). The host writes a program and its data into files, the testbench pulses ``start`` and
+awaits ``done``, and the host reads the output beats from a file. Stream sources and the sink
+run in gateware, with optional idle cycles and backpressure drawn from an LFSR, so a run is
+free-running and reproducible from its seed; their words come from and go to files as the run
+goes (:mod:`bertaccel.hw.filestream`), so a program of any size runs in one piece, with the
+cycles of the hardware running it from a stream that never runs dry.
+
+Files, not memories, by measurement (8x8 harness, a 256^3 GEMM: 2,098 instruction words,
+57,344 data beats, 8,192 output beats). Memories that hold a program must be filled before the
+run: through a host port that is a Python call a word (about 20 us a word under Verilator, 1.4
+s of the GEMM's 3.2 s), and Amaranth converts a memory's initialiser bit by bit (seconds a
+Mbit: 29 s to convert an 8x8 harness with 3.5 Mbit of memories, 13 s without). Verilog
+memories loaded with ``$readmemh`` would load as fast as a file is written, but their depth is
+fixed when the simulator is built, so a larger program would still need rebuilding or runs in
+pieces (each draining the pipeline, a few cycles the hardware does not spend); and a ring
+buffer refilled by the testbench during the run needs Python to wake up and gateware to track
+the fill levels. The files need neither: the host writes the GEMM's in a few ms, the
+simulator reads them through its buffered file I/O, and there is no limit on a program's size.
 """
 
-from amaranth import Module, Mux, Signal, unsigned
-from amaranth.lib import memory, wiring
+from amaranth import Module, Mux, Signal
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .core import BertAccelCore
-from .isa import INSTR_WIDTH, Load, Store
+from .filestream import VERILOG, FileSink, FileSource
+from .isa import INSTR_WIDTH
+from .verilog import convert
 
-__all__ = ["SimHarness", "HostSel", "harness_chunks"]
+__all__ = ["SimHarness", "STREAM_FILES", "harness_verilog"]
 
-
-class HostSel:
-    """Values of ``h_sel``."""
-    INSTR = 0
-    DATA_IN = 1
-    DATA_OUT = 2
-
-
-def _is_pow2(value):
-    return isinstance(value, int) and value > 0 and value & (value - 1) == 0
+#: The files of a run, relative to the simulator's working folder: instruction words
+#: (``INSTR_WIDTH // 8`` bytes each, most significant first), data-in beats (``cfg.lanes``
+#: bytes each, lane ``cfg.lanes - 1`` first) and output beats (one line of hex digits each,
+#: ``cfg.acc_width // 4`` a lane, lane ``cfg.cols - 1`` first).
+STREAM_FILES = {"instr": "bertaccel_instr.bin", "data": "bertaccel_data.bin",
+                "out": "bertaccel_out.hex"}
 
 
 class SimHarness(wiring.Component):
-    """The core with an instruction memory, a data-in memory and a data-out memory.
+    """The core with an instruction source, a data-in source and a data-out sink.
 
     Parameters
     ----------
     cfg : AccelConfig
-    instr_depth, data_depth, out_depth : int, optional
-        Memory depths, powers of two; :meth:`default_depths` by default. Data-in words are ``cfg.lanes`` x 8 bits, data-out words
-        ``cfg.cols`` x 32 bits, lane *i* in the *i*-th lowest bits.
 
     Members
     -------
-    h_sel, h_addr, h_wdata, h_we : In
-        Host port: a word is written at the clock edge where ``h_we`` is high.
-    h_rdata : Out
-        The word at (``h_sel``, ``h_addr``) one clock edge after they were set.
     n_instr, n_data, seed, src_idle, sink_stall : In
         Sampled while ``start`` is high. ``src_idle``/256 is the chance of an idle cycle on each
         source stream, ``sink_stall``/256 the chance of backpressure on the output stream.
     start : In(1)
+        Reopens the :data:`STREAM_FILES` (the output file empty) and starts a run.
     done : Out(1)
         High once every instruction was consumed and the core went idle; stays high until the
-        next ``start``.
+        next ``start``. The output file holds every beat by then.
     cycles : Out(48)
         Cycles from ``start`` to ``done``.
     n_out, data_used : Out(32)
-        Output beats written (from address 0) and data beats consumed.
+        Output beats written and data beats consumed.
     error : Out(1)
         The core's illegal-instruction flag.
+    file_error : Out(1)
+        A stream file could not be opened, or a source read past its file's end.
     """
 
-    def __init__(self, cfg, *, instr_depth=None, data_depth=None, out_depth=None):
-        default = self.default_depths(cfg)
-        instr_depth = default[0] if instr_depth is None else instr_depth
-        data_depth = default[1] if data_depth is None else data_depth
-        out_depth = default[2] if out_depth is None else out_depth
-        for name, depth in (("instr_depth", instr_depth), ("data_depth", data_depth),
-                            ("out_depth", out_depth)):
-            if not _is_pow2(depth):
-                raise ValueError(f"{name} must be a power of two, not {depth!r}")
+    def __init__(self, cfg):
         self.cfg = cfg
-        self.instr_depth = instr_depth
-        self.data_depth = data_depth
-        self.out_depth = out_depth
         self.data_width = cfg.lanes * cfg.in_width
         self.out_width = cfg.cols * cfg.acc_width
-        self.host_width = max(INSTR_WIDTH, self.data_width, self.out_width)
         super().__init__({
-            "h_sel":      In(2),
-            "h_addr":     In(32),
-            "h_wdata":    In(self.host_width),
-            "h_we":       In(1),
-            "h_rdata":    Out(self.host_width),
             "n_instr":    In(32),
             "n_data":     In(32),
             "seed":       In(32),
@@ -91,52 +83,18 @@ class SimHarness(wiring.Component):
             "n_out":      Out(32),
             "data_used":  Out(32),
             "error":      Out(1),
+            "file_error": Out(1),
         })
-
-    @staticmethod
-    def default_depths(cfg):
-        """Default ``(instr_depth, data_depth, out_depth)`` for ``cfg``.
-
-        Amaranth spends about 3 s per Mbit of memory converting a design to Verilog (it expands
-        the zero initialiser bit by bit), so the depths come from a bit budget rather than a word
-        count: 4096 instructions, 1 Mbit of data-in and 2 Mbit of data-out words. The RTL device
-        runs larger programs in chunks.
-        """
-        data_bits = cfg.lanes * cfg.in_width
-        out_bits = cfg.cols * cfg.acc_width
-        return 1 << 12, max(1 << 10, (1 << 20) // data_bits), max(1 << 9, (1 << 21) // out_bits)
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.core = core = BertAccelCore(self.cfg)
-
-        m.submodules.instr_mem = instr_mem = memory.Memory(
-            shape=unsigned(INSTR_WIDTH), depth=self.instr_depth, init=[])
-        m.submodules.data_mem = data_mem = memory.Memory(
-            shape=unsigned(self.data_width), depth=self.data_depth, init=[])
-        m.submodules.out_mem = out_mem = memory.Memory(
-            shape=unsigned(self.out_width), depth=self.out_depth, init=[])
-
-        # -- host port ---------------------------------------------------------------------
-        sel_d = Signal(2)
-        m.d.sync += sel_d.eq(self.h_sel)
-        host_rd = {}
-        for sel, mem in ((HostSel.INSTR, instr_mem), (HostSel.DATA_IN, data_mem),
-                         (HostSel.DATA_OUT, out_mem)):
-            rd = mem.read_port()
-            m.d.comb += rd.addr.eq(self.h_addr)
-            host_rd[sel] = rd
-        with m.Switch(sel_d):
-            for sel, rd in host_rd.items():
-                with m.Case(sel):
-                    m.d.comb += self.h_rdata.eq(rd.data)
-        for sel, mem in ((HostSel.INSTR, instr_mem), (HostSel.DATA_IN, data_mem)):
-            wr = mem.write_port()
-            m.d.comb += [
-                wr.addr.eq(self.h_addr),
-                wr.data.eq(self.h_wdata),
-                wr.en.eq(self.h_we & (self.h_sel == sel)),
-            ]
+        m.submodules.instr_file = instr_file = FileSource(width=INSTR_WIDTH,
+                                                          path=STREAM_FILES["instr"])
+        m.submodules.data_file = data_file = FileSource(width=self.data_width,
+                                                        path=STREAM_FILES["data"])
+        m.submodules.out_file = out_file = FileSink(width=self.out_width,
+                                                    path=STREAM_FILES["out"])
 
         # -- run control ---------------------------------------------------------------------
         running = Signal()
@@ -166,24 +124,23 @@ class SimHarness(wiring.Component):
         m.d.comb += [
             self.cycles.eq(cycles), self.n_out.eq(n_out), self.data_used.eq(data_used),
             self.done.eq(done), self.error.eq(core.o_error),
+            self.file_error.eq(instr_file.error | data_file.error | out_file.error),
         ]
 
-        # -- sources: memory -> stream, one word a cycle ---------------------------------------
-        def source(mem, stream, count, idle, name):
-            rd = mem.read_port()
+        # -- sources: file -> stream, one word a cycle -----------------------------------------
+        def source(file, stream, count, idle, name):
             ptr = Signal(32, name=f"{name}_ptr")
             valid = Signal(name=f"{name}_valid")
             m.d.comb += [
                 stream.valid.eq(valid),
-                stream.payload.eq(rd.data),
-                rd.addr.eq(ptr),
-                rd.en.eq(0),
+                stream.payload.eq(file.data),
+                file.open.eq(self.start),
             ]
             # A beat on offer is held until taken (stream rules); idle cycles only fall between
             # beats, by not fetching the next one.
             with m.If(~valid | stream.ready):
                 with m.If(running & (ptr < count) & ~idle):
-                    m.d.comb += rd.en.eq(1)
+                    m.d.comb += file.en.eq(1)
                     m.d.sync += [valid.eq(1), ptr.eq(ptr + 1)]
                 with m.Else():
                     m.d.sync += valid.eq(0)
@@ -191,26 +148,28 @@ class SimHarness(wiring.Component):
                 m.d.sync += [ptr.eq(0), valid.eq(0)]
             return ptr, valid
 
-        instr_ptr, instr_valid = source(instr_mem, core.i_instr, n_instr, idle_instr, "instr")
-        _, _ = source(data_mem, core.i_data, n_data, idle_data, "data")
+        instr_ptr, instr_valid = source(instr_file, core.i_instr, n_instr, idle_instr, "instr")
+        _, _ = source(data_file, core.i_data, n_data, idle_data, "data")
         with m.If(core.i_data.valid & core.i_data.ready):
             m.d.sync += data_used.eq(data_used + 1)
 
-        # -- sink: stream -> memory ------------------------------------------------------------
-        out_wr = out_mem.write_port()
+        # -- sink: stream -> file --------------------------------------------------------------
+        finish = running & (instr_ptr == n_instr) & ~instr_valid & ~core.o_busy
         m.d.comb += [
             core.o_data.ready.eq(running & ~stall_sink),
-            out_wr.addr.eq(n_out),
-            out_wr.data.eq(core.o_data.payload),
-            out_wr.en.eq(core.o_data.valid & core.o_data.ready),
+            out_file.open.eq(self.start),
+            out_file.data.eq(core.o_data.payload),
+            out_file.en.eq(core.o_data.valid & core.o_data.ready),
+            # The beats are on file when done rises: the last was written at this edge or before.
+            out_file.flush.eq(finish),
         ]
-        with m.If(out_wr.en):
+        with m.If(out_file.en):
             m.d.sync += n_out.eq(n_out + 1)
 
         with m.If(running):
             m.d.sync += cycles.eq(cycles + 1)
-            with m.If((instr_ptr == n_instr) & ~instr_valid & ~core.o_busy):
-                m.d.sync += [running.eq(0), done.eq(1)]
+        with m.If(finish):
+            m.d.sync += [running.eq(0), done.eq(1)]
 
         with m.If(self.start):
             m.d.sync += [
@@ -222,32 +181,8 @@ class SimHarness(wiring.Component):
         return m
 
 
-def harness_chunks(instrs, depths):
-    """Split ``instrs`` into runs that fit harness memories of ``depths`` (``(instr_depth,
-    data_depth, out_depth)``): ``[(first, end, beats_in, beats_out)]``. The RTL device runs a
-    program larger than its harness this way, and the cycle model counts the same chunks.
-
-    Raises
-    ------
-    ValueError
-        If one instruction moves more beats than a memory holds.
-    """
-    instr_depth, data_depth, out_depth = depths
-    chunks = []
-    first, beats_in, beats_out = 0, 0, 0
-    for number, instr in enumerate(instrs):
-        add_in = instr.count if isinstance(instr, Load) else 0
-        add_out = instr.count if isinstance(instr, Store) else 0
-        if add_in > data_depth or add_out > out_depth:
-            raise ValueError(
-                f"instruction {number} moves {max(add_in, add_out)} beats, more than the RTL "
-                f"harness memories hold (data-in {data_depth}, data-out {out_depth} words); "
-                f"build the device with larger data_depth/out_depth")
-        if (number - first >= instr_depth or beats_in + add_in > data_depth
-                or beats_out + add_out > out_depth):
-            chunks.append((first, number, beats_in, beats_out))
-            first, beats_in, beats_out = number, 0, 0
-        beats_in += add_in
-        beats_out += add_out
-    chunks.append((first, len(instrs), beats_in, beats_out))
-    return chunks
+def harness_verilog(cfg, *, name="bertaccel_harness"):
+    """The Verilog of :class:`SimHarness` for ``cfg`` as module ``name``: Amaranth's output
+    (:func:`bertaccel.hw.verilog.convert`) followed by the file modules it instantiates
+    (:data:`bertaccel.hw.filestream.VERILOG`)."""
+    return convert(SimHarness(cfg), name=name) + "\n" + VERILOG

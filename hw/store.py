@@ -65,61 +65,58 @@ class StoreUnit(wiring.Component):
         })
 
     def elaborate(self, platform):
-        cfg = self._cfg
         m = Module()
-        m.submodules.epilogue = epilogue = Epilogue(cfg)
-        Beat = beat_layout(cfg)
+        m.submodules.epilogue = epilogue = Epilogue(self._cfg)
+        beats = self._beat_fifo(m, epilogue)
+        params = Signal(ParamsLayout)
+        m.d.comb += epilogue.params.eq(params)
+
+        drain = _Drain()
+        issue, outstanding = self._credit(m, beats, drain.active)
+        tags = self._assemble(m, beats, issue)
+        last = self._walk(m, drain, issue, params, tags)
+        # The STORE's registers load after the walk's updates, so an accept wins over them.
+        self._accept(m, drain, last, outstanding, epilogue.o_busy, params)
+        m.d.comb += self.o_busy.eq(drain.active | (outstanding != 0) | epilogue.o_busy)
+        return m
+
+    def _beat_fifo(self, m, epilogue):
+        """The FIFO of beats read and not yet taken, into the epilogue, out to ``o_data``."""
         # Timing: SyncFIFOBuffered registers its output; the epilogue's input logic (ready, the
         # statistics gap, slots) decodes the beat's tags straight from it.
-        m.submodules.fifo = beats = fifo.SyncFIFOBuffered(width=Beat.size, depth=self.FIFO_DEPTH)
+        beat_width = beat_layout(self._cfg).size
+        m.submodules.fifo = beats = fifo.SyncFIFOBuffered(width=beat_width,
+                                                          depth=self.FIFO_DEPTH)
         m.d.comb += [
             epilogue.i_beat.payload.eq(beats.r_data),
             epilogue.i_beat.valid.eq(beats.r_rdy),
             beats.r_en.eq(epilogue.i_beat.ready),
         ]
         wiring.connect(m, epilogue.o_data, wiring.flipped(self.o_data))
+        return beats
 
-        params = Signal(ParamsLayout)
-        m.d.comb += epilogue.params.eq(params)
+    def _credit(self, m, beats, active):
+        """``(issue, outstanding)``: whether a beat's reads are issued this cycle, and how many
+        beats are read and not yet taken by the epilogue.
 
-        # -- the STORE being drained ---------------------------------------------------------
-        active = Signal()
-        rows = Signal(FIELD_WIDTH)
-        strips = Signal(FIELD_WIDTH)
-        stride = Signal(FIELD_WIDTH)
-        param_addr = Signal(FIELD_WIDTH)
-        op = Signal(EpOp)
-        two_pass = Signal()
-        push = Signal()
-        # Position: the pass of the current row (second), its strip, and the addresses of the
-        # next beat. Timing: nothing on the issue path does arithmetic; what it needs is kept in
-        # registers, updated a beat ahead (the STORE's fields are constant while it runs):
-        # * `at_row_end` is strip == strips - 1;
-        # * the row passes left after this one count down in `left`, with `left_is_0` (this
-        #   is the STORE's last row pass) and `left_is_1` kept beside it;
-        # * the interleaved order needs no row arithmetic: the next pass is a first pass of the
-        #   next first-pass row or a second pass of the next second-pass row, whose pointers
-        #   (`acc1`, `aux1`; `acc2`, `aux2`) are kept ready; it is a second pass when this one's
-        #   index in the order is odd (`odd`) or when it is the last pass;
-        # * `lanes_left` is row_len minus the column of this strip's lane 0.
-        second = Signal()
-        strip = Signal(FIELD_WIDTH)
-        at_row_end = Signal()
-        one_strip = Signal()
-        strips_m2 = Signal(FIELD_WIDTH)
-        left = Signal(FIELD_WIDTH + 1)
-        left_is_0 = Signal()
-        left_is_1 = Signal()
-        odd = Signal()
-        acc_ptr = Signal(FIELD_WIDTH)
-        aux_ptr = Signal(FIELD_WIDTH)
-        pm_ptr = Signal(FIELD_WIDTH)
-        acc1 = Signal(FIELD_WIDTH)
-        aux1 = Signal(FIELD_WIDTH)
-        acc2 = Signal(FIELD_WIDTH)
-        aux2 = Signal(FIELD_WIDTH)
-        lanes_left = Signal(signed(FIELD_WIDTH + 10))
+        A read is issued only while fewer than FIFO_DEPTH beats are read and not yet taken
+        (beats.level + reading + copying + writing). Timing: that count is kept in a register of
+        its own, so the decision is one compare of a register with a constant.
+        """
+        issue = Signal()
+        outstanding = Signal(range(self.FIFO_DEPTH + 1))
+        taken = Signal()
+        m.d.comb += [
+            taken.eq(beats.r_rdy & beats.r_en),
+            issue.eq(active & (outstanding < self.FIFO_DEPTH)),
+        ]
+        m.d.sync += outstanding.eq(outstanding + issue - taken)
+        return issue, outstanding
 
+    def _assemble(self, m, beats, issue):
+        """Put each beat together from the three reads and its tags, into the FIFO; returns the
+        tags register, which the walk sets with the reads' issue."""
+        cfg = self._cfg
         reading = Signal()          # a beat's reads were issued last cycle
         copying = Signal()          # ... two cycles ago: `beat` is copied into `beat_copy`
         writing = Signal()          # ... three cycles ago: `beat_copy` goes into the FIFO
@@ -132,6 +129,7 @@ class StoreUnit(wiring.Component):
         # their output register (fpga/ramreg.py). It is copied once more in the fabric before
         # the FIFO: from the RAMs' output registers, which spread across the chip, to one
         # place was up to 5.9 ns of routing on the 8x8 array.
+        Beat = beat_layout(cfg)
         beat = Signal(Beat, reset_less=True)
         beat_copy = Signal(Beat, reset_less=True)
         m.d.sync += [
@@ -143,6 +141,7 @@ class StoreUnit(wiring.Component):
             beat.last.eq(tags.last),
             beat.lane_valid.eq(tags.lane_valid),
             beat_copy.eq(beat),
+            reading.eq(issue),
             copying.eq(reading),
             writing.eq(copying),
         ]
@@ -150,117 +149,81 @@ class StoreUnit(wiring.Component):
             beats.w_data.eq(beat_copy),
             beats.w_en.eq(writing),
         ]
+        return tags
 
-        # A read is issued only while fewer than FIFO_DEPTH beats are read and not yet taken
-        # (beats.level + reading + copying + writing). Timing: that count is kept in a register
-        # of its own, so the decision is one compare of a register with a constant.
-        issue = Signal()
-        outstanding = Signal(range(self.FIFO_DEPTH + 1))
-        taken = Signal()
-        m.d.comb += [
-            taken.eq(beats.r_rdy & beats.r_en),
-            issue.eq(active & (outstanding < self.FIFO_DEPTH)),
-        ]
-        m.d.sync += [reading.eq(issue), outstanding.eq(outstanding + issue - taken)]
-
-        row_end = Signal()
-        m.d.comb += row_end.eq(at_row_end)
+    def _walk(self, m, s, issue, params, tags):
+        """Issue the reads of the next beat and step ``s`` (the :class:`_Drain`) to the one
+        after; returns ``last``, set with the STORE's last read."""
+        cfg = self._cfg
+        row_end = s.at_row_end
         # The next pass: a second pass when this one's index in the interleaved order is odd or
-        # the next is the last (see above); single-pass ops take the next row in order.
+        # the next is the last (see `_Drain`); single-pass ops take the next row in order.
         next_second = Signal()
-        m.d.comb += next_second.eq(two_pass & (odd | left_is_1))
+        m.d.comb += next_second.eq(s.two_pass & (s.odd | s.left_is_1))
         last = Signal()
-        m.d.comb += last.eq(issue & row_end & left_is_0)
+        m.d.comb += last.eq(issue & row_end & s.left_is_0)
 
         lane_valid = Signal(cfg.cols)
         for c in range(cfg.cols):
-            m.d.comb += lane_valid[c].eq(~two_pass | (lanes_left > c))
+            m.d.comb += lane_valid[c].eq(~s.two_pass | (s.lanes_left > c))
 
         # Timing: the memories read every cycle, at addresses straight from registers: no
         # logic between the issue decision and the block RAMs (tens of them, across the chip).
         # A read that was not issued is never written to the FIFO (`writing`), so what it
         # returns does not matter.
         m.d.comb += [
-            self.acc.addr.eq(acc_ptr), self.acc.en.eq(1),
-            self.pmem.addr.eq(pm_ptr), self.pmem.en.eq(1),
-            self.res.addr.eq(aux_ptr), self.res.en.eq(1),
+            self.acc.addr.eq(s.acc_ptr), self.acc.en.eq(1),
+            self.pmem.addr.eq(s.pm_ptr), self.pmem.en.eq(1),
+            self.res.addr.eq(s.aux_ptr), self.res.en.eq(1),
         ]
         with m.If(issue):
             m.d.sync += [
-                tags.op.eq(op), tags.second.eq(second | ~two_pass), tags.last.eq(row_end),
+                tags.op.eq(s.op), tags.second.eq(s.second | ~s.two_pass), tags.last.eq(row_end),
                 tags.lane_valid.eq(lane_valid),
             ]
             with m.If(row_end):
                 m.d.sync += [
-                    second.eq(next_second), strip.eq(0), at_row_end.eq(one_strip),
-                    left.eq(left - 1), left_is_0.eq(left_is_1), left_is_1.eq(left == 2),
-                    odd.eq(~odd), pm_ptr.eq(param_addr), lanes_left.eq(params.row_len),
+                    s.second.eq(next_second), s.strip.eq(0), s.at_row_end.eq(s.one_strip),
+                    s.left.eq(s.left - 1), s.left_is_0.eq(s.left_is_1),
+                    s.left_is_1.eq(s.left == 2), s.odd.eq(~s.odd), s.pm_ptr.eq(s.param_addr),
+                    s.lanes_left.eq(params.row_len),
                 ]
                 with m.If(next_second):
-                    m.d.sync += [acc_ptr.eq(acc2), aux_ptr.eq(aux2),
-                                 acc2.eq(acc2 + 1), aux2.eq(aux2 + 1)]
+                    m.d.sync += [s.acc_ptr.eq(s.acc2), s.aux_ptr.eq(s.aux2),
+                                 s.acc2.eq(s.acc2 + 1), s.aux2.eq(s.aux2 + 1)]
                 with m.Else():
-                    m.d.sync += [acc_ptr.eq(acc1), aux_ptr.eq(aux1),
-                                 acc1.eq(acc1 + 1), aux1.eq(aux1 + 1)]
+                    m.d.sync += [s.acc_ptr.eq(s.acc1), s.aux_ptr.eq(s.aux1),
+                                 s.acc1.eq(s.acc1 + 1), s.aux1.eq(s.aux1 + 1)]
             with m.Else():
                 m.d.sync += [
-                    strip.eq(strip + 1), at_row_end.eq(strip == strips_m2),
-                    acc_ptr.eq(acc_ptr + stride), aux_ptr.eq(aux_ptr + rows),
-                    pm_ptr.eq(pm_ptr + 1), lanes_left.eq(lanes_left - cfg.cols),
+                    s.strip.eq(s.strip + 1), s.at_row_end.eq(s.strip == s.strips_m2),
+                    s.acc_ptr.eq(s.acc_ptr + s.stride), s.aux_ptr.eq(s.aux_ptr + s.rows),
+                    s.pm_ptr.eq(s.pm_ptr + 1), s.lanes_left.eq(s.lanes_left - cfg.cols),
                 ]
             with m.If(last):
-                m.d.comb += self.to_exec.push.eq(push)
-                m.d.sync += active.eq(0)
+                m.d.comb += self.to_exec.push.eq(s.push)
+                m.d.sync += s.active.eq(0)
+        return last
 
-        # -- accept the next instruction -------------------------------------------------------
+    def _accept(self, m, drain, last, outstanding, epilogue_busy, params):
+        """Take the next instruction: a STORE when the unit is free and its tokens allow, a SET
+        when everything before it has left the epilogue."""
         instr = self.i_instr.payload
-        store = instr.body.store
         pushing = Signal()
-        m.d.comb += pushing.eq(last & push)
+        m.d.comb += pushing.eq(last & drain.push)
         empty = self.i_empty
-        drained = ~active & (outstanding == 0) & ~epilogue.o_busy
+        drained = ~drain.active & (outstanding == 0) & ~epilogue_busy
         # An empty STORE pushes as it is accepted, so it waits for the unit to be idle and never
         # pushes in the same cycle as the last read of the STORE before it.
         free = Signal()
-        m.d.comb += free.eq(~active | (last & ~empty))
-
-        # Timing: whenever the unit is free, its registers take the STORE at the head of the
-        # queue (or whatever the head holds), accepted or not; only `active`, the pop and
-        # `ready` wait for the tokens. So the enable of these registers does not wait for the
-        # token checks, and a STORE that is not accepted leaves nothing that matters behind.
-        is_two_pass = (store.op == EpOp.SOFTMAX) | (store.op == EpOp.LAYERNORM)
-        with m.If(free):
-            m.d.sync += [
-                rows.eq(store.rows), strips.eq(store.strips), stride.eq(store.stride),
-                param_addr.eq(store.param_addr), op.eq(store.op),
-                two_pass.eq(is_two_pass), push.eq(instr.deps.push_prev),
-                second.eq(0), strip.eq(0), odd.eq(0),
-                at_row_end.eq(store.strips == 1), one_strip.eq(store.strips == 1),
-                strips_m2.eq(store.strips - 2),
-                left.eq(Mux(is_two_pass, (store.rows << 1) - 1, store.rows - 1)),
-                left_is_0.eq(~is_two_pass & (store.rows == 1)),
-                left_is_1.eq(Mux(is_two_pass, store.rows == 1, store.rows == 2)),
-                acc_ptr.eq(store.acc_addr), aux_ptr.eq(store.aux_addr),
-                pm_ptr.eq(store.param_addr), lanes_left.eq(params.row_len),
-                # The first pass is P1(0) (or row 0): the next first-pass row is 1, the next
-                # second-pass row 0.
-                acc1.eq(store.acc_addr + 1), aux1.eq(store.aux_addr + 1),
-                acc2.eq(store.acc_addr), aux2.eq(store.aux_addr),
-            ]
+        m.d.comb += free.eq(~drain.active | (last & ~empty))
+        self._load(m, drain, free, params)
 
         with m.Switch(instr.opcode):
             with m.Case(Opcode.SET):
                 with m.If(self.i_instr.valid & drained):
                     m.d.comb += self.i_instr.ready.eq(1)
-                    value = instr.body.set.value
-                    with m.Switch(instr.body.set.index):
-                        for index, field in ((Param.MUL0, "mul0"), (Param.SHIFT0, "shift0"),
-                                             (Param.MUL1, "mul1"), (Param.SHIFT1, "shift1"),
-                                             (Param.ROW_LEN, "row_len"), (Param.EPS, "eps"),
-                                             (Param.FLAGS, "flags")):
-                            with m.Case(index):
-                                target = getattr(params, field)
-                                m.d.sync += target.eq(value[:len(target)])
+                    self._set(m, params)
             with m.Default():
                 can_pop = ~instr.deps.pop_prev | self.from_exec.avail
                 # Timing: `count + pushing < TOKEN_MAX` as two compares with constants.
@@ -274,9 +237,95 @@ class StoreUnit(wiring.Component):
                     ]
                     with m.If(empty):
                         m.d.comb += self.to_exec.push.eq(instr.deps.push_prev)
-                        m.d.sync += active.eq(0)
+                        m.d.sync += drain.active.eq(0)
                     with m.Else():
-                        m.d.sync += active.eq(1)
+                        m.d.sync += drain.active.eq(1)
 
-        m.d.comb += self.o_busy.eq(active | (outstanding != 0) | epilogue.o_busy)
-        return m
+    def _load(self, m, s, free, params):
+        """Load the STORE at the head of the queue into ``s`` (the :class:`_Drain`) while free.
+
+        Timing: whenever the unit is free, its registers take the STORE at the head of the
+        queue (or whatever the head holds), accepted or not; only `active`, the pop and
+        `ready` wait for the tokens. So the enable of these registers does not wait for the
+        token checks, and a STORE that is not accepted leaves nothing that matters behind.
+        """
+        instr = self.i_instr.payload
+        body = instr.body.store
+        is_two_pass = (body.op == EpOp.SOFTMAX) | (body.op == EpOp.LAYERNORM)
+        with m.If(free):
+            m.d.sync += [
+                s.rows.eq(body.rows), s.strips.eq(body.strips), s.stride.eq(body.stride),
+                s.param_addr.eq(body.param_addr), s.op.eq(body.op),
+                s.two_pass.eq(is_two_pass), s.push.eq(instr.deps.push_prev),
+                s.second.eq(0), s.strip.eq(0), s.odd.eq(0),
+                s.at_row_end.eq(body.strips == 1), s.one_strip.eq(body.strips == 1),
+                s.strips_m2.eq(body.strips - 2),
+                s.left.eq(Mux(is_two_pass, (body.rows << 1) - 1, body.rows - 1)),
+                s.left_is_0.eq(~is_two_pass & (body.rows == 1)),
+                s.left_is_1.eq(Mux(is_two_pass, body.rows == 1, body.rows == 2)),
+                s.acc_ptr.eq(body.acc_addr), s.aux_ptr.eq(body.aux_addr),
+                s.pm_ptr.eq(body.param_addr), s.lanes_left.eq(params.row_len),
+                # The first pass is P1(0) (or row 0): the next first-pass row is 1, the next
+                # second-pass row 0.
+                s.acc1.eq(body.acc_addr + 1), s.aux1.eq(body.aux_addr + 1),
+                s.acc2.eq(body.acc_addr), s.aux2.eq(body.aux_addr),
+            ]
+
+    def _set(self, m, params):
+        """A SET: write its value into the parameter register it names."""
+        value = self.i_instr.payload.body.set.value
+        with m.Switch(self.i_instr.payload.body.set.index):
+            for index, field in ((Param.MUL0, "mul0"), (Param.SHIFT0, "shift0"),
+                                 (Param.MUL1, "mul1"), (Param.SHIFT1, "shift1"),
+                                 (Param.ROW_LEN, "row_len"), (Param.EPS, "eps"),
+                                 (Param.FLAGS, "flags")):
+                with m.Case(index):
+                    target = getattr(params, field)
+                    m.d.sync += target.eq(value[:len(target)])
+
+
+class _Drain:
+    """The registers of the STORE being drained: its fields and where the walk is.
+
+    The fields (``rows``, ``strips``, ``stride``, ``param_addr``, ``op``, ``two_pass``,
+    ``push``) are constant while it runs. Position: the pass of the current row (``second``),
+    its ``strip``, and the addresses of the next beat. Timing: nothing on the issue path does
+    arithmetic; what it needs is kept in registers, updated a beat ahead:
+
+    * ``at_row_end`` is strip == strips - 1;
+    * the row passes left after this one count down in ``left``, with ``left_is_0`` (this is
+      the STORE's last row pass) and ``left_is_1`` kept beside it;
+    * the interleaved order needs no row arithmetic: the next pass is a first pass of the next
+      first-pass row or a second pass of the next second-pass row, whose pointers (``acc1``,
+      ``aux1``; ``acc2``, ``aux2``) are kept ready; it is a second pass when this one's index
+      in the order is odd (``odd``) or when it is the last pass;
+    * ``lanes_left`` is row_len minus the column of this strip's lane 0.
+    """
+
+    def __init__(self):
+        self.active = Signal(name="active")
+        self.rows = Signal(FIELD_WIDTH, name="rows")
+        self.strips = Signal(FIELD_WIDTH, name="strips")
+        self.stride = Signal(FIELD_WIDTH, name="stride")
+        self.param_addr = Signal(FIELD_WIDTH, name="param_addr")
+        self.op = Signal(EpOp, name="op")
+        self.two_pass = Signal(name="two_pass")
+        self.push = Signal(name="push")
+
+        self.second = Signal(name="second")
+        self.strip = Signal(FIELD_WIDTH, name="strip")
+        self.at_row_end = Signal(name="at_row_end")
+        self.one_strip = Signal(name="one_strip")
+        self.strips_m2 = Signal(FIELD_WIDTH, name="strips_m2")
+        self.left = Signal(FIELD_WIDTH + 1, name="left")
+        self.left_is_0 = Signal(name="left_is_0")
+        self.left_is_1 = Signal(name="left_is_1")
+        self.odd = Signal(name="odd")
+        self.acc_ptr = Signal(FIELD_WIDTH, name="acc_ptr")
+        self.aux_ptr = Signal(FIELD_WIDTH, name="aux_ptr")
+        self.pm_ptr = Signal(FIELD_WIDTH, name="pm_ptr")
+        self.acc1 = Signal(FIELD_WIDTH, name="acc1")
+        self.aux1 = Signal(FIELD_WIDTH, name="aux1")
+        self.acc2 = Signal(FIELD_WIDTH, name="acc2")
+        self.aux2 = Signal(FIELD_WIDTH, name="aux2")
+        self.lanes_left = Signal(signed(FIELD_WIDTH + 10), name="lanes_left")

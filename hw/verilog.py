@@ -8,7 +8,7 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
-__all__ = ["convert", "compact_zero_init", "source_key"]
+__all__ = ["convert", "compact_zero_init", "trigger_comb_at_start", "source_key"]
 
 _ZERO_INIT = re.compile(
     r"^(?P<indent>[ \t]*)initial begin\n"
@@ -45,13 +45,62 @@ def compact_zero_init(text):
     return _ZERO_INIT.sub(replace, text)
 
 
+# yosys's trigger of its `always @*` blocks: read by an empty `if` in each block, declared with
+# an initialiser (`reg \$auto$verilog_backend.cc:N:dump_module$M = 0;`).
+_TRIGGER_USE = re.compile(r"^[ \t]*if \((?P<name>\\\S+ |[A-Za-z_]\w*)\) begin end$", re.MULTILINE)
+_TRIGGER_DECL = re.compile(r"^(?P<indent>[ \t]*)reg (?P<name>\\\S+ |[A-Za-z_]\w*) = 0;$",
+                           re.MULTILINE)
+
+
+def trigger_comb_at_start(text):
+    """Make every combinational ``always @*`` block of yosys's output run once at time 0, under
+    Verilog-2005 and SystemVerilog event semantics alike.
+
+    A block ``always @*`` waits for a change of what it reads before it first runs, so a block
+    whose inputs never change (constants, a register that holds its reset value) would leave its
+    outputs X. yosys's ``write_verilog`` makes each such block read a dummy register declared as
+    ``reg trigger = 0;`` (yosys PR #2273, Amaranth issue #594). Under IEEE 1364-2005 that
+    initialiser is an assignment at time 0, an event that wakes the blocks; under IEEE 1800
+    (``iverilog -g2012``, cocotb's Icarus default, and how commercial simulators read ``.sv``
+    flows) a declaration initialiser is applied before any process starts, no event happens,
+    and the design never leaves X.
+
+    Here each trigger is declared without an initialiser and set by ``initial trigger <=
+    1'h0;``. A non-blocking update is applied after every process has started and reached its
+    first event control (the NBA region comes after the active region at time 0 in both
+    standards), so the X -> 0 change wakes every block: no race, whatever the order in which a
+    simulator starts its processes. Synthesis sees the same initial value as before; Verilator
+    evaluates combinational logic at time 0 anyway, and is told (``lint_off INITIALDLY`` around
+    the line) that the non-blocking assignment in an ``initial`` block is meant.
+
+    The alternatives are worse: ``write_verilog -sv`` is SystemVerilog that Verilog-2005 readers
+    (``iverilog -g2005``, yosys without ``-sv``) reject; a blocking ``initial trigger = 0;``
+    races with the start of the blocks; a delay (``#0``) is ignored by Verilator and yosys with a
+    warning.
+    """
+    names = set(match["name"] for match in _TRIGGER_USE.finditer(text))
+
+    def replace(match):
+        indent, name = match["indent"], match["name"]
+        if name not in names:
+            return match[0]
+        return (f"{indent}reg {name};\n"
+                f"{indent}/* verilator lint_off INITIALDLY */\n"
+                f"{indent}initial {name} <= 1'h0;\n"
+                f"{indent}/* verilator lint_on INITIALDLY */")
+
+    return _TRIGGER_DECL.sub(replace, text)
+
 
 def convert(component, *, name, ports=None, compact_init=True, platform=None):
     """Verilog text of ``component`` as module ``name``.
 
     The output carries no source locations (``emit_src=False``), so it is identical from run to
-    run and from checkout to checkout, and all-zero memory initialisers are written as loops
-    (:func:`compact_zero_init`; same meaning, far less for Verilator and yosys to parse).
+    run and from checkout to checkout; all-zero memory initialisers are written as loops
+    (:func:`compact_zero_init`; same meaning, far less for Verilator and yosys to parse); and
+    every combinational block runs at time 0 under Verilog-2005 and SystemVerilog semantics
+    alike (:func:`trigger_comb_at_start`), so that Verilator, ``iverilog -g2005`` and
+    ``iverilog -g2012`` simulate it identically and yosys synthesises it.
 
     Parameters
     ----------
@@ -66,6 +115,7 @@ def convert(component, *, name, ports=None, compact_init=True, platform=None):
         the portable Verilog that the simulators run.
     """
     text = verilog.convert(component, name=name, ports=ports, emit_src=False, platform=platform)
+    text = trigger_comb_at_start(text)
     return compact_zero_init(text) if compact_init else text
 
 

@@ -1,4 +1,4 @@
-"""Build Amaranth designs under Verilator and run cocotb test modules on them.
+"""Build Amaranth designs under Verilator (or Icarus Verilog) and run cocotb test modules on them.
 
 Every simulation in bertaccel goes through two calls::
 
@@ -10,6 +10,12 @@ Every simulation in bertaccel goes through two calls::
 Verilog (or a build flag) changed since the last build in that folder: a hash of everything that
 goes into the simulator binary is kept in the folder. A file lock on the folder lets parallel pytest
 workers share it; the second waits for the first and then finds the build done.
+
+Verilator is the simulator of every test and device. ``build(..., simulator="icarus")``
+compiles the same Verilog with Icarus Verilog instead (``iverilog``, the Debian package; far
+slower), under the Verilog-2005 or the SystemVerilog event semantics (``icarus_std="2005"`` or
+``"2012"``): the emitted Verilog means the same to an event-driven simulator
+(:func:`bertaccel.hw.verilog.trigger_comb_at_start`). :func:`run_cocotb` runs either build.
 
 Three things about the tools are handled here so that no caller has to know them:
 
@@ -49,13 +55,21 @@ from cocotb_tools.check_results import get_results
 from ..hw.verilog import convert
 
 __all__ = [
-    "SimulationError", "SimulationTimeout", "SimBuild",
-    "verilator_bin_dir", "build", "run_cocotb", "DEFAULT_BUILD_ARGS",
+    "SimulationError", "SimulationTimeout", "SimBuild", "SIMULATORS", "ICARUS_STDS",
+    "verilator_bin_dir", "iverilog_bin", "build", "run_cocotb", "DEFAULT_BUILD_ARGS",
 ]
+
+#: Simulators that :func:`build` can build for; the first is the default.
+SIMULATORS = ("verilator", "icarus")
+#: Language generations ``iverilog -g`` is run with: IEEE 1364-2005 or IEEE 1800-2012 semantics.
+ICARUS_STDS = ("2005", "2012")
+#: Time unit and precision of an Icarus build (the Verilog has no `timescale; cocotb's clocks
+#: are in ns).
+_ICARUS_TIMESCALE = ("1ns", "1ps")
 
 
 class SimulationError(RuntimeError):
-    """A Verilator build failed, or a cocotb test failed or ended abnormally."""
+    """A simulator build failed, or a cocotb test failed or ended abnormally."""
 
 
 class SimulationTimeout(SimulationError):
@@ -99,6 +113,20 @@ def verilator_bin_dir():
     if not (path / "verilator").is_file():
         raise SimulationError(f"the 'verilator' package has no {path / 'verilator'}")
     return path
+
+
+def iverilog_bin():
+    """The ``iverilog`` on ``PATH``; :class:`SimulationError` saying how to get it if none."""
+    path = shutil.which("iverilog")
+    if path is None:
+        raise SimulationError("iverilog is not on PATH: Icarus Verilog builds need it (Debian "
+                              "package iverilog: apt-get install iverilog)")
+    return path
+
+
+def _iverilog_version():
+    result = subprocess.run([iverilog_bin(), "-V"], capture_output=True, text=True, check=False)
+    return (result.stdout.splitlines() or [""])[0]
 
 
 def _tool_versions():
@@ -157,6 +185,41 @@ class _Verilator(cocotb_runner.Verilator):
         return self._sim_prefix + super()._get_sim_cmd_prefix()
 
 
+class _Icarus(cocotb_runner.Icarus):
+    """``cocotb_tools.runner.Icarus`` with a choice of ``-g`` generation (it always passes
+    ``-g2012``) and the ``extra_env`` / timeout handling of :class:`_Verilator`."""
+
+    def __init__(self, *, std="2012", forced_env=None, sim_prefix=()):
+        super().__init__()
+        self._std = std
+        self._forced_env = dict(forced_env or {})
+        self._sim_prefix = list(sim_prefix)
+
+    def _set_env_common(self):
+        super()._set_env_common()
+        self.env.update(self._forced_env)
+
+    def _build_command(self):
+        cmds = super()._build_command()
+        for cmd in cmds:
+            if "-g2012" not in cmd:
+                raise SimulationError("cocotb_tools.runner.Icarus builds differently than this "
+                                      f"module expects (cocotb {_tool_versions()['cocotb']}); "
+                                      "update sim/build.py")
+            cmd[cmd.index("-g2012")] = f"-g{self._std}"
+        return cmds
+
+    def _get_sim_cmd_prefix(self):
+        return self._sim_prefix + super()._get_sim_cmd_prefix()
+
+
+def _runner(sim, **options):
+    """The cocotb runner that runs the build ``sim``."""
+    if sim.simulator == "icarus":
+        return _Icarus(std=sim.icarus_std, **options)
+    return _Verilator(**options)
+
+
 # -- Verilog --------------------------------------------------------------------------------------
 
 def _vlt_text(toplevel):
@@ -184,15 +247,24 @@ class SimBuild:
         Whether this call ran Verilator and the C++ build (False: the cached build was current).
     seconds : float
         Wall time of this call (conversion, hashing and any build).
+    simulator : str
+        One of :data:`SIMULATORS`.
+    icarus_std : str or None
+        The ``iverilog -g`` generation of an Icarus build (one of :data:`ICARUS_STDS`).
     """
     build_dir: Path
     toplevel: str
     verilog: Path
     rebuilt: bool
     seconds: float
+    simulator: str = "verilator"
+    icarus_std: str | None = None
 
     @property
     def binary(self):
+        """The simulator: Verilator's executable, or Icarus's compiled ``sim.vvp``."""
+        if self.simulator == "icarus":
+            return self.build_dir / "sim.vvp"
         return self.build_dir / self.toplevel
 
 
@@ -275,32 +347,90 @@ def _save_runtime(build_dir, runtime):
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _converted_before(build_dir, name, source_key):
+    """The Verilog of ``source_key`` from a sibling build folder (the same design built for
+    another simulator), or None: converting a large harness takes minutes (32x32: two)."""
+    if source_key is None:
+        return None
+    for v_path in sorted(build_dir.parent.glob(f"*/{name}.v")):
+        sibling = v_path.parent
+        if sibling == build_dir or _read_stamp(sibling).get("source_key") != source_key:
+            continue
+        try:
+            text = v_path.read_text()
+        except OSError:
+            continue
+        # A rebuild there removes the stamp before it rewrites the Verilog.
+        if _read_stamp(sibling).get("source_key") == source_key:
+            return text
+    return None
+
+
+def _flags(simulator, icarus_std, toplevel, build_args, waves):
+    """Everything besides the Verilog that goes into a build; a change forces a rebuild."""
+    if simulator == "icarus":
+        return {"simulator": simulator, "std": icarus_std, "toplevel": toplevel,
+                "args": list(build_args), "timescale": list(_ICARUS_TIMESCALE),
+                "waves": bool(waves), "tools": {**_tool_versions(), "iverilog":
+                                                _iverilog_version()},
+                "python": sys.version.split()[0]}
+    return {"toplevel": toplevel, "args": list(DEFAULT_BUILD_ARGS) + list(build_args),
+            "make": _MAKE_VARS, "waves": bool(waves), "tools": _tool_versions(),
+            "python": sys.version.split()[0]}
+
+
+def _verilate(build_dir, toplevel, v_path, flags, jobs, log):
+    vlt_path = v_path.with_suffix(".vlt")
+    _write_if_changed(vlt_path, _vlt_text(toplevel))
+    runtime = build_dir.parent / f".verilated-runtime-{_runtime_key(flags)}"
+    runner = _Verilator(jobs=jobs, fresh=_restore_runtime(runtime, build_dir))
+    runner.build(sources=[vlt_path, v_path], hdl_toplevel=toplevel, build_dir=build_dir,
+                 build_args=flags["args"], always=True, waves=flags["waves"], log_file=log)
+    return runtime
+
+
+def _icarus_compile(build_dir, toplevel, v_path, flags, log):
+    runner = _Icarus(std=flags["std"])
+    runner.build(sources=[v_path], hdl_toplevel=toplevel, build_dir=build_dir,
+                 build_args=flags["args"], always=True, waves=flags["waves"],
+                 timescale=_ICARUS_TIMESCALE, log_file=log)
+
+
 def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=None, jobs=None,
-          waves=False, quiet=True):
-    """Verilate ``design`` into ``build_dir``, unless the build there is already current.
+          waves=False, quiet=True, simulator="verilator", icarus_std="2012"):
+    """Build a simulator of ``design`` into ``build_dir``, unless the build there is current.
 
     Parameters
     ----------
-    design : str, Elaboratable, or callable returning an Elaboratable
-        Verilog text, or an Amaranth design that is converted with :func:`bertaccel.hw.verilog.convert`.
+    design : str, Elaboratable, or callable returning an Elaboratable or str
+        Verilog text, or an Amaranth design that is converted with
+        :func:`bertaccel.hw.verilog.convert`. A callable is called only when the build is not
+        current (:func:`bertaccel.hw.harness.harness_verilog` returns text).
     name : str
         Module name for the conversion, and the stem of ``<name>.v`` and ``<name>.vlt``.
     build_dir : path
-        Build folder, one per design and config (``build/sim/<design>-<cfg.tag>``).
+        Build folder, one per design, config and simulator (``build/sim/<design>-<cfg.tag>``).
     toplevel : str, optional
         HDL top level; ``name`` by default.
     build_args : sequence of str
-        Verilator flags added to :data:`DEFAULT_BUILD_ARGS`.
+        Verilator flags added to :data:`DEFAULT_BUILD_ARGS`, or ``iverilog`` flags.
     source_key : str, optional
         A string that determines the Verilog (e.g. the config and a hash of the generator
         sources). When the build folder holds a build made from the same key, ``design`` is not
-        even converted. Without it the design is converted every time and the Verilog compared.
+        even converted, nor when a sibling folder does (the same design built for another
+        simulator: its Verilog is taken). Without it the design is converted every time and the
+        Verilog compared.
     jobs : int, optional
-        Parallel C++ compile jobs; all cores by default.
+        Parallel C++ compile jobs (Verilator); all cores by default.
     waves : bool
-        Build with VCD tracing.
+        Build with VCD tracing (Verilator) or FST dumping (Icarus).
     quiet : bool
-        Send Verilator's and make's output to ``build_dir/build.log`` instead of stdout.
+        Send the tools' output to ``build_dir/build.log`` instead of stdout.
+    simulator : str
+        One of :data:`SIMULATORS`: ``"verilator"`` (the default) or ``"icarus"``.
+    icarus_std : str
+        ``"2012"`` (``iverilog -g2012``: SystemVerilog event semantics, cocotb's default) or
+        ``"2005"`` (``-g2005``); Icarus builds only.
 
     Returns
     -------
@@ -309,60 +439,74 @@ def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=N
     Raises
     ------
     SimulationError
-        Verilator or the C++ build failed; the message ends with the log's last lines.
+        The build failed (the message ends with the log's last lines), or ``iverilog`` is
+        missing for an Icarus build.
+    ValueError
+        An unknown ``simulator`` or ``icarus_std``.
     """
+    if simulator not in SIMULATORS:
+        raise ValueError(f"simulator must be one of {', '.join(SIMULATORS)}, not {simulator!r}")
+    if icarus_std not in ICARUS_STDS:
+        raise ValueError(f"icarus_std must be one of {', '.join(ICARUS_STDS)}, "
+                         f"not {icarus_std!r}")
     start = time.monotonic()
     build_dir = Path(build_dir).resolve()
     toplevel = toplevel or name
-    args = list(DEFAULT_BUILD_ARGS) + list(build_args)
-    jobs = jobs or os.cpu_count() or 1
-    v_path, vlt_path = build_dir / f"{name}.v", build_dir / f"{name}.vlt"
-    flags = {"toplevel": toplevel, "args": args, "make": _MAKE_VARS, "waves": bool(waves),
-             "tools": _tool_versions(), "python": sys.version.split()[0]}
+    std = icarus_std if simulator == "icarus" else None
+    flags = _flags(simulator, std, toplevel, build_args, waves)
+    v_path = build_dir / f"{name}.v"
+
+    def result(rebuilt):
+        return SimBuild(build_dir, toplevel, v_path, rebuilt, time.monotonic() - start,
+                        simulator, std)
 
     with _locked(build_dir):
         stamp = _read_stamp(build_dir)
-        binary = build_dir / toplevel
+        binary = result(False).binary
         if (source_key is not None and stamp.get("source_key") == source_key
                 and stamp.get("flags") == flags and binary.is_file() and v_path.is_file()):
-            return SimBuild(build_dir, toplevel, v_path, False, time.monotonic() - start)
+            return result(False)
 
         if isinstance(design, str):
             text = design
         else:
-            # An Elaboratable instance is converted as it is; anything else is a factory.
+            text = _converted_before(build_dir, name, source_key)
+        if text is None:
+            # An Elaboratable instance is converted as it is; anything else is a factory (of
+            # an Elaboratable, or of Verilog text).
             is_design = hasattr(design, "elaborate") and not isinstance(design, type)
-            component = design if is_design else design()
-            text = convert(component, name=name)
-        vlt = _vlt_text(toplevel)
+            made = design if is_design else design()
+            text = made if isinstance(made, str) else convert(made, name=name)
+        extra = _vlt_text(toplevel) if simulator == "verilator" else ""
         digest = hashlib.sha256(
-            json.dumps([text, vlt, flags], sort_keys=True).encode()).hexdigest()
+            json.dumps([text, extra, flags], sort_keys=True).encode()).hexdigest()
         if stamp.get("hash") == digest and binary.is_file():
             if source_key is not None and stamp.get("source_key") != source_key:
                 stamp["source_key"] = source_key
                 _write_if_changed(build_dir / _STAMP, json.dumps(stamp, indent=2))
-            return SimBuild(build_dir, toplevel, v_path, False, time.monotonic() - start)
+            return result(False)
 
         # Forget the old stamp first: an interrupted build must not look current.
         (build_dir / _STAMP).unlink(missing_ok=True)
         _write_if_changed(v_path, text)
-        _write_if_changed(vlt_path, vlt)
         log = build_dir / "build.log"
-        runtime = build_dir.parent / f".verilated-runtime-{_runtime_key(flags)}"
-        runner = _Verilator(jobs=jobs, fresh=_restore_runtime(runtime, build_dir))
+        runtime = None
         try:
-            runner.build(sources=[vlt_path, v_path], hdl_toplevel=toplevel, build_dir=build_dir,
-                         build_args=args, always=True, waves=waves,
-                         log_file=log if quiet else None)
+            if simulator == "verilator":
+                runtime = _verilate(build_dir, toplevel, v_path, flags,
+                                    jobs or os.cpu_count() or 1, log if quiet else None)
+            else:
+                _icarus_compile(build_dir, toplevel, v_path, flags, log if quiet else None)
         except (RuntimeError, subprocess.SubprocessError, SystemExit) as error:
-            raise SimulationError(f"Verilator build of {toplevel} in {build_dir} failed "
+            raise SimulationError(f"{simulator} build of {toplevel} in {build_dir} failed "
                                   f"({error}); last lines of {log}:\n{_tail(log)}") from None
         if not binary.is_file():
-            raise SimulationError(f"Verilator build of {toplevel} made no {binary}")
-        _save_runtime(build_dir, runtime)
+            raise SimulationError(f"{simulator} build of {toplevel} made no {binary}")
+        if runtime is not None:
+            _save_runtime(build_dir, runtime)
         _write_if_changed(build_dir / _STAMP, json.dumps(
             {"hash": digest, "source_key": source_key, "flags": flags}, indent=2))
-        return SimBuild(build_dir, toplevel, v_path, True, time.monotonic() - start)
+        return result(True)
 
 
 # -- run ------------------------------------------------------------------------------------------
@@ -417,7 +561,7 @@ def run_cocotb(sim, test_module, testcase=None, *, extra_env=None, timeout=None,
     # cocotb rewrites the assertions of every module imported after it starts; for torch that
     # alone took 12 s a simulation. Only our test modules need the rewrite.
     env = {"COCOTB_REWRITE_ASSERTION_FILES": "test_*.py", **(extra_env or {})}
-    runner = _Verilator(forced_env=env, sim_prefix=prefix)
+    runner = _runner(sim, forced_env=env, sim_prefix=prefix)
     results.unlink(missing_ok=True)
     exit_code = 0
     try:

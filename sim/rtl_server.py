@@ -6,25 +6,25 @@ resets the :class:`~bertaccel.hw.harness.SimHarness`, connects to the Unix socke
 
 Protocol (pickled dicts over a :class:`multiprocessing.connection.Connection`):
 
-``{"op": "run", "instr": [int], "data": [int], "seed": int, "src_idle": int, "sink_stall": int,
-"max_cycles": int, "out_bytes": int, "tag": str}``
-    Write ``instr`` (128-bit words) into the instruction memory and ``data`` (``lanes`` x 8-bit
-    words) into the data-in memory, pulse ``start``, await ``done`` for at most ``max_cycles``
-    clock cycles, and read back ``n_out`` output words. Reply ``{"ok": True, "out": bytes,
-    "cycles", "n_out", "data_used", "error", "timed_out", "load_s", "run_s", "read_s",
-    "wall_s"}`` where ``out`` holds ``n_out`` words of ``out_bytes`` bytes, little-endian. After a
-    time-out, or a run in which the core flagged an illegal instruction, the harness is reset
-    (registers only: the memories keep their contents), so the next run starts clean.
+``{"op": "run", "n_instr": int, "n_data": int, "seed": int, "src_idle": int, "sink_stall": int,
+"max_cycles": int, "tag": str}``
+    The host has written the program and its data into the harness's stream files
+    (:data:`bertaccel.hw.harness.STREAM_FILES`) in the simulator's working folder. Pulse
+    ``start``, await ``done`` for at most ``max_cycles`` clock cycles, and reply ``{"ok": True,
+    "cycles", "n_out", "data_used", "error", "file_error", "timed_out", "run_s", "wall_s"}``;
+    the output beats are then in the output file, for the host to read. After a time-out, or a
+    run in which the core flagged an illegal instruction or a stream file failed, the harness is
+    reset, so the next run starts clean.
 
 ``{"op": "stop"}``
     Reply ``{"ok": True}`` and end the test, which ends the simulator.
 
 A request that raises gets ``{"ok": False, "error": "<traceback>"}`` and the server goes on.
 
-The testbench touches Python once per memory word and twice per run, never once per cycle: the
-stream sources, the sink and the stall generators are gateware in the harness. All host-port
-traffic is driven just after a falling edge and sampled at the next falling edge, so it never
-races the rising edge that acts on it.
+The testbench touches Python twice per run, never once per cycle nor once per word: the stream
+sources, the sink and the stall generators are gateware in the harness, reading and writing the
+files as the run goes. Inputs are driven just after a falling edge and sampled at the next
+falling edge, so they never race the rising edge that acts on them.
 """
 
 import os
@@ -41,9 +41,6 @@ __all__ = ["serve", "SOCKET_ENV", "PERIOD_NS"]
 SOCKET_ENV = "BERTACCEL_RTL_SOCKET"
 PERIOD_NS = 10
 
-# h_sel values (bertaccel.hw.harness.HostSel); restated to keep the simulator's imports light.
-_INSTR, _DATA_IN, _DATA_OUT = 0, 1, 2
-
 
 class _Server:
     """Drives one :class:`SimHarness` on behalf of the host."""
@@ -57,57 +54,23 @@ class _Server:
         dut = self.dut
         dut.rst.value = 1
         dut.start.value = 0
-        dut.h_we.value = 0
-        dut.h_sel.value = 0
-        dut.h_addr.value = 0
         for _ in range(cycles):
             await FallingEdge(dut.clk)
         dut.rst.value = 0
         await FallingEdge(dut.clk)
 
-    async def write(self, sel, words):
-        dut = self.dut
-        h_addr, h_wdata = dut.h_addr, dut.h_wdata
-        falling = FallingEdge(dut.clk)
-        dut.h_sel.value = sel
-        dut.h_we.value = 1
-        for addr, word in enumerate(words):
-            h_addr.value = addr
-            h_wdata.value = word
-            await falling  # the rising edge in between wrote the word
-        dut.h_we.value = 0
-
-    async def read(self, sel, count):
-        dut = self.dut
-        h_addr, h_rdata = dut.h_addr, dut.h_rdata
-        falling = FallingEdge(dut.clk)
-        dut.h_sel.value = sel
-        h_addr.value = 0
-        await falling
-        words = []
-        for addr in range(1, count + 1):
-            # h_rdata now shows the word addressed before the last rising edge.
-            h_addr.value = addr
-            words.append(h_rdata.value.to_unsigned())
-            await falling
-        return words
-
     async def run(self, request):
         dut = self.dut
         self.runs += 1
-        instr, data = request["instr"], request["data"]
+        n_instr, n_data = request["n_instr"], request["n_data"]
         seed, src_idle, sink_stall = request["seed"], request["src_idle"], request["sink_stall"]
-        max_cycles, out_bytes = request["max_cycles"], request["out_bytes"]
+        max_cycles = request["max_cycles"]
         self.log.info("run %d (%s): %d instructions, %d data beats, seed %d, src_idle %d/256, "
                       "sink_stall %d/256, max_cycles %d", self.runs, request.get("tag", ""),
-                      len(instr), len(data), seed, src_idle, sink_stall, max_cycles)
+                      n_instr, n_data, seed, src_idle, sink_stall, max_cycles)
         begin = time.perf_counter()
-        await self.write(_INSTR, instr)
-        await self.write(_DATA_IN, data)
-        loaded = time.perf_counter()
-
-        dut.n_instr.value = len(instr)
-        dut.n_data.value = len(data)
+        dut.n_instr.value = n_instr
+        dut.n_data.value = n_data
         dut.seed.value = seed
         dut.src_idle.value = src_idle
         dut.sink_stall.value = sink_stall
@@ -120,34 +83,26 @@ class _Server:
         fired = await First(done, Timer(max_cycles * PERIOD_NS, unit="ns"))
         timed_out = fired is not done and not dut.done.value
         await FallingEdge(dut.clk)
-        ran = time.perf_counter()
+        end = time.perf_counter()
 
         cycles = dut.cycles.value.to_unsigned()
         n_out = dut.n_out.value.to_unsigned()
         data_used = dut.data_used.value.to_unsigned()
         error = bool(dut.error.value)
-        if timed_out:
-            self.log.warning("run %d timed out after %d cycles (n_out %d, data_used %d); "
-                             "resetting the harness", self.runs, max_cycles, n_out, data_used)
-            out = b""
+        file_error = bool(dut.file_error.value)
+        if timed_out or error or file_error:
+            # The core's error flag is sticky and drops every later instruction.
+            self.log.warning("run %d: %s (n_out %d, data_used %d); resetting the harness",
+                             self.runs, f"timed out after {max_cycles} cycles" if timed_out
+                             else "the core flagged an illegal instruction" if error
+                             else "a stream file failed", n_out, data_used)
             await self.reset()
-        else:
-            mask = (1 << (8 * out_bytes)) - 1
-            words = await self.read(_DATA_OUT, n_out)
-            out = b"".join((word & mask).to_bytes(out_bytes, "little") for word in words)
-            if error:
-                # The core's error flag is sticky and drops every later instruction.
-                self.log.warning("run %d: the core flagged an illegal instruction; resetting "
-                                 "the harness", self.runs)
-                await self.reset()
-        end = time.perf_counter()
         self.log.info("run %d: %d cycles, %d output beats, %d data beats used, error %d, "
-                      "%.3f s (%.0f cycles/s)", self.runs, cycles, n_out, data_used, error,
-                      end - begin, cycles / max(ran - loaded, 1e-9))
-        return {"ok": True, "out": out, "cycles": cycles, "n_out": n_out,
-                "data_used": data_used, "error": error, "timed_out": timed_out,
-                "load_s": loaded - begin, "run_s": ran - loaded, "read_s": end - ran,
-                "wall_s": end - begin}
+                      "file_error %d, %.3f s (%.0f cycles/s)", self.runs, cycles, n_out,
+                      data_used, error, file_error, end - begin, cycles / max(end - begin, 1e-9))
+        return {"ok": True, "cycles": cycles, "n_out": n_out, "data_used": data_used,
+                "error": error, "file_error": file_error, "timed_out": timed_out,
+                "run_s": end - begin, "wall_s": time.perf_counter() - begin}
 
 
 @cocotb.test()

@@ -2,7 +2,7 @@
 
 ::
 
-    bertaccel verilog --config 8x8 -o build/          # Verilog + config JSON of the core
+    bertaccel verilog --config 8x8 -o build/          # IP package: Verilog, FuseSoC core, CSRs
     bertaccel gemm --config 8x8 --m 256 --k 256 --n 256 --device rtl [--json]
     bertaccel gemm --config 8x8 --m 128 --k 64 --n 128 --device rtl --epilogue softmax --json
     bertaccel demo                                     # Verilog, then a GEMM on ref and rtl
@@ -12,10 +12,16 @@
     bertaccel profile --model minilm [--config 8x8] [--png P] [--json]  # host vs accelerator
     bertaccel seqpoint [--model minilm] [--config 8x8] [--k 10] [--json]
 
-Bad arguments (an unknown preset, a dimension below 1, a stall probability out of range) give a
-one-line error on stderr and exit status 2 before anything is built or simulated (for ``synth``
-also an unknown target, or a config that does not fit the part). ``gemm`` exits
-with 1 when the result is not bit-exact, or when the device fails.
+Bad input gives one line on stderr, ``bertaccel: error: ...``, and exit status 2 before
+anything is built, compiled or simulated: an unknown preset, a config file that leaves fields
+out without a base, a dimension below 1, a stall probability out of range, an output path or
+build folder that cannot be written (:mod:`bertaccel.sw.paths`), a GEMM (or ``run``'s largest
+batch, or a ``bench bert`` shape) estimated to need more memory than the machine has available
+or than ``--max-memory`` (:mod:`bertaccel.sw.budget`); for ``synth`` also an unknown target, or
+a config that does not fit the part. Long work says what it does on stderr: a GEMM of many
+instructions its stages, an RTL simulator its build (announced as it starts). Ctrl-C stops
+the command (exit status 130) and leaves no half-written output. ``gemm`` exits with 1 when
+the result is not bit-exact, or when the device fails.
 """
 
 import argparse
@@ -24,7 +30,8 @@ import math
 import sys
 import time
 import warnings
-from pathlib import Path
+
+from .paths import PathError, check_folder
 
 __all__ = ["main"]
 
@@ -64,24 +71,26 @@ def _probability(name, value):
     return value
 
 
-def write_verilog(cfg, out_dir):
-    """Write ``bertaccel_core_<tag>.v`` and ``.json`` for ``cfg`` into ``out_dir``; return the
-    paths."""
-    from ..hw.core import BertAccelCore
-    from ..hw.verilog import convert
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    v_path = out_dir / f"bertaccel_core_{cfg.tag}.v"
-    json_path = out_dir / f"bertaccel_core_{cfg.tag}.json"
-    text = convert(BertAccelCore(cfg), name="bertaccel_core")
-    v_path.write_text(text)
-    json_path.write_text(cfg.to_json() + "\n")
-    return v_path, json_path
+def _output_dir(spec):
+    """``spec`` made ready for writing (a :class:`~bertaccel.sw.paths.PathError` if it cannot
+    be: :func:`main` reports it in one line)."""
+    return check_folder(spec, what="output folder")
+
+
+def _build_root(spec):
+    """The simulator's (or the synthesis') build folder, made ready for writing."""
+    return check_folder(spec, what="build folder")
 
 
 def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0,
-             build_root="build/sim", epilogue=None):
+             build_root="build/sim", epilogue=None, simulator="verilator", icarus_std="2012",
+             log=None):
     """Run a random ``m x k x n`` GEMM on ``device`` and check it; return a report dict.
+
+    ``simulator`` and ``icarus_std`` choose the simulator of the ``"rtl"`` device
+    (:class:`~bertaccel.sw.devices.rtl.RtlDevice`), which is started (its simulator built, on
+    first use) before anything else, announced on ``log``. With ``log``, a GEMM of
+    :data:`LARGE` instructions or more also says what it does as it goes.
 
     The operands come from a torch generator seeded with ``seed``. The result is compared with
     the software device and with :func:`bertaccel.golden.ops.gemm`.
@@ -94,6 +103,26 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
     device, for ``plain_cycles`` and ``fusion_ratio`` (fused over plain cycles), and the
     result's distance from the float epilogue in torch is reported in output LSBs.
     """
+    import contextlib
+
+    from .devices.base import start_announced
+
+    with contextlib.ExitStack() as stack:
+        rtl = None
+        if device == "rtl":
+            from .devices.rtl import RtlDevice
+            rtl = stack.enter_context(RtlDevice(
+                cfg, build_root=build_root, seed=seed, src_idle=src_idle, sink_stall=sink_stall,
+                simulator=simulator, icarus_std=icarus_std))
+            start_announced(rtl, log)
+        return _run_gemm(cfg, m, k, n, rtl, seed=seed, epilogue=epilogue, log=log)
+
+
+#: Instructions from which :func:`run_gemm` says what it does as it goes (about 2 s of work).
+LARGE = 50_000
+
+
+def _run_gemm(cfg, m, k, n, rtl, *, seed, epilogue, log):
     import torch
 
     from ..golden import ops
@@ -111,30 +140,71 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
         if fused.op.name == "LAYERNORM":
             inputs["r"] = torch.randint(-128, 128, (m, n), generator=generator,
                                         dtype=torch.int8)
+    stage = _stages(cfg, m, k, n, fused, log)
+    stage("compiling")
+    if fused is not None:
         plain = compile_gemm(cfg, m, k, n)
     program = compile_gemm(cfg, m, k, n, epilogue=fused)  # raises before anything is simulated
 
     begin = time.perf_counter()
+    stage("running it on the software device and the cycle model")
     with SoftwareDevice(cfg) as software:
         expected = software.run(program, **inputs)
+    stage("checking it against torch")
     golden = ops.gemm(a, b)
     if fused is not None:
         golden = ep_mod.apply_integer(program.meta["epilogue"], golden, inputs.get("r"),
                                       cols=cfg.ep_lanes)
     plain_result = None
-    if device == "ref":
+    if rtl is None:
         result = expected  # its cycles come from the cycle model (sw/cycles.py)
         if plain is not None:
+            stage("running the plain GEMM on the software device")
             with SoftwareDevice(cfg) as software_plain:
                 plain_result = software_plain.run(plain, a=a, b=b)
     else:
-        from .devices.rtl import RtlDevice
-        with RtlDevice(cfg, build_root=build_root, seed=seed, src_idle=src_idle,
-                       sink_stall=sink_stall) as rtl:
-            result = rtl.run(program, **inputs)
-            if plain is not None:
-                plain_result = rtl.run(plain, a=a, b=b)
+        stage("running it on the RTL")
+        result = rtl.run(program, **inputs)
+        if plain is not None:
+            stage("running the plain GEMM on the RTL")
+            plain_result = rtl.run(plain, a=a, b=b)
     wall = time.perf_counter() - begin
+    stage(None)
+    return _gemm_report(cfg, m, k, n, program, plain, fused, inputs, result, expected, golden,
+                        plain_result, device="ref" if rtl is None else "rtl", seed=seed,
+                        wall=wall)
+
+
+def _stages(cfg, m, k, n, fused, log):
+    """``stage(text)``: says on ``log`` that a stage of a large GEMM begins, with the time the
+    last one took (``stage(None)`` closes the last); does nothing for a small GEMM."""
+    from .tiler import plan_gemm, program_size
+
+    size = program_size(cfg, plan_gemm(cfg, m, k, n, epilogue=fused), epilogue=fused)
+    if log is None or size["instructions"] < LARGE:
+        return lambda text: None
+    log(f"{m} x {k} x {n} GEMM on {cfg.label}: {size['instructions']:,} instructions, "
+        f"{size['data_beats']:,} data beats, {size['out_beats']:,} output beats"
+        + (" (and the plain GEMM beside it)" if fused is not None else ""))
+    clock = [None]
+
+    def stage(text):
+        now = time.perf_counter()
+        took = "" if clock[0] is None else f"done in {now - clock[0]:.1f} s"
+        clock[0] = now
+        if text is None:
+            log(took)
+        else:
+            log(f"{took}; {text}" if took else text)
+    return stage
+
+
+def _gemm_report(cfg, m, k, n, program, plain, fused, inputs, result, expected, golden,
+                 plain_result, *, device, seed, wall):
+    import torch
+
+    from ..golden import ops
+    from . import epilogue as ep_mod
 
     c = result.outputs["c"]
     bit_exact = bool(torch.equal(c, expected.outputs["c"]) and torch.equal(c, golden))
@@ -144,7 +214,9 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
     cycles = result.cycles
     stats = result.stats
     report = {
-        "config": cfg.name, "tag": cfg.tag, "device": device,
+        "config": cfg.label, "tag": cfg.tag, "device": device,
+        "simulator": stats.get("simulator") if device == "rtl" else None,
+        "icarus_std": stats.get("icarus_std") if device == "rtl" else None,
         "m": m, "k": k, "n": n, "macs": macs, "seed": seed,
         "src_idle": stats.get("src_idle") if device == "rtl" else None,
         "sink_stall": stats.get("sink_stall") if device == "rtl" else None,
@@ -154,15 +226,15 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
         "utilization": ideal / cycles if cycles else None,
         "bit_exact": bit_exact,
         "sim_cycles_per_s": stats.get("sim_cycles_per_s"),
-        "chunks": stats.get("chunks"),
         "device_wall_s": result.wall_s, "wall_s": wall,
     }
     if fused is not None:
+        a, b = inputs["a"], inputs["b"]
         error = (c.double() - ep_mod.apply_float(fused, ops.gemm(a, b), inputs.get("r"))).abs()
         plan = program.meta["plan"]
         plain_cycles = plain_result.cycles if plain_result is not None else None
         report.update({
-            "epilogue": epilogue,
+            "epilogue": fused.op.name.lower(),
             "plan": {"mb": plan.mb, "kb": plan.kb, "nb": plan.nb, "tail": plan.tail,
                      "order": plan.order, "n_tiles": plan.n_tiles, "n_steps": plan.n_steps,
                      "est_cycles": plan.est_cycles},
@@ -184,8 +256,9 @@ def _print_report(report, file=sys.stdout):
                  f"seed {report['seed']}")
     device = report["device"]
     if device == "rtl":
-        device += (f" (src_idle {report['src_idle']}/256, sink_stall {report['sink_stall']}/256"
-                   f"{', %d chunks' % report['chunks'] if report['chunks'] != 1 else ''})")
+        device += f", {report['simulator']}" + (f" -g{report['icarus_std']}"
+                                                if report["icarus_std"] else "")
+        device += (f" (src_idle {report['src_idle']}/256, sink_stall {report['sink_stall']}/256)")
     line("device", device)
     line("program", f"{report['instructions']} instructions, {report['data_beats']} data beats, "
                     f"{report['out_beats']} output beats")
@@ -215,11 +288,51 @@ def _print_report(report, file=sys.stdout):
 # -- commands -------------------------------------------------------------------------------------
 
 def _cmd_verilog(args):
+    from ..fpga.ip import write_ip
     configs = [_config(spec) for spec in args.config]
+    out_dir = _output_dir(args.output)
     for cfg in configs:
-        for path in write_verilog(cfg, args.output):
+        for path in write_ip(cfg, out_dir):
             print(path)
     return 0
+
+
+def _log(text):
+    print(f"bertaccel: {text}", file=sys.stderr, flush=True)
+
+
+def _max_memory(args):
+    """``--max-memory`` in bytes, or ``None``."""
+    from .budget import BudgetError, parse_size
+    if args.max_memory is None:
+        return None
+    try:
+        return parse_size(args.max_memory)
+    except BudgetError as error:
+        raise _UsageError(str(error)) from None
+
+
+def _check_memory(need, args, what, hint=""):
+    from .budget import BudgetError, check_memory
+    try:
+        check_memory(need, limit=_max_memory(args), what=what, hint=hint)
+    except BudgetError as error:
+        raise _UsageError(str(error)) from None
+
+
+def _check_gemm_memory(cfg, m, k, n, args):
+    """Refuse a GEMM that needs more memory than it may have, before its operands exist. The
+    epilogue's parameters here are a stand-in of the same op: the memory depends on the op."""
+    import torch
+
+    from .budget import gemm_memory
+    from .epilogue import random_epilogue
+    need = gemm_memory(cfg, m, k, n)
+    if args.epilogue is not None:   # the fused GEMM, and the plain one beside it
+        stand_in = random_epilogue(args.epilogue, k=k, n=n,
+                                   generator=torch.Generator().manual_seed(0))
+        need += gemm_memory(cfg, m, k, n, epilogue=stand_in)
+    _check_memory(need, args, f"a {m} x {k} x {n} GEMM on {cfg.label}")
 
 
 def _cmd_gemm(args):
@@ -229,13 +342,27 @@ def _cmd_gemm(args):
     sink_stall = _probability("sink_stall", args.sink_stall)
     if args.device == "ref" and (args.src_idle or args.sink_stall):
         raise _UsageError("--src-idle and --sink-stall apply to --device rtl only")
+    if args.device == "ref" and (args.simulator or args.icarus_std):
+        raise _UsageError("--simulator and --icarus-std apply to --device rtl only")
+    if args.icarus_std and args.simulator != "icarus":
+        raise _UsageError("--icarus-std applies to --simulator icarus only")
+    if args.simulator == "icarus":
+        from ..sim.build import SimulationError, iverilog_bin
+        try:
+            iverilog_bin()
+        except SimulationError as error:
+            raise _UsageError(str(error)) from None
     if not 0 <= args.seed < 1 << 32:
         raise _UsageError(f"--seed must be from 0 to 2**32-1, not {args.seed}")
+    if args.device == "rtl":
+        _build_root(args.build_root)
     from .program import ProgramError
     try:
+        _check_gemm_memory(cfg, m, k, n, args)      # also a GEMM the config cannot hold
         report = run_gemm(cfg, m, k, n, device=args.device, seed=args.seed, src_idle=src_idle,
                           sink_stall=sink_stall, build_root=args.build_root,
-                          epilogue=args.epilogue)
+                          epilogue=args.epilogue, simulator=args.simulator or "verilator",
+                          icarus_std=args.icarus_std or "2012", log=_log)
     except ProgramError as error:  # ScaleError is a ValueError, never raised by the seeded ones
         raise _UsageError(str(error)) from None
     if args.json:
@@ -246,11 +373,13 @@ def _cmd_gemm(args):
 
 
 def _cmd_demo(args):
+    from ..fpga.ip import write_core
     from ..hw.config import preset
     cfg = preset("8x8")
-    out_dir = Path(args.output)
+    _build_root(args.build_root)
+    out_dir = _output_dir(args.output)
     print(f"== Verilog for {cfg.name} into {out_dir}")
-    for path in write_verilog(cfg, out_dir):
+    for path in write_core(cfg, out_dir):
         print(path)
     ok = True
     for device in ("ref", "rtl"):
@@ -258,7 +387,7 @@ def _cmd_demo(args):
               + (" (the first run builds the simulator: about a minute)" if device == "rtl"
                  else ""))
         report = run_gemm(cfg, 256, 256, 256, device=device, seed=args.seed,
-                          build_root=args.build_root)
+                          build_root=args.build_root, log=_log)
         _print_report(report)
         ok &= report["bit_exact"]
     return 0 if ok else 1
@@ -293,7 +422,9 @@ def _print_synth(report, file=sys.stdout):
 
 
 def _cmd_synth(args):
-    from ..fpga.synth import DoesNotFit, NotRouted, SynthError, synthesize, target
+    from ..fpga.errors import DoesNotFit, NotRouted, SynthError
+    from ..fpga.synth import synthesize
+    from ..fpga.targets import target
     cfg = _config(args.config)
     try:
         target(args.target)
@@ -305,6 +436,7 @@ def _cmd_synth(args):
         raise _UsageError(f"--freq must be from 1 to 1000 MHz, not {args.freq}")
     if args.timeout <= 0:
         raise _UsageError(f"--timeout must be a positive number of minutes, not {args.timeout}")
+    _build_root(args.build_root)
     progress = (lambda text: print(f"bertaccel: {text}", file=sys.stderr)) if not args.json \
         else None
     try:
@@ -336,17 +468,22 @@ def _cmd_run(args):
     from .bert.cache import CacheError
     from .bert.progress import RateProgress
     from .bert.text import format_report, run_texts
+    from .budget import BudgetError
     cfg = _config(args.config)
+    max_memory = _max_memory(args)
     if args.batch_size < 1:
         raise _UsageError(f"--batch-size must be at least 1, not {args.batch_size}")
+    if args.device == "rtl":
+        _build_root(args.build_root)
     log = None if args.quiet else (lambda text: print(f"bertaccel: {text}", file=sys.stderr))
     try:
         report = run_texts(args.model, cfg=cfg, texts=args.text, text_file=args.text_file,
                            device=args.device, batch_size=args.batch_size, output=args.output,
                            compare_fp32=not args.no_fp32, cache=not args.no_cache,
                            cache_dir=args.cache_dir, build_root=args.build_root,
-                           progress=None if args.quiet else RateProgress(), log=log)
-    except (BertError, CacheError) as error:
+                           progress=None if args.quiet else RateProgress(), log=log,
+                           max_memory=max_memory)
+    except (BertError, CacheError, BudgetError) as error:
         raise _UsageError(str(error)) from None
     if args.json:
         print(json.dumps(report, indent=2))
@@ -370,7 +507,9 @@ def _cmd_bench_bert(args):
     _quiet_transformers()
     from ..analysis.perf import SHAPES, bench_bert, compile_shape, format_report
     from .bert import BertError
+    from .budget import bert_memory
     cfg = _config(args.config)
+    _max_memory(args)
     if args.shape not in SHAPES:
         raise _UsageError(f"--shape must be one of {', '.join(SHAPES)}, not {args.shape!r}")
     _dimension("seq", args.seq)
@@ -380,8 +519,12 @@ def _cmd_bench_bert(args):
     log = _stderr_log(args)
     try:
         if log:
-            log(f"compiling a random-weight {args.shape} for {cfg.name}")
+            log(f"compiling a random-weight {args.shape} for {cfg.label}")
         bert = compile_shape(args.shape, cfg, seed=args.seed)
+        if args.seq <= bert.max_seq:                # else bench_bert says why not
+            _check_memory(bert_memory(bert, args.batch, args.seq), args,
+                          f"{args.shape} with {args.batch} x {args.seq} tokens on {cfg.label}",
+                          "; a smaller --batch or --seq needs less")
         report = bench_bert(bert, seq=args.seq, batch=args.batch,
                             every_layer=not args.one_layer, log=log)
     except BertError as error:
@@ -413,7 +556,10 @@ def _parser():
     parser.add_argument("--version", action="version", version=f"bertaccel {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    verilog = commands.add_parser("verilog", help="write the core's Verilog and config JSON")
+    verilog = commands.add_parser("verilog", help="write the IP package of a config: the core's "
+                                                  "and the AXI4 shell's Verilog, the config "
+                                                  "JSON, a FuseSoC core, the register map as C "
+                                                  "and Python, the shell's ports")
     verilog.add_argument("--config", action="append", required=True,
                          help="a preset (2x2, 4x4, 4x8, 8x8, 16x16, 32x32) or a .json written "
                               "by this command; may be repeated")
@@ -426,18 +572,26 @@ def _parser():
     gemm.add_argument("--k", type=int, required=True)
     gemm.add_argument("--n", type=int, required=True)
     gemm.add_argument("--device", choices=("ref", "rtl"), default="ref",
-                      help="ref: the bit-exact software device; rtl: the Verilated RTL")
+                      help="ref: the bit-exact software device; rtl: the RTL, simulated")
     gemm.add_argument("--seed", type=int, default=0,
                       help="seeds the operands and the RTL stall generator (0)")
     gemm.add_argument("--src-idle", type=float, metavar="P",
                       help="rtl: probability of an idle cycle on the input streams")
     gemm.add_argument("--sink-stall", type=float, metavar="P",
                       help="rtl: probability of backpressure on the output stream")
+    gemm.add_argument("--simulator", choices=("verilator", "icarus"),
+                      help="rtl: the simulator (verilator); icarus needs iverilog on PATH and "
+                           "runs a small GEMM bit- and cycle-exact with verilator, far slower")
+    gemm.add_argument("--icarus-std", choices=("2005", "2012"),
+                      help="icarus: the language generation, iverilog -g2005 or -g2012 (2012)")
     gemm.add_argument("--epilogue", choices=("requant", "gelu", "softmax", "layernorm"),
                       help="fuse this epilogue (random realistic parameters from --seed; "
                            "layernorm adds a residual) and also run the plain GEMM to compare "
                            "cycles")
     gemm.add_argument("--json", action="store_true", help="print one JSON object")
+    gemm.add_argument("--max-memory", metavar="SIZE",
+                      help="refuse a GEMM estimated to need more memory than SIZE (4G, 512M); "
+                           "by default, more than the machine has available")
     gemm.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
     gemm.set_defaults(func=_cmd_gemm)
 
@@ -494,6 +648,9 @@ def _parser():
     run.add_argument("--cache-dir", metavar="D",
                      help="compile cache folder ($BERTACCEL_CACHE or ~/.cache/bertaccel)")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    run.add_argument("--max-memory", metavar="SIZE",
+                     help="refuse a run whose largest batch is estimated to need more memory "
+                          "than SIZE (4G, 512M); by default, more than the machine has")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
     run.set_defaults(func=_cmd_run)
@@ -512,6 +669,9 @@ def _parser():
                       help="time layer 0 and count it for every layer (the layers of a "
                            "random model have the same programs)")
     bert.add_argument("--json", action="store_true", help="print one JSON object")
+    bert.add_argument("--max-memory", metavar="SIZE",
+                      help="refuse a shape estimated to need more memory than SIZE (4G, "
+                           "512M); by default, more than the machine has available")
     bert.set_defaults(func=_cmd_bench_bert)
 
     seqpoint = commands.add_parser("seqpoint", help="project a text set's cycles from k "
@@ -549,14 +709,14 @@ def main(argv=None):
     try:
         args = _parser().parse_args(argv)
         return args.func(args)
-    except _UsageError as error:
+    except (_UsageError, PathError) as error:
         print(f"bertaccel: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("bertaccel: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 - a device or build failure: report, exit 1
-        from ..fpga.synth import SynthError
+        from ..fpga.errors import SynthError
         from ..sim.build import SimulationError
         from .devices.base import DeviceError
         if isinstance(error, (DeviceError, SimulationError, SynthError)):

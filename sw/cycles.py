@@ -9,18 +9,22 @@ in the simulation harness (:class:`bertaccel.hw.harness.SimHarness`) with free-r
     report.breakdown               # {"compute": .., "preload": .., "load_wait": .., ...}
     report.start, report.end       # per instruction, in cycles after ``start``
 
+:class:`CycleStepper` runs the same units on a program piece by piece and reads their state
+between two pieces, normalised: what :mod:`bertaccel.sw.timing` builds its exact shortcuts on.
+
 It works instruction by instruction, not cycle by cycle: every unit is in-order and every
 constraint between units is "not before cycle X", so each time is a ``max`` of earlier times (a
 max-plus recurrence evaluated in program order; a legal program never pops a token that a later
-instruction in program order pushes). Only the store unit's beats need a short loop, and only
-where they do not flow one a cycle (see :meth:`CycleModel._beats`): about 150 000 instructions
-a second.
+instruction in program order pushes). Each unit is a small class with a step per instruction
+kind; the token channels between them are :class:`_Channel`. Only the store unit's beats need a
+short loop, and only where they do not flow one a cycle (see :meth:`_StoreUnit._beats`): some
+500 000 instructions a second.
 
 The timing rules, with the gateware that makes them
 ----------------------------------------------------
 Cycle 0 is the first cycle after the clock edge that samples ``start``.
 
-* Harness (hw/harness.py): each source reads its memory in cycle 0, so instruction word 0 (and data
+* Harness (hw/harness.py): each source reads its file in cycle 0, so instruction word 0 (and data
   beat 0) is on offer from cycle 1, and the next word one cycle after a word is taken. ``cycles``
   counts every edge while running, including the one that raises ``done``; ``done`` rises at the
   first cycle where every instruction was taken and ``o_busy`` is low. So a run takes
@@ -64,7 +68,7 @@ Cycle 0 is the first cycle after the clock edge that samples ``start``.
 Latencies that the gateware defines are read from it: ``cfg.mesh_latency``,
 ``StoreUnit.FIFO_DEPTH``, ``Schedule.of(cfg)`` (``latency``, ``depth``, ``gap``),
 ``cfg.queue_depth``. The constants below are the register stages of the glue between them;
-``verif/test_cycles.py`` checks the whole against the RTL.
+``verif/system/test_cycles.py`` checks the whole against the RTL.
 
 Where the cycles go
 -------------------
@@ -107,24 +111,26 @@ when the caller labels program regions.
 
 from dataclasses import dataclass, field
 from functools import cache
+from operator import itemgetter
 
 import numpy as np
 
 from ..hw import isa
 from ..hw.config import AccelConfig
 from ..hw.epilogue import Schedule
-from ..hw.harness import SimHarness, harness_chunks
 from ..hw.store import StoreUnit
 
-__all__ = ["CycleModel", "CycleReport", "BREAKDOWN", "OP_CLASSES", "EPILOGUE_CLASS",
-           "STAGE_CLASSES", "rtl_chunks", "model_cycles", "FIRST_INSTRUCTION", "QUEUE_LATENCY",
-           "TOKEN_DELAY", "DONE_CYCLES", "STORE_READ_TO_FIFO", "PRELOAD_EXTRA", "ACC_WRITE_EXTRA"]
+__all__ = ["CycleModel", "CycleReport", "CycleStepper", "TIMED_FIELDS", "timing_view",
+           "BREAKDOWN", "OP_CLASSES", "EPILOGUE_CLASS", "STAGE_CLASSES",
+           "model_cycles", "FIRST_INSTRUCTION", "QUEUE_LATENCY", "TOKEN_DELAY", "DONE_CYCLES",
+           "STORE_READ_TO_FIFO", "PRELOAD_EXTRA", "ACC_WRITE_EXTRA"]
 
 #: The classes of :attr:`CycleReport.breakdown`, in report order.
 BREAKDOWN = ("compute", "zero_slots", "preload", "load_wait", "store_wait", "dispatch",
              "acc_hazard", "mesh_drain", "store_drain")
 
-#: The op classes of :mod:`bertaccel.analysis.profile` (restated: that module pulls in the profiler).
+#: The op classes of :mod:`bertaccel.analysis.profile` (restated: that module pulls in the
+#: profiler).
 OP_CLASSES = ("gemm", "attn_matmul", "softmax", "layernorm", "gelu", "dropout", "other")
 
 #: The op class of a STORE's epilogue: the cycles a STORE of these ops exposes are charged to
@@ -137,8 +143,14 @@ EPILOGUE_CLASS = {isa.EpOp.SOFTMAX: "softmax", isa.EpOp.LAYERNORM: "layernorm",
 STAGE_CLASSES = {"qkv": "gemm", "qk": "attn_matmul", "pv": "attn_matmul", "wo": "gemm",
                  "w1": "gemm", "w2": "gemm"}
 
-#: The cycle in which instruction word 0 is first on offer (the harness's source reads its
-#: memory in cycle 0; the read port has one cycle of latency).
+#: The fields the model reads of each instruction kind, besides its kind and its four token
+#: flags: every other field (the scratchpad, PMEM and host addresses, a STORE's stride and
+#: accumulator base, a SET's index and value) leaves the whole report unchanged.
+TIMED_FIELDS = {isa.Load: ("count",), isa.Matmul: ("m_len", "accumulate", "acc_addr"),
+                isa.Store: ("rows", "strips", "op"), isa.Set: ()}
+
+#: The cycle in which instruction word 0 is first on offer (the harness's source reads it
+#: from its file in cycle 0, a clocked read with one cycle of latency).
 FIRST_INSTRUCTION = 1
 #: SyncFIFOBuffered: an entry written in cycle W is at the output in cycle W + 2.
 QUEUE_LATENCY = 2
@@ -161,7 +173,8 @@ ACC_WRITE_EXTRA = 6
 
 _LOAD, _EXEC, _STORE = 0, 1, 2
 _CHANNEL_NAMES = ("l2e", "e2l", "e2s", "s2e")
-_L2E, _E2L, _E2S, _S2E = 0, 1, 2, 3
+#: The epilogue ops that read every row twice.
+_TWO_PASS = (isa.EpOp.SOFTMAX, isa.EpOp.LAYERNORM)
 _FAR_PAST = -(1 << 40)
 
 
@@ -274,473 +287,464 @@ def _interval_overlap(a_lo, a_hi, b_lo, b_hi):
     return int(np.sum(covered(a_hi[keep]) - covered(a_lo[keep])))
 
 
-class CycleModel:
-    """The cycle model of one build.
+class _Channel:
+    """One token channel (hw/controller.py ``TokenChannel``) as the model sees it: the cycle
+    from which each push is counted, the instruction that made it, and the cycle of each pop.
+    The k-th pop takes the k-th push; the k-th push needs room, which pop ``k - TOKEN_MAX``
+    makes."""
 
-    Parameters
-    ----------
-    cfg : AccelConfig
+    __slots__ = ("name", "visible", "producer", "pops")
 
-    Members
-    -------
-    cfg : AccelConfig
-    timing : dict
-        The latencies read from the gateware: ``mesh_latency``, ``fifo_depth``
-        (the store unit's beat FIFO), ``ep_latency``, ``ep_depth``, ``ep_ratio`` (cycles
-        between the epilogue's accepts) and ``gap`` (the epilogue schedule).
-    """
+    def __init__(self, name):
+        self.name = name
+        self.visible = []
+        self.producer = []
+        self.pops = []
 
-    def __init__(self, cfg):
-        if not isinstance(cfg, AccelConfig):
-            raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
-        self.cfg = cfg
-        self.timing = dict(_hardware_timing(cfg))
+    def next_token(self, number, instr):
+        """``(cycle, producer)`` of the push that the next pop takes: the pop waits until that
+        cycle. :class:`~bertaccel.sw.program.ProgramError` if no earlier instruction pushed
+        it."""
+        j = len(self.pops)
+        if j >= len(self.visible):
+            raise _illegal(number, instr, self.name, "pops")
+        return self.visible[j], self.producer[j]
 
-    # -- the public calls ------------------------------------------------------------------------
+    def room(self, number, instr):
+        """The first cycle in which the next push finds room (``_FAR_PAST`` while the channel
+        holds fewer than ``isa.TOKEN_MAX``): the cycle after pop ``j - TOKEN_MAX``."""
+        k = len(self.visible) - isa.TOKEN_MAX
+        if k < 0:
+            return _FAR_PAST
+        if k >= len(self.pops):
+            raise _illegal(number, instr, self.name, "pushes past isa.TOKEN_MAX into")
+        return self.pops[k] + TOKEN_DELAY
 
-    def run(self, program, *, chunks=None, regions=None, default_class="gemm"):
-        """Time ``program`` (a :class:`~bertaccel.sw.program.Program` or a list of
-        instructions).
+    def pop(self, cycle):
+        self.pops.append(cycle)
 
-        Parameters
-        ----------
-        program : Program or sequence of instructions
-        chunks : sequence of (first, end), optional
-            Run the instructions ``[first, end)`` of each entry as a separate harness run (as
-            :class:`~bertaccel.sw.devices.rtl.RtlDevice` does with programs larger than its memories;
-            :func:`rtl_chunks` gives its boundaries): each starts with empty pipelines and queues
-            and keeps the token counts the earlier ones left. The entries must cover the program
-            in order. One run by default.
-        regions : sequence of (first, end, op_class), optional
-            Op class (:data:`OP_CLASSES`) of the instructions ``[first, end)``, for
-            :attr:`CycleReport.by_class`; instructions in no region are ``default_class``.
-            Cycles that a SOFTMAX, LAYERNORM or GELU STORE exposes go to that op's class.
-        default_class : str
+    def push(self, cycle, number):
+        """Instruction ``number`` pushes in ``cycle``."""
+        self.visible.append(cycle + TOKEN_DELAY)
+        self.producer.append(number)
 
-        Returns
-        -------
-        CycleReport
-        """
-        instrs = program.instrs if hasattr(program, "instrs") else list(program)
-        n = len(instrs)
-        if chunks is None:
-            chunks = [(0, n)]
-        chunks = [(int(first), int(end)) for first, end in chunks]
-        expect = 0
-        for first, end in chunks:
-            if first != expect or end < first:
-                raise ValueError(f"chunks must cover the program in order without gaps: "
-                                 f"{chunks[:4]}...")
-            expect = end
-        if expect != n:
-            raise ValueError(f"chunks end at instruction {expect}, but the program has {n}")
-        if default_class not in OP_CLASSES:
-            raise ValueError(f"default_class must be one of {OP_CLASSES}, not {default_class!r}")
-        return self._simulate(instrs, chunks, regions, default_class)
+    def snapshot(self, floor):
+        """What later instructions can still see, in cycles after ``floor`` (see
+        :meth:`CycleStepper.state`): the pending pushes, and the pops later than ``floor`` of
+        those that the room of a later push reads (the last ``TOKEN_MAX`` but the pending)."""
+        pops, visible = self.pops, self.visible
+        j = len(pops)
+        pending = tuple(t - floor if t > floor else 0 for t in visible[j:])
+        lowest = max(len(visible) - isa.TOKEN_MAX, 0)
+        while j > lowest and pops[j - 1] > floor:     # pops never go back in time
+            j -= 1
+        return pending, tuple(t - floor for t in pops[j:])
 
-    @classmethod
-    def _room(cls, pop_at, channel, j, number, instr):
-        """The first cycle push ``j`` of ``channel`` finds room: the cycle after pop
-        ``j - TOKEN_MAX``."""
-        k = j - isa.TOKEN_MAX
-        if k >= len(pop_at[channel]):
-            raise cls._illegal(number, instr, channel, "pushes past isa.TOKEN_MAX into")
-        return pop_at[channel][k] + TOKEN_DELAY
+    def resume(self, state, floor):
+        """Take the state :meth:`snapshot` gave, shifted to ``floor``: ``TOKEN_MAX`` pops
+        ending with the recent ones (the others are no later than ``floor``), then the
+        pending pushes, so that the next pop and the room of every later push read what they
+        read before."""
+        pending, recent = state
+        keep = isa.TOKEN_MAX
+        self.pops = [floor] * (keep - len(recent)) + [floor + t for t in recent]
+        self.visible = [floor] * keep + [floor + t for t in pending]
+        self.producer = [-1] * len(self.visible)
 
-    @staticmethod
-    def _illegal(number, instr, channel, what):
-        from .program import ProgramError
-        return ProgramError(f"instruction {number} ({instr.opcode.name}) {what} channel "
-                            f"{_CHANNEL_NAMES[channel]}, which no earlier instruction makes "
-                            f"possible: the program is not legal (see Program.validate)")
 
-    def cycles(self, program, **options):
-        """``run(program, **options).cycles``."""
-        return self.run(program, **options).cycles
+def _illegal(number, instr, channel, what):
+    from .program import ProgramError
+    return ProgramError(f"instruction {number} ({instr.opcode.name}) {what} channel {channel}, "
+                        f"which no earlier instruction makes possible: the program is not legal "
+                        f"(see Program.validate)")
 
-    # -- the model ---------------------------------------------------------------------------------
 
-    def _simulate(self, instrs, chunks, regions, default_class):
-        cfg = self.cfg
-        timing = self.timing
-        rows = cfg.rows
-        depth = cfg.queue_depth
-        lat_acc = timing["mesh_latency"] + ACC_WRITE_EXTRA
-        acc_mask = (1 << cfg.acc_addr_width) - 1
-        preload = rows + PRELOAD_EXTRA
-        ep_latency = timing["ep_latency"]
-        gaps = timing["gap"]
-        token_max = isa.TOKEN_MAX
-        n = len(instrs)
+class _Ledger:
+    """What a run records: per instruction (lists indexed by instruction number), the cycles by
+    class, the stalls, the counts and the nonlinear STOREs, in program order."""
 
-        Load, Matmul, Store = isa.Load, isa.Matmul, isa.Store
-        two_pass_ops = (isa.EpOp.SOFTMAX, isa.EpOp.LAYERNORM)
+    __slots__ = ("dispatch", "start", "end", "stream", "charged", "totals", "stalls", "counts",
+                 "nonlinear")
 
-        dispatch = [0] * n
-        start = [0] * n
-        end = [0] * n
-        stream = [-1] * n
-        charged = [0] * n
-        totals = dict.fromkeys(BREAKDOWN, 0)
+    def __init__(self, n):
+        self.dispatch = [0] * n
+        self.start = [0] * n
+        self.end = [0] * n
+        self.stream = [-1] * n
+        self.charged = [0] * n
+        self.totals = dict.fromkeys(BREAKDOWN, 0)
+        self.stalls = {"dispatch_blocked": 0, "load_on_e2l": 0, "store_on_e2s": 0,
+                       "exec_on_l2e": 0, "exec_on_s2e": 0, "set_on_drain": 0}
+        self.counts = {"instructions": n, "matmul_rows": 0, "load_beats": 0, "store_reads": 0,
+                       "epilogue_beats": 0}
+        self.nonlinear = []
 
-        # Plain ``if a > b: b = a`` rather than max() in this loop: it is the model's hot path.
-        # Token channels: visible cycle and producer of every push; cycle of every pop.
-        push_vis = [[], [], [], []]
-        push_by = [[], [], [], []]
-        pop_at = [[], [], [], []]
 
-        # Queues: the cycle each entry reached the output register (a ring of depth entries),
-        # the entries so far, and the cycle the last one was popped.
-        q_avail = [[_FAR_PAST] * depth for _ in range(3)]
-        q_count = [0, 0, 0]
+#: The sort key of (cycle, ...) tuples.
+_WHEN = itemgetter(0)
 
-        fifo_depth = timing["fifo_depth"]
-        load_lo, load_hi, mm_lo, mm_hi, st_lo, st_hi = [], [], [], [], [], []
-        stalls = {"dispatch_blocked": 0, "load_on_e2l": 0, "store_on_e2s": 0,
-                  "exec_on_l2e": 0, "exec_on_s2e": 0, "set_on_drain": 0}
-        chunk_cycles = []
-        counts = {"instructions": n, "matmul_rows": 0, "load_beats": 0, "store_reads": 0,
-                  "epilogue_beats": 0}
-        origin = 0
-        for first, stop in chunks:
-            g = origin
-            present = g + FIRST_INSTRUCTION
-            q_last_pop = [g - 1, g - 1, g - 1]
-            load_free = g
-            p_free = g                     # the preload stage may accept from here
-            s_end = g - 1                  # last stream cycle so far
-            s_last_row = -1                # the accumulator row it wrote (-1: none)
-            st_free = g                    # a nonempty STORE may be accepted from here
-            st_idle = g                    # an empty STORE from here
-            st_quiet = g                   # a SET from here (unit and epilogue empty)
-            # The store unit's reads (shared by every STORE): the last read issued, and the
-            # cycles the epilogue took the last FIFO_DEPTH beats, oldest first.
-            beat_state = [g - 1, [_FAR_PAST] * fifo_depth]
-            ld_end = ex_end = st_end = g - 1
-            ld_last = ex_last = st_last = -1
-            e_last_mm = -1
-            for i in range(first, stop):
-                ins = instrs[i]
-                kind = type(ins)
-                if kind is Load:
-                    q = _LOAD
-                elif kind is Matmul:
-                    q = _EXEC
-                else:
-                    q = _STORE
-                # -- dispatch into the unit's queue --------------------------------------------
-                k = q_count[q]
-                ring = q_avail[q]
-                w = present
-                if k >= depth - 1:
-                    older = ring[(k - depth + 1) % depth]
-                    if older > w:
-                        stalls["dispatch_blocked"] += older - w
-                        w = older
-                present = w + 1
-                avail = w + QUEUE_LATENCY
-                if q_last_pop[q] + 1 > avail:
-                    avail = q_last_pop[q] + 1
-                ring[k % depth] = avail
-                q_count[q] = k + 1
-                dispatch[i] = w
 
-                if q == _EXEC:
-                    t = avail
-                    if p_free > t:
-                        t = p_free
-                    l2e_at = s2e_at = _FAR_PAST
-                    l2e_by = s2e_by = -1
-                    if ins.pop_prev:
-                        j = len(pop_at[_L2E])
-                        if j >= len(push_vis[_L2E]):
-                            raise self._illegal(i, ins, _L2E, "pops")
-                        l2e_at, l2e_by = push_vis[_L2E][j], push_by[_L2E][j]
-                        if l2e_at > t:
-                            t = l2e_at
-                    if ins.pop_next:
-                        j = len(pop_at[_S2E])
-                        if j >= len(push_vis[_S2E]):
-                            raise self._illegal(i, ins, _S2E, "pops")
-                        s2e_at, s2e_by = push_vis[_S2E][j], push_by[_S2E][j]
-                        if s2e_at > t:
-                            t = s2e_at
-                    if ins.pop_prev:
-                        pop_at[_L2E].append(t)
-                        if l2e_at >= t and l2e_at > s2e_at:
-                            stalls["exec_on_l2e"] += l2e_at - max(avail, p_free, s2e_at)
-                    if ins.pop_next:
-                        pop_at[_S2E].append(t)
-                        if s2e_at >= t and s2e_at > l2e_at:
-                            stalls["exec_on_s2e"] += s2e_at - max(avail, p_free, l2e_at)
-                    h = t + preload
-                    if s_end > h:
-                        h = s_end
-                    room_at = _FAR_PAST
-                    if ins.push_prev:
-                        j = len(push_vis[_E2L])
-                        if j >= token_max:
-                            room = self._room(pop_at, _E2L, j, i, ins)
-                            if room > room_at:
-                                room_at = room
-                    if ins.push_next:
-                        j = len(push_vis[_E2S])
-                        if j >= token_max:
-                            room = self._room(pop_at, _E2S, j, i, ins)
-                            if room > room_at:
-                                room_at = room
-                    if room_at > h:
-                        h = room_at
-                    m_len = ins.m_len
-                    length = m_len if m_len > 0 else 1
-                    # The hand-over waits a cycle rather than stream a row right behind the row
-                    # it accumulates onto (hw/execute.py `clash`).
-                    hazard = (h == s_end and m_len > 0 and ins.accumulate
-                              and ins.acc_addr & acc_mask == s_last_row)
-                    # -- where the gap before this stream went ---------------------------------
-                    gap = h - s_end
-                    if gap > 0:
-                        cursor = s_end
-                        base = p_free + preload
-                        if base > cursor:
-                            step = min(base, h) - cursor
-                            totals["preload"] += step
-                            charged[i] += step
-                            cursor += step
-                        layers = [(avail + preload, "dispatch", i),
-                                  (l2e_at + preload, "load_wait", l2e_by),
-                                  (s2e_at + preload, "store_wait", s2e_by),
-                                  (room_at, "store_wait", i)]
-                        layers.sort(key=lambda item: item[0])
-                        for when, what, who in layers:
-                            if when > cursor:
-                                step = min(when, h) - cursor
-                                totals[what] += step
-                                charged[who if who >= 0 else i] += step
-                                cursor += step
-                        if cursor < h:         # not reached: cannot happen; keep the sum exact
-                            totals["preload"] += h - cursor
-                            charged[i] += h - cursor
-                    if hazard:                 # (then there was no gap above)
-                        totals["acc_hazard"] += 1
-                        charged[i] += 1
-                        h += 1
-                    e = h + length
-                    if m_len > 0:
-                        totals["compute"] += length
-                        counts["matmul_rows"] += length
-                    else:
-                        totals["zero_slots"] += 1
-                    charged[i] += length
-                    start[i] = t
-                    stream[i] = h + 1
-                    p_free = h
-                    s_end = e
-                    s_last_row = (ins.acc_addr + m_len - 1) & acc_mask if m_len > 0 else -1
-                    if ins.push_prev:
-                        push_vis[_E2L].append(e + TOKEN_DELAY)
-                        push_by[_E2L].append(i)
-                    if ins.push_next:
-                        push_vis[_E2S].append(e + lat_acc + TOKEN_DELAY)
-                        push_by[_E2S].append(i)
-                    busy = e + lat_acc if (m_len > 0 or ins.push_next) else e
-                    end[i] = busy
-                    if busy > ex_end:
-                        ex_end = busy
-                    ex_last = i
-                    e_last_mm = i
-                    if m_len > 0:
-                        mm_lo.append(h + 1)
-                        mm_hi.append(e)
-                    q_last_pop[q] = t
+class _Unit:
+    """What the three units share: the ledger's lists and dicts (held directly: the steps are
+    the model's hot path, so they also write ``if a > b: b = a`` rather than max()), and, for
+    the harness run in progress, ``end`` (the unit's last busy cycle) and ``last`` (the
+    instruction that had it); for the whole program, the busy intervals ``busy_lo`` and
+    ``busy_hi`` (inclusive)."""
 
-                elif q == _LOAD:
-                    a = avail if avail > load_free else load_free
-                    if ins.pop_next:
-                        j = len(pop_at[_E2L])
-                        if j >= len(push_vis[_E2L]):
-                            raise self._illegal(i, ins, _E2L, "pops")
-                        stalls["load_on_e2l"] += max(0, push_vis[_E2L][j] - a)
-                        if push_vis[_E2L][j] > a:
-                            a = push_vis[_E2L][j]
-                    if ins.push_next:
-                        j = len(push_vis[_L2E])
-                        if j >= token_max:
-                            room = self._room(pop_at, _L2E, j, i, ins)
-                            if room > a:
-                                a = room
-                    if ins.pop_next:
-                        pop_at[_E2L].append(a)
-                    count = ins.count
-                    last = a + count
-                    if ins.push_next:
-                        push_vis[_L2E].append(last + TOKEN_DELAY)
-                        push_by[_L2E].append(i)
-                    load_free = last + 1
-                    start[i] = a
-                    end[i] = last
-                    if count:
-                        load_lo.append(a + 1)
-                        load_hi.append(last)
-                        counts["load_beats"] += count
-                    if last > ld_end:
-                        ld_end = last
-                    ld_last = i
-                    q_last_pop[q] = a
+    __slots__ = ("starts", "ends", "charged", "totals", "stalls", "counts", "end", "last",
+                 "busy_lo", "busy_hi")
 
-                elif kind is Store:
-                    n_rows, strips = ins.rows, ins.strips
-                    nonempty = n_rows > 0 and strips > 0
-                    t = avail
-                    free = st_free if nonempty else st_idle
-                    if free > t:
-                        t = free
-                    if ins.pop_prev:
-                        j = len(pop_at[_E2S])
-                        if j >= len(push_vis[_E2S]):
-                            raise self._illegal(i, ins, _E2S, "pops")
-                        stalls["store_on_e2s"] += max(0, push_vis[_E2S][j] - t)
-                        if push_vis[_E2S][j] > t:
-                            t = push_vis[_E2S][j]
-                    if ins.push_prev:
-                        j = len(push_vis[_S2E])
-                        if j >= token_max:
-                            room = self._room(pop_at, _S2E, j, i, ins)
-                            if room > t:
-                                t = room
-                    if ins.pop_prev:
-                        pop_at[_E2S].append(t)
-                    start[i] = t
-                    if nonempty:
-                        two_pass = ins.op in two_pass_ops
-                        first_issue, last_issue, last_accept = self._store_beats(
-                            beat_state, t + 1, n_rows, strips, two_pass,
-                            gaps.get(ins.op, 1))
-                        beats = (2 if two_pass else 1) * n_rows * strips
-                        counts["store_reads"] += beats
-                        if ins.op in EPILOGUE_CLASS:
-                            counts["epilogue_beats"] += beats
-                        busy = last_accept + ep_latency
-                        st_free = last_issue
-                        st_idle = last_issue + 1
-                        if busy + 1 > st_quiet:
-                            st_quiet = busy + 1
-                        push_at = last_issue
-                        st_lo.append(first_issue)
-                        st_hi.append(last_issue)
-                    else:
-                        busy = t
-                        push_at = t
-                    if ins.push_prev:
-                        push_vis[_S2E].append(push_at + TOKEN_DELAY)
-                        push_by[_S2E].append(i)
-                    end[i] = busy
-                    if busy > st_end:
-                        st_end = busy
-                        st_last = i
-                    q_last_pop[q] = t
+    def __init__(self, ledger):
+        self.starts, self.ends, self.charged = ledger.start, ledger.end, ledger.charged
+        self.totals, self.stalls, self.counts = ledger.totals, ledger.stalls, ledger.counts
+        self.busy_lo, self.busy_hi = [], []
 
-                elif kind is isa.Set:
-                    t = avail
-                    if st_quiet > t:
-                        stalls["set_on_drain"] += st_quiet - t
-                        t = st_quiet
-                    if st_idle > t:
-                        t = st_idle
-                    start[i] = end[i] = t
-                    if t > st_end:
-                        st_end = t
-                        st_last = i
-                    q_last_pop[q] = t
-                else:
-                    raise TypeError(f"instruction {i} is not an ISA instruction: {ins!r}")
+    def begin(self, origin):
+        """Start a harness run in cycle ``origin``: the unit is empty."""
+        self.end = origin - 1
+        self.last = -1
 
-            # -- the end of this run: drain, done ------------------------------------------------
-            last_busy = max(ld_end, ex_end, st_end, g - 1)
-            if stop > first:
-                last_busy = max(last_busy, present)   # every instruction was taken
-            chunk = last_busy + DONE_CYCLES - g
-            done_cycle = g + chunk - 1
-            cursor = s_end
-            segments = sorted([(ex_end, "mesh_drain", ex_last), (st_end, "store_drain", st_last),
-                               (ld_end, "load_wait", ld_last)], key=lambda item: item[0])
-            who_last, what_last = (e_last_mm if e_last_mm >= 0 else first), "store_drain"
-            for until, what, who in segments:
-                if until > cursor and who >= 0:
-                    step = until - cursor
-                    totals[what] += step
-                    charged[who] += step
-                    cursor = until
-                    who_last, what_last = who, what
-            if stop == first:                  # an empty run: done in cycle 0
-                totals["store_drain"] += chunk
-            elif done_cycle > cursor:
-                # The done cycle (and the start-up of a run with nothing to wait for) goes to
-                # the unit that finished last.
-                step = done_cycle - cursor
-                totals[what_last] += step
-                charged[who_last] += step
-            chunk_cycles.append(chunk)
-            origin = g + chunk
+    def snapshot(self, floor):
+        """The cycles that decide later instructions' times, after ``floor``, clamped at 0
+        (see :meth:`CycleStepper.state`)."""
+        return tuple(t - floor if t > floor else 0 for t in self._cycles())
 
-        cycles = origin
-        assert sum(totals.values()) == cycles, (totals, cycles)
+    def resume(self, state, floor):
+        """Take the state :meth:`snapshot` gave, shifted to ``floor``."""
+        self._set_cycles([floor + t for t in state])
+        self.last = -1
+        self.busy_lo.clear()
+        self.busy_hi.clear()
 
-        charged_arr = np.asarray(charged, dtype=np.int64)
-        by_class = self._by_class(instrs, charged_arr, regions, default_class, cycles)
-        load_busy = counts["load_beats"]
-        store_busy = int(np.sum(np.asarray(st_hi, dtype=np.int64) + 1
-                                - np.asarray(st_lo, dtype=np.int64))) if st_lo else 0
-        load_hidden = _interval_overlap(load_lo, load_hi, mm_lo, mm_hi)
-        store_hidden = _interval_overlap(st_lo, st_hi, mm_lo, mm_hi)
-        nonlinear = [i for i, ins in enumerate(instrs)
-                     if type(ins) is Store and ins.op in EPILOGUE_CLASS]
-        overlap = {
-            "load_busy": load_busy,
-            "load_hidden": load_hidden,
-            "load_hidden_share": load_hidden / load_busy if load_busy else 1.0,
-            "store_busy": store_busy,
-            "store_hidden": store_hidden,
-            "store_hidden_share": store_hidden / store_busy if store_busy else 1.0,
-            "epilogue_beats": counts["epilogue_beats"],
-            "epilogue_exposed": int(charged_arr[nonlinear].sum()) if nonlinear else 0,
-        }
-        return CycleReport(
-            cycles=cycles, chunk_cycles=chunk_cycles, breakdown=totals, by_class=by_class,
-            overlap=overlap, dispatch=np.asarray(dispatch, dtype=np.int64),
-            start=np.asarray(start, dtype=np.int64), end=np.asarray(end, dtype=np.int64),
-            stream=np.asarray(stream, dtype=np.int64), charged=charged_arr, stalls=stalls,
-            counts=counts)
 
-    def _store_beats(self, state, issue_min, n_rows, strips, two_pass, gap):
-        """Issue the reads of one STORE and let the epilogue take them.
+class _LoadUnit(_Unit):
+    """The load unit (hw/load.py): one beat a cycle after the accept, the push with the last."""
 
-        ``state`` is ``[last_issue, accepts]``: the cycle of the last read issued and the cycles
-        the epilogue took the last ``FIFO_DEPTH`` beats, oldest first; it is updated. Returns
-        ``(first_issue, last_issue, last_accept)``.
-        """
+    __slots__ = ("e2l", "l2e", "free")
+
+    def __init__(self, ledger, channels):
+        super().__init__(ledger)
+        self.e2l, self.l2e = channels["e2l"], channels["l2e"]
+
+    def begin(self, origin):
+        super().begin(origin)
+        self.free = origin
+
+    def _cycles(self):
+        return self.free, self.end
+
+    def _set_cycles(self, cycles):
+        self.free, self.end = cycles
+
+    def step(self, i, ins, avail):
+        """Run LOAD ``i``, at the head of its queue from cycle ``avail``; return its accept."""
+        a = avail if avail > self.free else self.free
+        pop, push = ins.pop_next, ins.push_next
+        if pop:
+            at, _ = self.e2l.next_token(i, ins)
+            if at > a:
+                self.stalls["load_on_e2l"] += at - a
+                a = at
+        if push:
+            room = self.l2e.room(i, ins)
+            if room > a:
+                a = room
+        if pop:
+            self.e2l.pop(a)
+        count = ins.count
+        last = a + count
+        if push:
+            self.l2e.push(last, i)
+        self.free = last + 1
+        self.starts[i] = a
+        self.ends[i] = last
+        if count:
+            self.busy_lo.append(a + 1)
+            self.busy_hi.append(last)
+            self.counts["load_beats"] += count
+        if last > self.end:
+            self.end = last
+        self.last = i
+        return a
+
+
+class _ExecuteUnit(_Unit):
+    """The execute unit (hw/execute.py): the preload stage, then the stream stage, whose
+    timeline :attr:`CycleReport.breakdown` cuts. ``last`` is also the last MATMUL."""
+
+    __slots__ = ("streams", "l2e", "e2l", "e2s", "s2e", "preload", "lat_acc", "acc_mask",
+                 "p_free", "s_end", "s_last_row", "rows", "slots")
+
+    def __init__(self, ledger, channels, cfg, timing):
+        super().__init__(ledger)
+        self.streams = ledger.stream
+        self.l2e, self.e2l = channels["l2e"], channels["e2l"]
+        self.e2s, self.s2e = channels["e2s"], channels["s2e"]
+        self.preload = cfg.rows + PRELOAD_EXTRA
+        self.lat_acc = timing["mesh_latency"] + ACC_WRITE_EXTRA
+        self.acc_mask = (1 << cfg.acc_addr_width) - 1
+        # Operand rows streamed and zero-length slots, over the program: the ledger's
+        # "compute", "matmul_rows" and "zero_slots" (see close()).
+        self.rows = self.slots = 0
+
+    def close(self):
+        """Enter the rows and slots counted in the ledger, after the last run."""
+        self.totals["compute"] += self.rows
+        self.totals["zero_slots"] += self.slots
+        self.counts["matmul_rows"] += self.rows
+
+    def begin(self, origin):
+        super().begin(origin)
+        self.p_free = origin             # the preload stage may accept from here
+        self.s_end = origin - 1          # last stream cycle so far
+        self.s_last_row = -1             # the accumulator row it wrote (-1: none)
+
+    def _cycles(self):
+        return self.p_free, self.s_end, self.end
+
+    def _set_cycles(self, cycles):
+        self.p_free, self.s_end, self.end = cycles
+
+    def snapshot(self, floor):
+        # A later MATMUL hands over no earlier than floor + QUEUE_LATENCY + preload; only a
+        # hand-over in cycle s_end reads the row that the last one wrote (acc_hazard).
+        close = self.s_end >= floor + QUEUE_LATENCY + self.preload
+        return super().snapshot(floor) + (self.s_last_row if close else -1,)
+
+    def resume(self, state, floor):
+        super().resume(state[:-1], floor)
+        self.s_last_row = state[-1]
+
+    def step(self, i, ins, avail):
+        """Run MATMUL ``i``, at the head of its queue from cycle ``avail``; return its accept."""
+        p_free = self.p_free
+        t = avail if avail > p_free else p_free
+        l2e_at = s2e_at = _FAR_PAST
+        l2e_by = s2e_by = -1
+        pop_prev, pop_next = ins.pop_prev, ins.pop_next
+        if pop_prev:
+            l2e_at, l2e_by = self.l2e.next_token(i, ins)
+            if l2e_at > t:
+                t = l2e_at
+        if pop_next:
+            s2e_at, s2e_by = self.s2e.next_token(i, ins)
+            if s2e_at > t:
+                t = s2e_at
+        if pop_prev:
+            self.l2e.pop(t)
+            if l2e_at >= t and l2e_at > s2e_at:
+                self.stalls["exec_on_l2e"] += l2e_at - max(avail, p_free, s2e_at)
+        if pop_next:
+            self.s2e.pop(t)
+            if s2e_at >= t and s2e_at > l2e_at:
+                self.stalls["exec_on_s2e"] += s2e_at - max(avail, p_free, l2e_at)
+        # The hand-over to the stream stage: after the preload, after the last stream cycle,
+        # and once the pushes find room.
+        h = t + self.preload
+        s_end = self.s_end
+        if s_end > h:
+            h = s_end
+        push_prev, push_next = ins.push_prev, ins.push_next
+        room_at = _FAR_PAST
+        if push_prev:
+            room_at = self.e2l.room(i, ins)
+        if push_next:
+            room = self.e2s.room(i, ins)
+            if room > room_at:
+                room_at = room
+        if room_at > h:
+            h = room_at
+        if h > s_end:
+            self._charge_gap(i, h, avail, l2e_at, l2e_by, s2e_at, s2e_by, room_at)
+        m_len = ins.m_len
+        acc_mask = self.acc_mask
+        # The hand-over waits a cycle rather than stream a row right behind the row it
+        # accumulates onto (hw/execute.py `clash`); then there was no gap.
+        if (h == s_end and m_len > 0 and ins.accumulate
+                and ins.acc_addr & acc_mask == self.s_last_row):
+            self.totals["acc_hazard"] += 1
+            self.charged[i] += 1
+            h += 1
+        if m_len > 0:
+            length = m_len
+            self.rows += length
+        else:
+            length = 1
+            self.slots += 1
+        e = h + length
+        self.charged[i] += length
+        self.starts[i] = t
+        self.streams[i] = h + 1
+        self.p_free = h
+        self.s_end = e
+        self.s_last_row = (ins.acc_addr + m_len - 1) & acc_mask if m_len > 0 else -1
+        lat_acc = self.lat_acc
+        if push_prev:
+            self.e2l.push(e, i)
+        if push_next:
+            self.e2s.push(e + lat_acc, i)
+        busy = e + lat_acc if (m_len > 0 or push_next) else e
+        self.ends[i] = busy
+        if busy > self.end:
+            self.end = busy
+        self.last = i
+        if m_len > 0:
+            self.busy_lo.append(h + 1)
+            self.busy_hi.append(e)
+        return t
+
+    def _charge_gap(self, i, h, avail, l2e_at, l2e_by, s2e_at, s2e_by, room_at):
+        """Cut the gap before MATMUL ``i``'s hand-over in cycle ``h`` into layers: first the
+        preload it cannot avoid, then each later constraint for the cycles by which it pushes
+        the hand-over further out."""
+        totals, charged = self.totals, self.charged
+        preload = self.preload
+        cursor = self.s_end
+        base = self.p_free + preload
+        if base > cursor:
+            step = min(base, h) - cursor
+            totals["preload"] += step
+            charged[i] += step
+            cursor += step
+        layers = [(avail + preload, "dispatch", i),
+                  (l2e_at + preload, "load_wait", l2e_by),
+                  (s2e_at + preload, "store_wait", s2e_by),
+                  (room_at, "store_wait", i)]
+        layers.sort(key=_WHEN)
+        for when, what, who in layers:
+            if when > cursor:
+                step = min(when, h) - cursor
+                totals[what] += step
+                charged[who if who >= 0 else i] += step
+                cursor += step
+        if cursor < h:                   # not reached: cannot happen; keep the sum exact
+            totals["preload"] += h - cursor
+            charged[i] += h - cursor
+
+
+class _StoreUnit(_Unit):
+    """The store unit and the epilogue (hw/store.py, hw/epilogue/unit.py): STOREs and SETs."""
+
+    __slots__ = ("nonlinear", "e2s", "s2e", "ratio", "fifo_depth", "ep_latency", "gaps",
+                 "free", "idle", "quiet", "beats")
+
+    def __init__(self, ledger, channels, timing):
+        super().__init__(ledger)
+        self.nonlinear = ledger.nonlinear
+        self.e2s, self.s2e = channels["e2s"], channels["s2e"]
+        self.ratio = timing["ep_ratio"]
+        self.fifo_depth = timing["fifo_depth"]
+        self.ep_latency = timing["ep_latency"]
+        self.gaps = timing["gap"]
+
+    def begin(self, origin):
+        super().begin(origin)
+        self.free = origin               # a nonempty STORE may be accepted from here
+        self.idle = origin               # an empty STORE from here
+        self.quiet = origin              # a SET from here (unit and epilogue empty)
+        # The reads (shared by every STORE): the last read issued, and the cycles the
+        # epilogue took the last FIFO_DEPTH beats, oldest first.
+        self.beats = [origin - 1, [_FAR_PAST] * self.fifo_depth]
+
+    def _cycles(self):
+        return (self.free, self.idle, self.quiet, self.end, self.beats[0], *self.beats[1])
+
+    def _set_cycles(self, cycles):
+        self.free, self.idle, self.quiet, self.end, last_issue = cycles[:5]
+        self.beats = [last_issue, list(cycles[5:])]
+
+    def store(self, i, ins, avail):
+        """Run STORE ``i``, at the head of its queue from cycle ``avail``; return its accept."""
+        n_rows, strips = ins.rows, ins.strips
+        nonempty = n_rows > 0 and strips > 0
+        pop, push = ins.pop_prev, ins.push_prev
+        t = avail
+        free = self.free if nonempty else self.idle
+        if free > t:
+            t = free
+        if pop:
+            at, _ = self.e2s.next_token(i, ins)
+            if at > t:
+                self.stalls["store_on_e2s"] += at - t
+                t = at
+        if push:
+            room = self.s2e.room(i, ins)
+            if room > t:
+                t = room
+        if pop:
+            self.e2s.pop(t)
+        self.starts[i] = t
+        op = ins.op
+        nonlinear = op in EPILOGUE_CLASS
+        if nonlinear:
+            self.nonlinear.append(i)
+        if nonempty:
+            two_pass = op in _TWO_PASS
+            first_issue, last_issue, last_accept = self._reads(
+                t + 1, n_rows, strips, two_pass, self.gaps.get(op, 1))
+            beats = (2 if two_pass else 1) * n_rows * strips
+            self.counts["store_reads"] += beats
+            if nonlinear:
+                self.counts["epilogue_beats"] += beats
+            busy = last_accept + self.ep_latency
+            self.free = last_issue
+            self.idle = last_issue + 1
+            if busy + 1 > self.quiet:
+                self.quiet = busy + 1
+            push_at = last_issue
+            self.busy_lo.append(first_issue)
+            self.busy_hi.append(last_issue)
+        else:
+            busy = t
+            push_at = t
+        if push:
+            self.s2e.push(push_at, i)
+        self.ends[i] = busy
+        if busy > self.end:
+            self.end = busy
+            self.last = i
+        return t
+
+    def set(self, i, ins, avail):
+        """Run SET ``i``: once the unit and the epilogue are empty. Returns its accept."""
+        t = avail
+        if self.quiet > t:
+            self.stalls["set_on_drain"] += self.quiet - t
+            t = self.quiet
+        if self.idle > t:
+            t = self.idle
+        self.starts[i] = self.ends[i] = t
+        if t > self.end:
+            self.end = t
+            self.last = i
+        return t
+
+    def _reads(self, issue_min, n_rows, strips, two_pass, gap):
+        """Issue the reads of one STORE and let the epilogue take them; returns
+        ``(first_issue, last_issue, last_accept)``."""
         run = self._beats
         if not two_pass:
-            return run(state, n_rows * strips, issue_min, _FAR_PAST)
-        if n_rows >= 2 and (strips + 1) * self.timing["ep_ratio"] >= gap:
+            return run(n_rows * strips, issue_min, _FAR_PAST)
+        if n_rows >= 2 and (strips + 1) * self.ratio >= gap:
             # In the interleaved order a row's second pass starts at least strips + 1 beats
             # after its first pass ended, and beats are taken no faster than one every ep_ratio
             # cycles: the statistics are always ready, so the reads flow like a single-pass
             # STORE's.
-            return run(state, 2 * n_rows * strips, issue_min, _FAR_PAST)
+            return run(2 * n_rows * strips, issue_min, _FAR_PAST)
         # P1(0), [P1(r), P2(r-1)] for r in 1..R-1, P2(R-1): each row pass is a run of strips
         # beats; a second pass waits for its row's statistics.
         p1_end = [0] * n_rows
-        first_issue, _, p1_end[0] = run(state, strips, issue_min, _FAR_PAST)
+        first_issue, _, p1_end[0] = run(strips, issue_min, _FAR_PAST)
         for r in range(1, n_rows):
-            _, _, p1_end[r] = run(state, strips, _FAR_PAST, _FAR_PAST)
-            run(state, strips, _FAR_PAST, p1_end[r - 1] + gap)
-        _, last_issue, last_accept = run(state, strips, _FAR_PAST, p1_end[n_rows - 1] + gap)
+            _, _, p1_end[r] = run(strips, _FAR_PAST, _FAR_PAST)
+            run(strips, _FAR_PAST, p1_end[r - 1] + gap)
+        _, last_issue, last_accept = run(strips, _FAR_PAST, p1_end[n_rows - 1] + gap)
         return first_issue, last_issue, last_accept
 
-    def _beats(self, state, count, issue_min, accept_min):
+    def _beats(self, count, issue_min, accept_min):
         """``count`` beats through the beat FIFO into the epilogue: the first read no earlier
-        than ``issue_min``, the first accept no earlier than ``accept_min``.
+        than ``issue_min``, the first accept no earlier than ``accept_min``. Returns
+        ``(first_issue, last_issue, last_accept)`` and advances :attr:`beats`.
 
         A read issues one cycle after the one before, and only while fewer than ``FIFO_DEPTH``
         beats are read but not yet taken; the epilogue takes a beat ``STORE_READ_TO_FIFO``
@@ -749,9 +753,10 @@ class CycleModel:
         (or, at one beat a cycle, keep pace), both advance ``ep_ratio`` a beat, so the rest is
         jumped over.
         """
+        state = self.beats
         last_issue, acc = state
         depth = len(acc)
-        ratio = self.timing["ep_ratio"]
+        ratio = self.ratio
         first_issue = None
         done = 0
         while done < count:
@@ -795,38 +800,345 @@ class CycleModel:
         state[0], state[1] = last_issue, acc
         return first_issue, last_issue, acc[-1]
 
-    @staticmethod
-    def _by_class(instrs, charged, regions, default_class, cycles):
+
+class CycleModel:
+    """The cycle model of one build.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+
+    Members
+    -------
+    cfg : AccelConfig
+    timing : dict
+        The latencies read from the gateware: ``mesh_latency``, ``fifo_depth``
+        (the store unit's beat FIFO), ``ep_latency``, ``ep_depth``, ``ep_ratio`` (cycles
+        between the epilogue's accepts) and ``gap`` (the epilogue schedule).
+    """
+
+    def __init__(self, cfg):
+        if not isinstance(cfg, AccelConfig):
+            raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
+        self.cfg = cfg
+        self.timing = dict(_hardware_timing(cfg))
+
+    # -- the public calls ------------------------------------------------------------------------
+
+    def run(self, program, *, chunks=None, regions=None, default_class="gemm"):
+        """Time ``program`` (a :class:`~bertaccel.sw.program.Program` or a list of
+        instructions).
+
+        Parameters
+        ----------
+        program : Program or sequence of instructions
+        chunks : sequence of (first, end), optional
+            Run the instructions ``[first, end)`` of each entry as a separate harness run (a
+            program run piecewise, one ``start`` each): each starts with empty pipelines and
+            queues and keeps the token counts the earlier ones left. The entries must cover
+            the program in order. One run by default, as
+            :class:`~bertaccel.sw.devices.rtl.RtlDevice` runs every program.
+        regions : sequence of (first, end, op_class), optional
+            Op class (:data:`OP_CLASSES`) of the instructions ``[first, end)``, for
+            :attr:`CycleReport.by_class`; instructions in no region are ``default_class``.
+            Cycles that a SOFTMAX, LAYERNORM or GELU STORE exposes go to that op's class.
+        default_class : str
+
+        Returns
+        -------
+        CycleReport
+        """
+        instrs = program.instrs if hasattr(program, "instrs") else list(program)
         n = len(instrs)
-        index = {name: number for number, name in enumerate(OP_CLASSES)}
-        labels = np.full(n, index[default_class], dtype=np.int64)
-        for first, stop, cls in regions or ():
-            if cls not in index:
-                raise ValueError(f"region op class must be one of {OP_CLASSES}, not {cls!r}")
-            labels[int(first):int(stop)] = index[cls]
-        for number, ins in enumerate(instrs):
-            if type(ins) is isa.Store and ins.op in EPILOGUE_CLASS:
-                labels[number] = index[EPILOGUE_CLASS[ins.op]]
-        sums = np.bincount(labels, weights=charged, minlength=len(OP_CLASSES)) if n else \
-            np.zeros(len(OP_CLASSES))
-        out = {name: round(float(sums[number])) for name, number in index.items()}
-        if not n:
-            out[default_class] = cycles
-        return out
+        if chunks is None:
+            chunks = [(0, n)]
+        chunks = [(int(first), int(end)) for first, end in chunks]
+        expect = 0
+        for first, end in chunks:
+            if first != expect or end < first:
+                raise ValueError(f"chunks must cover the program in order without gaps: "
+                                 f"{chunks[:4]}...")
+            expect = end
+        if expect != n:
+            raise ValueError(f"chunks end at instruction {expect}, but the program has {n}")
+        if default_class not in OP_CLASSES:
+            raise ValueError(f"default_class must be one of {OP_CLASSES}, not {default_class!r}")
+        return self._simulate(instrs, chunks, regions, default_class)
+
+    def cycles(self, program, **options):
+        """``run(program, **options).cycles``."""
+        return self.run(program, **options).cycles
+
+    # -- the model -------------------------------------------------------------------------------
+
+    def _simulate(self, instrs, chunks, regions, default_class):
+        ledger = _Ledger(len(instrs))
+        channels = {name: _Channel(name) for name in _CHANNEL_NAMES}
+        units = (_LoadUnit(ledger, channels),
+                 _ExecuteUnit(ledger, channels, self.cfg, self.timing),
+                 _StoreUnit(ledger, channels, self.timing))
+        load, execute, store = units
+        steps = {isa.Load: (_LOAD, load.step), isa.Matmul: (_EXEC, execute.step),
+                 isa.Store: (_STORE, store.store), isa.Set: (_STORE, store.set)}
+        # The unit queues (kept from run to run, as their entries' cycles are in the past): the
+        # cycle each entry reached the output register (a ring of queue_depth entries) and the
+        # entries so far.
+        depth = self.cfg.queue_depth
+        queues = ([[_FAR_PAST] * depth for _ in range(3)], [0, 0, 0])
+        chunk_cycles = []
+        origin = 0
+        for first, stop in chunks:
+            for unit in units:
+                unit.begin(origin)
+            clock = _clock(origin)
+            present = self._dispatch(instrs, first, stop, ledger, steps, queues, clock)
+            chunk = self._drain(ledger, units, origin, present, first, stop)
+            chunk_cycles.append(chunk)
+            origin += chunk
+        execute.close()
+        assert sum(ledger.totals.values()) == origin, (ledger.totals, origin)
+        return self._report(instrs, ledger, units, chunk_cycles, regions, default_class)
+
+    def _dispatch(self, instrs, first, stop, ledger, steps, queues, clock):
+        """Hand the instructions ``[first, stop)`` to their units, one a cycle in program
+        order, from the cycle ``clock[0]`` (:func:`_clock`); return the cycle after the last
+        was taken, which ``clock[0]`` then holds too."""
+        depth = self.cfg.queue_depth
+        rings, filled = queues
+        dispatch = ledger.dispatch
+        stalls = ledger.stalls
+        present, last_pop = clock
+        for i in range(first, stop):
+            ins = instrs[i]
+            unit = steps.get(type(ins))
+            if unit is None:
+                raise TypeError(f"instruction {i} is not an ISA instruction: {ins!r}")
+            q, step = unit
+            k = filled[q]
+            ring = rings[q]
+            w = present
+            if k >= depth - 1:
+                older = ring[(k - depth + 1) % depth]
+                if older > w:
+                    stalls["dispatch_blocked"] += older - w
+                    w = older
+            present = w + 1
+            avail = w + QUEUE_LATENCY
+            if last_pop[q] + 1 > avail:
+                avail = last_pop[q] + 1
+            ring[k % depth] = avail
+            filled[q] = k + 1
+            dispatch[i] = w
+            last_pop[q] = step(i, ins, avail)
+        clock[0] = present
+        return present
+
+    @staticmethod
+    def _drain(ledger, units, origin, present, first, stop):
+        """The end of the run of ``[first, stop)`` that started in cycle ``origin``: the
+        cycles after the last stream cycle, to the unit that finished last, and ``done``.
+        Returns the run's cycles."""
+        load, execute, store = units
+        totals, charged = ledger.totals, ledger.charged
+        last_busy = max(load.end, execute.end, store.end, origin - 1)
+        if stop > first:
+            last_busy = max(last_busy, present)   # every instruction was taken
+        chunk = last_busy + DONE_CYCLES - origin
+        done_cycle = origin + chunk - 1
+        cursor = execute.s_end
+        segments = sorted([(execute.end, "mesh_drain", execute.last),
+                           (store.end, "store_drain", store.last),
+                           (load.end, "load_wait", load.last)], key=_WHEN)
+        who_last, what_last = (execute.last if execute.last >= 0 else first), "store_drain"
+        for until, what, who in segments:
+            if until > cursor and who >= 0:
+                step = until - cursor
+                totals[what] += step
+                charged[who] += step
+                cursor = until
+                who_last, what_last = who, what
+        if stop == first:                  # an empty run: done in cycle 0
+            totals["store_drain"] += chunk
+        elif done_cycle > cursor:
+            # The done cycle (and the start-up of a run with nothing to wait for) goes to
+            # the unit that finished last.
+            step = done_cycle - cursor
+            totals[what_last] += step
+            charged[who_last] += step
+        return chunk
+
+    @staticmethod
+    def _report(instrs, ledger, units, chunk_cycles, regions, default_class):
+        load, execute, store = units
+        cycles = sum(chunk_cycles)
+        counts = ledger.counts
+        charged = np.asarray(ledger.charged, dtype=np.int64)
+        by_class = _by_class(instrs, charged, ledger.nonlinear, regions, default_class, cycles)
+        load_busy = counts["load_beats"]
+        store_busy = int(np.sum(np.asarray(store.busy_hi, dtype=np.int64) + 1
+                                - np.asarray(store.busy_lo, dtype=np.int64))) \
+            if store.busy_lo else 0
+        load_hidden = _interval_overlap(load.busy_lo, load.busy_hi,
+                                        execute.busy_lo, execute.busy_hi)
+        store_hidden = _interval_overlap(store.busy_lo, store.busy_hi,
+                                         execute.busy_lo, execute.busy_hi)
+        nonlinear = ledger.nonlinear
+        overlap = {
+            "load_busy": load_busy,
+            "load_hidden": load_hidden,
+            "load_hidden_share": load_hidden / load_busy if load_busy else 1.0,
+            "store_busy": store_busy,
+            "store_hidden": store_hidden,
+            "store_hidden_share": store_hidden / store_busy if store_busy else 1.0,
+            "epilogue_beats": counts["epilogue_beats"],
+            "epilogue_exposed": int(charged[nonlinear].sum()) if nonlinear else 0,
+        }
+        return CycleReport(
+            cycles=cycles, chunk_cycles=chunk_cycles, breakdown=ledger.totals, by_class=by_class,
+            overlap=overlap, dispatch=np.asarray(ledger.dispatch, dtype=np.int64),
+            start=np.asarray(ledger.start, dtype=np.int64),
+            end=np.asarray(ledger.end, dtype=np.int64),
+            stream=np.asarray(ledger.stream, dtype=np.int64), charged=charged,
+            stalls=ledger.stalls, counts=counts)
 
 
-def rtl_chunks(program, depths=None):
-    """The ``(first, end)`` instruction ranges that :class:`~bertaccel.sw.devices.rtl.RtlDevice` runs
-    separately, for harness memories of ``depths`` (``(instr, data, out)``; the defaults of
-    ``program.cfg`` when ``None``)."""
-    instrs = program.instrs if hasattr(program, "instrs") else list(program)
-    if depths is None:
-        depths = SimHarness.default_depths(program.cfg)
-    return [(first, end) for first, end, _, _ in harness_chunks(instrs, tuple(depths))]
+class CycleStepper:
+    """The cycle model run on a program piece by piece, whose state can be read and set.
+
+    ``run(piece)`` for consecutive pieces of a program, then ``cycles()``, gives what
+    ``CycleModel(cfg).run(program).cycles`` gives for the whole program (one harness run).
+    :meth:`state` is the state between two pieces normalised to a reference cycle: in a
+    state ``(key, ref)`` the same pieces take the same cycles, shifted by ``ref``, as the
+    model is a max-plus recurrence in which every cycle is a ``max`` of earlier ones plus
+    constants. The key holds only what a later instruction can still read: every cycle is
+    counted from ``ref``, the dispatch cycle of the next instruction, and clamped at 0, since
+    a later instruction is on offer at its unit no earlier than ``ref + QUEUE_LATENCY``, and
+    each cycle in the state is a "not before" bound that a ``max`` with that cycle (or a later
+    one) reads; the token channels keep the pending pushes and the pops the room of a later
+    push reads; the execute unit's last accumulator row only while a later MATMUL can hand
+    over right behind it. So a run that repeats its work in a steady rhythm reaches the same
+    key again: :mod:`bertaccel.sw.timing` uses that to skip the repeats.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+    """
+
+    def __init__(self, cfg):
+        self._model = model = CycleModel(cfg)
+        self._ledger = ledger = _Ledger(0)
+        self._channels = channels = [_Channel(name) for name in _CHANNEL_NAMES]
+        by_name = dict(zip(_CHANNEL_NAMES, channels))
+        self._units = units = (_LoadUnit(ledger, by_name),
+                               _ExecuteUnit(ledger, by_name, cfg, model.timing),
+                               _StoreUnit(ledger, by_name, model.timing))
+        load, execute, store = units
+        self._steps = {isa.Load: (_LOAD, load.step), isa.Matmul: (_EXEC, execute.step),
+                       isa.Store: (_STORE, store.store), isa.Set: (_STORE, store.set)}
+        depth = cfg.queue_depth
+        self._queues = ([[_FAR_PAST] * depth for _ in range(3)], [0, 0, 0])
+        self._clock = _clock(0)
+        for unit in units:
+            unit.begin(0)
+        self._ran = False                # any instruction yet (done waits for the last)
+
+    def run(self, instrs):
+        """Run the next piece of the program: a sequence of instructions."""
+        instrs = instrs if isinstance(instrs, list) else list(instrs)
+        n = len(instrs)
+        ledger = self._ledger
+        grow = n - len(ledger.start)
+        if grow > 0:           # in place: the units hold these lists
+            for name in ("dispatch", "start", "end", "charged"):
+                getattr(ledger, name).extend([0] * grow)
+            ledger.stream.extend([-1] * grow)
+        self._model._dispatch(instrs, 0, n, ledger, self._steps, self._queues, self._clock)
+        for unit in self._units:
+            unit.busy_lo.clear()
+            unit.busy_hi.clear()
+        ledger.nonlinear.clear()
+        self._ran = self._ran or n > 0
+
+    def state(self):
+        """``(key, ref)``: the normalised state (a hashable tuple) and its reference
+        cycle."""
+        floor, last_pop = self._clock
+        rings, filled = self._queues
+        depth = len(rings[0])
+        waits = []
+        for ring, k in zip(rings, filled):
+            # the cycles the next depth - 1 entries of this queue wait for
+            for j in range(k - depth + 1, k):
+                t = ring[j % depth] if j >= 0 else floor
+                waits.append(t - floor if t > floor else 0)
+        waits.extend(t - floor if t > floor else 0 for t in last_pop)
+        key = (tuple(waits), self._ran,
+               *(unit.snapshot(floor) for unit in self._units),
+               *(channel.snapshot(floor) for channel in self._channels))
+        return key, floor
+
+    def resume(self, key, ref):
+        """Set the state to ``(key, ref)``, as :meth:`state` gave it (with ``ref`` shifted)."""
+        waits, ran, *rest = key
+        rings, filled = self._queues
+        depth = len(rings[0])
+        for q, ring in enumerate(rings):
+            # The queue as if it held depth - 1 entries: the next one (entry depth - 1) and
+            # those after it wait for entries 0, 1, ... to reach the output.
+            part = waits[q * (depth - 1):(q + 1) * (depth - 1)]
+            ring[:depth - 1] = [ref + t for t in part]
+            filled[q] = depth - 1
+        self._clock[0] = ref
+        self._clock[1][:] = [ref + t for t in waits[3 * (depth - 1):]]
+        for unit, state in zip(self._units, rest[:3]):
+            unit.resume(state, ref)
+        for channel, state in zip(self._channels, rest[3:]):
+            channel.resume(state, ref)
+        self._ran = ran
+
+    def cycles(self):
+        """Cycles of the program run so far, as :meth:`CycleModel.run` counts them (the
+        harness is done after the last busy cycle and once every instruction was taken)."""
+        last_busy = max(max(unit.end for unit in self._units), -1)
+        if self._ran:
+            last_busy = max(last_busy, self._clock[0])
+        return last_busy + DONE_CYCLES
 
 
-def model_cycles(program, *, depths=None, chunked=True):
-    """Cycles of ``program`` on the RTL device: the model run in the device's chunks."""
-    model = CycleModel(program.cfg)
-    chunks = rtl_chunks(program, depths) if chunked else None
-    return model.run(program, chunks=chunks).cycles
+def timing_view(instr):
+    """What the model reads of ``instr``: a tuple of its kind, its token flags and its
+    :data:`TIMED_FIELDS`. Programs whose instructions have equal views take equal cycles."""
+    kind = type(instr)
+    return (kind, instr.pop_prev, instr.pop_next, instr.push_prev, instr.push_next,
+            *(getattr(instr, name) for name in TIMED_FIELDS[kind]))
+
+
+def _clock(origin):
+    """The dispatcher's clock at the start of a harness run in cycle ``origin``: the cycle the
+    next instruction is on offer, and when each unit's queue was last popped."""
+    return [origin + FIRST_INSTRUCTION, [origin - 1, origin - 1, origin - 1]]
+
+
+def _by_class(instrs, charged, nonlinear, regions, default_class, cycles):
+    """Cycles by op class: ``charged`` summed by the class of each instruction (its region's,
+    or the op's for the ``nonlinear`` STOREs)."""
+    n = len(instrs)
+    index = {name: number for number, name in enumerate(OP_CLASSES)}
+    labels = np.full(n, index[default_class], dtype=np.int64)
+    for first, stop, cls in regions or ():
+        if cls not in index:
+            raise ValueError(f"region op class must be one of {OP_CLASSES}, not {cls!r}")
+        labels[int(first):int(stop)] = index[cls]
+    for number in nonlinear:
+        labels[number] = index[EPILOGUE_CLASS[instrs[number].op]]
+    sums = np.bincount(labels, weights=charged, minlength=len(OP_CLASSES)) if n else \
+        np.zeros(len(OP_CLASSES))
+    out = {name: round(float(sums[number])) for name, number in index.items()}
+    if not n:
+        out[default_class] = cycles
+    return out
+
+
+def model_cycles(program):
+    """Cycles of ``program`` on the RTL device (one free-running run)."""
+    return CycleModel(program.cfg).run(program).cycles

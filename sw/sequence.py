@@ -33,7 +33,7 @@ import numpy as np
 from ..hw import isa
 from .program import Program, ProgramError
 
-__all__ = ["concat", "barrier", "split_outputs"]
+__all__ = ["concat", "barrier", "open_part", "close_part", "split_outputs"]
 
 
 def barrier():
@@ -42,9 +42,10 @@ def barrier():
                       pop_next=True, push_prev=True)
 
 
-def _close(instrs):
+def close_part(instrs):
     """Make the last store-unit instruction of ``instrs`` push ``s2e``, then add the barrier
-    MATMUL. ``instrs`` is a list, changed in place."""
+    MATMUL: what :func:`concat` does to every program but the last. ``instrs`` is a list,
+    changed in place."""
     for number in range(len(instrs) - 1, -1, -1):
         instr = instrs[number]
         if isa.unit_of(instr) == "store":
@@ -58,8 +59,9 @@ def _close(instrs):
     instrs.append(barrier())
 
 
-def _open(instrs):
-    """``instrs`` with its first LOAD popping ``e2l`` (a new list)."""
+def open_part(instrs):
+    """``instrs`` with its first LOAD popping ``e2l`` (a new list): what :func:`concat` does to
+    every program but the first."""
     out = list(instrs)
     for number, instr in enumerate(out):
         if isinstance(instr, isa.Load):
@@ -141,11 +143,11 @@ def concat(programs, *, prefixes=None, meta=None):
     instrs, packs, unpacks, parts = [], [], [], []
     in_base, const_base, out_base = 0, n_inputs, 0
     for number, program in enumerate(programs):
-        body = program.instrs if number == 0 else _open(program.instrs)
+        body = program.instrs if number == 0 else open_part(program.instrs)
         first = len(instrs)
         instrs.extend(body)
         if number + 1 < len(programs):
-            _close(instrs)
+            close_part(instrs)
         parts.append((prefixes[number], first, len(instrs)))
 
         own_in = program.n_input_elements

@@ -1,8 +1,8 @@
 """The GEMM tiler: ``C = A @ B`` on the weight-stationary array, double buffered.
 
-Shapes. ``A`` is ``m x k``, ``B`` is ``k x n``. The array holds one ``rows x cols`` weight block, so
-``k`` is cut into ``KT = ceil(k / rows)`` K tiles and ``n`` into ``NT = ceil(n / cols)`` N strips;
-edge tiles are zero-padded by the pack index, never by the program.
+Shapes. ``A`` is ``m x k``, ``B`` is ``k x n``. The array holds one ``rows x cols`` weight block,
+so ``k`` is cut into ``KT = ceil(k / rows)`` K tiles and ``n`` into ``NT = ceil(n / cols)`` N
+strips; edge tiles are zero-padded by the pack index, never by the program.
 
 Blocking. The work is cut into C tiles of ``Mb`` rows of ``A`` by ``Nb`` N strips, and the K tiles
 into blocks of ``Kb``. One *step* handles one (C tile, K block): it loads the A tile
@@ -72,8 +72,10 @@ step-by-step timeline ranks the best few.
 """
 
 import dataclasses
+import functools
 import heapq
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -84,7 +86,7 @@ from ..hw.config import AccelConfig
 from .epilogue import lower, pmem_bytes
 from .program import Program, ProgramError
 
-__all__ = ["TilePlan", "plan_gemm", "compile_gemm", "rebind"]
+__all__ = ["TilePlan", "plan_gemm", "compile_gemm", "program_size", "rebind", "GemmGroups"]
 
 #: Cycles of fixed cost assumed for every step (token hand-over between the units).
 _STEP_OVERHEAD = 2
@@ -175,53 +177,139 @@ def _check_dim(name, value):
 
 
 def _blocks(total, size):
-    """``(start, length)`` of the blocks of ``size`` covering ``range(total)``."""
-    return [(start, min(size, total - start)) for start in range(0, total, size)]
+    """``(starts, lengths)`` (int64 arrays) of the blocks of ``size`` covering
+    ``range(total)``."""
+    starts = np.arange(0, total, size, dtype=np.int64)
+    return starts, np.minimum(size, total - starts)
 
 
 def _m_blocks(m, mb, tail):
-    """``(start, length)`` of the M blocks: ``m - tail`` rows in blocks of ``mb``, then
+    """``(starts, lengths)`` of the M blocks: ``m - tail`` rows in blocks of ``mb``, then
     ``tail`` rows (when ``tail`` is not 0)."""
+    starts, lengths = _blocks(m - tail, mb)
     if tail:
-        return _blocks(m - tail, mb) + [(m - tail, tail)]
-    return _blocks(m, mb)
+        return np.append(starts, m - tail), np.append(lengths, tail)
+    return starts, lengths
 
 
-def _steps(plan, cfg):
-    """The steps of ``plan``, in program order."""
-    rows, cols = cfg.rows, cfg.cols
-    kt_total = -(-plan.k // rows)
-    nt_total = -(-plan.n // cols)
-    m_blocks = _m_blocks(plan.m, plan.mb, plan.tail)
-    k_blocks = _blocks(kt_total, plan.kb)
-    n_blocks = _blocks(nt_total, plan.nb)
+# The planner scores many blockings at once on numpy arrays with the same functions that work
+# one plan out on ints; these three pick the numpy form only when they are given arrays.
+
+def _where(cond, a, b):
+    return np.where(cond, a, b) if isinstance(cond, np.ndarray) else (a if cond else b)
+
+
+def _max(a, b):
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.maximum(a, b)
+    return max(a, b)
+
+
+def _min(a, b):
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.minimum(a, b)
+    return min(a, b)
+
+
+@dataclass(frozen=True)
+class _MBlocks:
+    """The lengths of the M blocks (:func:`_m_blocks`) in closed form: ``full`` blocks of
+    ``mb`` rows, a ``rest`` block (0: none), then a ``tail`` block (0: none). The fields are
+    ints, or arrays for many blockings at once."""
+    mb: object
+    full: object
+    rest: object
+    tail: object
+
+    @classmethod
+    def of(cls, m, mb, tail):
+        full, rest = divmod(m - tail, mb)
+        return cls(mb, full, rest, tail)
+
+    @property
+    def count(self):
+        return self.full + (self.rest > 0) + (self.tail > 0)
+
+    @property
+    def first(self):
+        return _where(self.full > 0, self.mb, _where(self.rest > 0, self.rest, self.tail))
+
+    @property
+    def last(self):
+        return _where(self.tail > 0, self.tail, _where(self.rest > 0, self.rest, self.mb))
+
+    @property
+    def biggest(self):
+        return _max(_max(_where(self.full > 0, self.mb, 0), self.rest), self.tail)
+
+    def matmul_cycles(self, cfg):
+        """The sum of :func:`_matmul_cycles` over the blocks."""
+        return (self.full * _matmul_cycles(cfg, self.mb)
+                + (self.rest > 0) * _matmul_cycles(cfg, self.rest)
+                + (self.tail > 0) * _matmul_cycles(cfg, self.tail))
+
+
+#: The columns of a :class:`_StepTable`, as the fields of :class:`_Step` name them.
+_STEP_COLUMNS = ("tile", "m0", "mlen", "kt0", "ktlen", "nt0", "ntlen", "load_a", "a_half",
+                 "load_b", "b_half", "first_k", "last_k")
+
+
+@dataclass(frozen=True, eq=False)
+class _StepTable:
+    """The steps of a plan in program order, one numpy int64 column per field of
+    :class:`_Step` (``columns[name]``; the step's index is its position)."""
+    columns: dict
+    n_tiles: int
+
+    def __len__(self):
+        return len(self.columns["tile"])
+
+    def steps(self):
+        """The :class:`_Step` of every step, in program order."""
+        lists = [self.columns[name].tolist() for name in _STEP_COLUMNS]
+        flags = {_STEP_COLUMNS.index(name) for name in ("load_a", "load_b", "first_k",
+                                                        "last_k")}
+        for index, values in enumerate(zip(*lists)):
+            yield _Step(index, *(bool(v) if n in flags else v for n, v in enumerate(values)))
+
+
+def _step_table(plan, cfg):
+    """The steps of ``plan``: C tiles in ``plan.order``, K blocks inside. An operand is loaded
+    when its block differs from the one the step before used, into the other half."""
+    kt_total = -(-plan.k // cfg.rows)
+    nt_total = -(-plan.n // cfg.cols)
+    m0, mlen = _m_blocks(plan.m, plan.mb, plan.tail)
+    kt0, ktlen = _blocks(kt_total, plan.kb)
+    nt0, ntlen = _blocks(nt_total, plan.nb)
+    n_mb, n_kb, n_nb = len(m0), len(kt0), len(nt0)
+    tiles = np.arange(n_mb * n_nb, dtype=np.int64)
     if plan.order == "m":
-        tiles = [(mi, ni) for mi in range(len(m_blocks)) for ni in range(len(n_blocks))]
+        mi, ni = np.divmod(tiles, n_nb)
     else:
-        tiles = [(mi, ni) for ni in range(len(n_blocks)) for mi in range(len(m_blocks))]
-    a_key = b_key = None
-    a_version = b_version = -1
-    index = 0
-    for tile, (mi, ni) in enumerate(tiles):
-        m0, mlen = m_blocks[mi]
-        nt0, ntlen = n_blocks[ni]
-        for ki, (kt0, ktlen) in enumerate(k_blocks):
-            load_a = (mi, ki) != a_key
-            load_b = (ki, ni) != b_key
-            if load_a:
-                a_key, a_version = (mi, ki), a_version + 1
-            if load_b:
-                b_key, b_version = (ki, ni), b_version + 1
-            yield _Step(index, tile, m0, mlen, kt0, ktlen, nt0, ntlen, load_a, a_version % 2,
-                        load_b, b_version % 2, ki == 0, ki == len(k_blocks) - 1)
-            index += 1
+        ni, mi = np.divmod(tiles, n_mb)
+    mi, ni = np.repeat(mi, n_kb), np.repeat(ni, n_kb)
+    ki = np.tile(np.arange(n_kb, dtype=np.int64), len(tiles))
+
+    def loads(first, second):
+        changed = np.ones(len(first), dtype=bool)
+        changed[1:] = (first[1:] != first[:-1]) | (second[1:] != second[:-1])
+        return changed, (np.cumsum(changed) - 1) % 2
+
+    load_a, a_half = loads(mi, ki)
+    load_b, b_half = loads(ki, ni)
+    columns = {"tile": np.repeat(tiles, n_kb), "m0": m0[mi], "mlen": mlen[mi], "kt0": kt0[ki],
+               "ktlen": ktlen[ki], "nt0": nt0[ni], "ntlen": ntlen[ni], "load_a": load_a,
+               "a_half": a_half, "load_b": load_b, "b_half": b_half, "first_k": ki == 0,
+               "last_k": ki == n_kb - 1}
+    return _StepTable({name: np.asarray(value, dtype=np.int64)
+                       for name, value in columns.items()}, len(tiles))
 
 
 def _matmul_cycles(cfg, mlen):
-    # The execute unit's steady-state cost (hw/execute.py): the weight preload of the next
+    # The execute unit's steady-state cost (hw/execute/): the weight preload of the next
     # MATMUL (rows reads of scratchpad B) hides behind this one's stream when it has rows
     # operand rows; no weight bank waits to drain.
-    return max(mlen, cfg.rows)
+    return _max(mlen, cfg.rows)
 
 
 #: Cycles assumed between a beat entering the epilogue and its result leaving the core.
@@ -258,67 +346,96 @@ class _Layout:
 
 def _aux_slots(n_kb, n_tiles):
     """Buffers the per-tile auxiliary data needs when a tile has ``n_kb`` steps: the smallest
-    ``B`` with ``(B - 1) * n_kb >= 3`` (see "Epilogues"), and never more than the tiles."""
-    slots = 2
-    while (slots - 1) * n_kb < 3:
-        slots += 1
-    return min(slots, n_tiles)
+    ``B >= 2`` with ``(B - 1) * n_kb >= 3`` (see "Epilogues"), and never more than the
+    tiles."""
+    return _min(1 + _max(1, -(-3 // n_kb)), n_tiles)
 
 
 def _layout(cfg, plan, ep):
     """The :class:`_Layout` of ``plan`` for epilogue ``ep`` (``None``: plain GEMM)."""
-    half_spad = cfg.spad_depth // 2
     if ep is None:
+        half_spad = cfg.spad_depth // 2
         return _Layout(b_half=half_spad, slots=0, res_base=0, res_rows=0, pmem_whole=True,
                        pmem_rows=0)
-    kt_total = -(-plan.k // cfg.rows)
-    nt_total = -(-plan.n // cfg.cols)
-    m_blocks = _m_blocks(plan.m, plan.mb, plan.tail)
-    n_kb = -(-kt_total // plan.kb)
-    n_tiles = len(m_blocks) * -(-nt_total // plan.nb)
+    return _layout_of(cfg, plan.k, plan.n, _MBlocks.of(plan.m, plan.mb, plan.tail), plan.kb,
+                      plan.nb, ep)
+
+
+def _layout_of(cfg, k, n, m_blocks, kb, nb, ep):
+    """The :class:`_Layout` of the blocking ``m_blocks`` (:class:`_MBlocks`), ``kb``, ``nb``
+    of a ``k x n`` B for epilogue ``ep`` (ints, or arrays for many blockings)."""
+    kt_total = -(-k // cfg.rows)
+    nt_total = -(-n // cfg.cols)
+    n_kb = -(-kt_total // kb)
+    n_tiles = m_blocks.count * -(-nt_total // nb)
     slots = _aux_slots(n_kb, n_tiles)
     pmem_whole = nt_total <= cfg.pmem_depth
-    res_rows = max(length for _, length in m_blocks) * plan.nb if ep.residual else 0
+    res_rows = m_blocks.biggest * nb if ep.residual else 0
     b_half = (cfg.spad_depth - slots * res_rows) // 2
     return _Layout(b_half=b_half, slots=slots, res_base=2 * b_half, res_rows=res_rows,
-                   pmem_whole=pmem_whole, pmem_rows=0 if pmem_whole else plan.nb)
+                   pmem_whole=pmem_whole, pmem_rows=0 if pmem_whole else nb)
 
 
 def _timeline(plan, cfg, ep=None):
     """Estimated cycles of ``plan``, from a step-by-step timeline of the three units."""
     rows = cfg.rows
-    steps = list(_steps(plan, cfg))
-    aux = [0] * len(steps)     # extra load beats of each step's group (epilogue data)
+    table = _step_table(plan, cfg)
+    c = table.columns
+    mlen, ktlen, ntlen, last_k = c["mlen"], c["ktlen"], c["ntlen"], c["last_k"]
+    # The load beats of each step's group, and the MATMUL cycles of each step.
+    beats = c["load_a"] * ktlen * mlen + c["load_b"] * ktlen * ntlen * rows
     passes, latency = 1, 0
     if ep is not None:
         passes, latency = ep.passes, _EPILOGUE_LATENCY
         per_row = cfg.pmem_beats_per_row
-        whole = -(-plan.n // cfg.cols) <= cfg.pmem_depth
-        for step in steps:
-            if step.last_k:
-                aux[step.index] += (ep.residual * step.mlen * step.ntlen
-                                    + (not whole) * step.ntlen * per_row)
-        first_store = next(step.index for step in steps if step.last_k)
+        nt_total = -(-plan.n // cfg.cols)
+        whole = nt_total <= cfg.pmem_depth
+        beats = beats + last_k * (ep.residual * mlen * ntlen + (not whole) * ntlen * per_row)
         if whole:
-            aux[first_store] += -(-plan.n // cfg.cols) * per_row
+            beats[int(np.argmax(last_k))] += nt_total * per_row    # with the first store
+    compute = _STEP_OVERHEAD + ktlen * ntlen * _matmul_cycles(cfg, mlen)
+    waits = (c["first_k"] * (c["tile"] >= 2)).astype(bool)
+    drains = passes * ntlen * mlen
+    # A step that neither waits for a store nor ends a tile moves only the load and execute
+    # timelines, and a run of equal ones settles: once a step moved both by the same cycles as
+    # the one before it, every later step of the run does too, and the rest of the run is
+    # jumped over. The loop runs over runs of equal steps (all other runs are one step long).
+    plain = ~(waits | last_k.astype(bool))
+    alike = np.zeros(len(plain), dtype=bool)        # step i repeats step i - 1
+    alike[1:] = (plain[1:] & plain[:-1] & (beats[1:] == beats[:-1])
+                 & (compute[1:] == compute[:-1]))
+    heads = np.flatnonzero(~alike)
+    runs = zip(*(column[heads].tolist() for column in (beats, compute, waits, c["tile"],
+                                                       last_k, drains)),
+               np.diff(np.append(heads, len(plain))).tolist())
     load_free = exec_free = store_free = 0
-    exec_end = []
-    store_end = []
-    for step in steps:
-        beats = (step.load_a * step.ktlen * step.mlen
-                 + step.load_b * step.ktlen * step.ntlen * rows + aux[step.index])
-        start = max(load_free, exec_end[step.index - 2] if step.index >= 2 else 0)
-        load_free = start + beats
-        start = max(exec_free, load_free)
-        if step.first_k and step.tile >= 2:
-            start = max(start, store_end[step.tile - 2])
-        exec_free = (start + _STEP_OVERHEAD
-                     + step.ktlen * step.ntlen * _matmul_cycles(cfg, step.mlen))
-        exec_end.append(exec_free)
-        if step.last_k:
-            start = max(store_free, exec_free + cfg.mesh_latency)
-            store_free = start + passes * step.ntlen * step.mlen
-            store_end.append(store_free)
+    before = 0                          # exec_free of the step before the last
+    store_end = [0, 0]                  # the tiles before tile 0 end at 0
+    mesh_latency = cfg.mesh_latency
+    # max() written out: this loop is most of the planner's time.
+    for beat, cost, wait, tile, last, drain, count in runs:
+        gap = None                      # the timelines' distances after the step before
+        for done in range(1, count + 1):
+            start = before if before > load_free else load_free
+            load_free = start + beat
+            start = exec_free if exec_free > load_free else load_free
+            if wait and store_end[tile] > start:
+                start = store_end[tile]
+            before, exec_free = exec_free, start + cost
+            if last:
+                start = exec_free + mesh_latency
+                if store_free > start:
+                    start = store_free
+                store_free = start + drain
+                store_end.append(store_free)
+            if done < count:
+                now = (load_free - exec_free, before - exec_free)
+                if now == gap:
+                    jump = (count - done) * (exec_free - before)
+                    load_free, exec_free, before = (load_free + jump, exec_free + jump,
+                                                     before + jump)
+                    break
+                gap = now
     return store_free + latency
 
 
@@ -328,11 +445,10 @@ def _operand_beats(m, kt_total, b_row_beats, n_mb, n_kb, n_nb, order):
     resident)."""
     a_all = m * kt_total
     b_all = kt_total * b_row_beats
+    once_k = n_kb == 1
     if order == "m":
-        return (a_all * (1 if n_kb == 1 else n_nb),
-                b_all * (1 if n_kb == 1 and n_nb == 1 else n_mb))
-    return (a_all * (1 if n_kb == 1 and n_mb == 1 else n_nb),
-            b_all * (1 if n_kb == 1 else n_mb))
+        return (a_all * _where(once_k, 1, n_nb), b_all * _where(once_k & (n_nb == 1), 1, n_mb))
+    return (a_all * _where(once_k & (n_mb == 1), 1, n_nb), b_all * _where(once_k, 1, n_mb))
 
 
 def _score(cfg, m, kt_total, nt_total, mb, kb, nb, order):
@@ -354,9 +470,11 @@ def _score(cfg, m, kt_total, nt_total, mb, kb, nb, order):
     return cycles, n_steps, n_mb * n_nb
 
 
+@functools.lru_cache(maxsize=4096)
 def _sizes(total, cap, extra=10):
     """Block sizes worth trying for ``total`` items under ``cap``: the balanced splits
-    ``ceil(total / j)`` from the largest that fits, plus the powers of two."""
+    ``ceil(total / j)`` from the largest that fits, plus the powers of two (a tuple: the
+    planner asks for the same sizes many times)."""
     cap = min(cap, total)
     out = set()
     j = -(-total // cap)
@@ -370,7 +488,7 @@ def _sizes(total, cap, extra=10):
     while power <= cap:
         out.add(power)
         power *= 2
-    return sorted(out)
+    return tuple(sorted(out))
 
 
 def _plan_plain(cfg, m, k, n):
@@ -404,19 +522,22 @@ def _plan_plain(cfg, m, k, n):
     near = [c for c in candidates if c[0] <= best_score * (1 + _CYCLES_SLACK)]
     chosen = set(heapq.nsmallest(_TIMED_CANDIDATES, candidates))
     chosen.update(heapq.nsmallest(_TIMED_CANDIDATES, near, key=lambda c: (c[1], c[0])))
-    timed = []
-    for cycles, n_steps, mb, nb, kb, order, n_tiles in sorted(chosen):
-        plan = TilePlan(m=m, k=k, n=n, mb=-mb, kb=-kb, nb=-nb, order=order, n_steps=n_steps,
-                        n_tiles=n_tiles, est_cycles=cycles, macs_per_cycle=cfg.macs_per_cycle)
-        if n_steps <= _TIMED_MAX_STEPS:
-            plan = dataclasses.replace(plan, est_cycles=_timeline(plan, cfg))
-        timed.append(plan)
-    # Within a hair of the fastest, prefer fewer steps: fewer instructions, and the estimate
-    # is not that precise.
+    return _pick(cfg, [TilePlan(m=m, k=k, n=n, mb=-mb, kb=-kb, nb=-nb, order=order,
+                                n_steps=n_steps, n_tiles=n_tiles, est_cycles=cycles,
+                                macs_per_cycle=cfg.macs_per_cycle)
+                       for cycles, n_steps, mb, nb, kb, order, n_tiles in sorted(chosen)])
+
+
+def _pick(cfg, plans, ep=None):
+    """Of ``plans`` (sorted by their closed-form estimate), the one to use: each is timed step
+    by step (:func:`_timeline`; past ``_TIMED_MAX_STEPS`` steps its closed form stands), and
+    of those within ``_CYCLES_SLACK`` of the fastest, the one with fewest steps (fewer
+    instructions, and the estimate is not that precise)."""
+    timed = [dataclasses.replace(plan, est_cycles=_timeline(plan, cfg, ep))
+             if plan.n_steps <= _TIMED_MAX_STEPS else plan for plan in plans]
     fastest = min(plan.est_cycles for plan in timed)
-    best = min((plan for plan in timed if plan.est_cycles <= fastest * (1 + _CYCLES_SLACK)),
+    return min((plan for plan in timed if plan.est_cycles <= fastest * (1 + _CYCLES_SLACK)),
                key=lambda plan: (plan.n_steps, plan.est_cycles))
-    return best
 
 
 def plan_gemm(cfg, m, k, n, *, epilogue=None):
@@ -485,7 +606,7 @@ def _plan_epilogue(cfg, m, k, n, ep):
             raise ProgramError(f"a {name} row of n = {n} columns needs {nt_total} accumulator "
                                f"rows, more than half of the accumulator ({half_acc} rows)")
     nb_options = [nt_total] if two_pass else _sizes(nt_total, min(half_acc, half_spad // rows))
-    candidates = []
+    blockings = []                     # (tail, nb, mb, kb)
     for tail in _tails(cfg, m, ep):
         rest = m - tail
         for nb in nb_options:
@@ -495,22 +616,9 @@ def _plan_epilogue(cfg, m, k, n, ep):
             if nt_total > cfg.pmem_depth and 2 * nb > cfg.pmem_depth:
                 continue
             for mb in _sizes(rest, mb_cap, extra=6):
-                biggest = max(mb, tail)
-                lens = [length for _, length in _m_blocks(m, mb, tail)]
-                kb_cap = min(kt_total, half_spad // biggest)
-                for kb in _sizes(kt_total, kb_cap, extra=3):
-                    plan = TilePlan(m=m, k=k, n=n, mb=mb, kb=kb, nb=nb, order="m", n_steps=0,
-                                    n_tiles=0, est_cycles=0, macs_per_cycle=cfg.macs_per_cycle,
-                                    tail=tail, op=name)
-                    layout = _layout(cfg, plan, ep)
-                    if kb * nb * rows > layout.b_half:
-                        continue
-                    if not layout.pmem_whole and layout.slots * nb > cfg.pmem_depth:
-                        continue
-                    for order in (("m",) if nb == nt_total else ("m", "n")):
-                        score = _score_epilogue(cfg, lens, kt_total, nt_total, kb, nb, order, ep)
-                        candidates.append((score[0], score[1], -mb, -nb, -kb, order, tail,
-                                           score[2]))
+                kb_cap = min(kt_total, half_spad // max(mb, tail))
+                blockings.extend((tail, nb, mb, kb) for kb in _sizes(kt_total, kb_cap, extra=3))
+    candidates = _score_blockings(cfg, m, k, n, ep, blockings)
     if not candidates:
         raise ProgramError(f"config {cfg.tag} cannot hold one tile of a {m}x{k}x{n} GEMM with "
                            f"{name}: scratchpad B must hold two weight blocks"
@@ -520,40 +628,60 @@ def _plan_epilogue(cfg, m, k, n, ep):
     near = [c for c in candidates if c[0] <= best_score * (1 + _CYCLES_SLACK)]
     chosen = set(heapq.nsmallest(2 * _TIMED_CANDIDATES, candidates))
     chosen.update(heapq.nsmallest(_TIMED_CANDIDATES, near, key=lambda c: (c[1], c[0])))
-    timed = []
-    for cycles, n_steps, mb, nb, kb, order, tail, n_tiles in sorted(chosen):
-        plan = TilePlan(m=m, k=k, n=n, mb=-mb, kb=-kb, nb=-nb, order=order, n_steps=n_steps,
-                        n_tiles=n_tiles, est_cycles=cycles, macs_per_cycle=cfg.macs_per_cycle,
-                        tail=tail, op=name)
-        if n_steps <= _TIMED_MAX_STEPS:
-            plan = dataclasses.replace(plan, est_cycles=_timeline(plan, cfg, ep))
-        timed.append(plan)
-    fastest = min(plan.est_cycles for plan in timed)
-    return min((plan for plan in timed if plan.est_cycles <= fastest * (1 + _CYCLES_SLACK)),
-               key=lambda plan: (plan.n_steps, plan.est_cycles))
+    return _pick(cfg, [TilePlan(m=m, k=k, n=n, mb=-mb, kb=-kb, nb=-nb, order=order,
+                                n_steps=n_steps, n_tiles=n_tiles, est_cycles=cycles,
+                                macs_per_cycle=cfg.macs_per_cycle, tail=tail, op=name)
+                       for cycles, n_steps, mb, nb, kb, order, tail, n_tiles in sorted(chosen)],
+                 ep)
 
 
-def _score_epilogue(cfg, lens, kt_total, nt_total, kb, nb, order, ep):
-    """Closed-form estimate of a blocking with an epilogue: ``(cycles, n_steps, n_tiles)``."""
+def _score_blockings(cfg, m, k, n, ep, blockings):
+    """The candidates of :func:`_plan_epilogue`, scored all at once: ``(cycles, n_steps, -mb,
+    -nb, -kb, order, tail, n_tiles)`` of each blocking ``(tail, nb, mb, kb)`` that fits, in
+    each order it may take."""
+    if not blockings:
+        return []
+    tail, nb, mb, kb = np.array(blockings, dtype=np.int64).T
+    kt_total, nt_total = -(-k // cfg.rows), -(-n // cfg.cols)
+    blocks = _MBlocks.of(m, mb, tail)
+    layout = _layout_of(cfg, k, n, blocks, kb, nb, ep)
+    fits = kb * nb * cfg.rows <= layout.b_half
+    if not layout.pmem_whole:
+        fits &= layout.slots * nb <= cfg.pmem_depth
+    candidates = []
+    for order in ("m", "n"):
+        keep = fits if order == "m" else fits & (nb != nt_total)
+        cycles, n_steps, n_tiles = (np.broadcast_to(value, keep.shape)[keep].tolist() for value
+                                    in _score_epilogue(cfg, blocks, kt_total, nt_total, kb,
+                                                       nb, order, ep))
+        candidates.extend(zip(cycles, n_steps, (-mb[keep]).tolist(), (-nb[keep]).tolist(),
+                              (-kb[keep]).tolist(), [order] * len(cycles), tail[keep].tolist(),
+                              n_tiles))
+    return candidates
+
+
+def _score_epilogue(cfg, blocks, kt_total, nt_total, kb, nb, order, ep):
+    """Closed-form estimate of a blocking with an epilogue, for M blocks ``blocks``
+    (:class:`_MBlocks`): ``(cycles, n_steps, n_tiles)``."""
     rows = cfg.rows
-    m = sum(lens)
-    n_mb = len(lens)
+    m = blocks.full * blocks.mb + blocks.rest + blocks.tail
+    n_mb = blocks.count
     n_kb = -(-kt_total // kb)
     n_nb = -(-nt_total // nb)
     n_steps = n_mb * n_kb * n_nb
     last_n = nt_total - (n_nb - 1) * nb
-    compute = sum(_matmul_cycles(cfg, length) for length in lens) * kt_total * nt_total \
-        + _STEP_OVERHEAD * n_steps
+    compute = blocks.matmul_cycles(cfg) * kt_total * nt_total + _STEP_OVERHEAD * n_steps
     a_beats, b_beats = _operand_beats(m, kt_total, nt_total * rows, n_mb, n_kb, n_nb, order)
     per_row = cfg.pmem_beats_per_row
     aux = ep.residual * m * nt_total
-    aux += nt_total * per_row * (1 if nt_total <= cfg.pmem_depth else n_mb)
-    first = lens[0] * min(kb, kt_total) + min(kb, kt_total) * min(nb, nt_total) * rows
-    if n_kb == 1:  # the first tile's parameters and residual come with the first step
-        first += ep.residual * lens[0] * min(nb, nt_total) + min(nb, nt_total) * per_row
+    aux = aux + nt_total * per_row * (1 if nt_total <= cfg.pmem_depth else n_mb)
+    k_first, n_first = _min(kb, kt_total), _min(nb, nt_total)
+    first = blocks.first * k_first + k_first * n_first * rows
+    # With one K block, the first tile's parameters and residual come with the first step.
+    first = first + (n_kb == 1) * (ep.residual * blocks.first * n_first + n_first * per_row)
     stored = ep.passes * m * nt_total
-    cycles = (first + max(compute, a_beats + b_beats + aux - first, stored)
-              + ep.passes * lens[-1] * last_n + cfg.mesh_latency + _EPILOGUE_LATENCY)
+    cycles = (first + _max(_max(compute, a_beats + b_beats + aux - first), stored)
+              + ep.passes * blocks.last * last_n + cfg.mesh_latency + _EPILOGUE_LATENCY)
     return cycles, n_steps, n_mb * n_nb
 
 
@@ -631,164 +759,409 @@ def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None):
         If ``cfg`` cannot hold one tile, ``plan`` does not fit ``cfg`` or the GEMM, or a row-wise
         epilogue's row is longer than the hardware supports.
     """
-    if not isinstance(cfg, AccelConfig):
-        raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
-    m, k, n = _check_dim("m", m), _check_dim("k", k), _check_dim("n", n)
-    lowered = ep = None
-    if epilogue is not None:
-        lowered = lower(epilogue, cfg, n=n, k=k)
-        ep = _Epilogue.of(epilogue)
-    if plan is None:
-        plan = plan_gemm(cfg, m, k, n, epilogue=epilogue)
-    elif (plan.m, plan.k, plan.n) != (m, k, n):
-        raise ProgramError(f"plan is for a {plan.m}x{plan.k}x{plan.n} GEMM, not {m}x{k}x{n}")
-    if ep is not None and ep.passes == 2 and n > MAX_ROW:
-        raise ProgramError(f"a {ep.op.name} row of n = {n} columns is longer than the hardware "
-                           f"supports ({MAX_ROW} columns)")
-    _check_plan(cfg, plan, ep)
-    layout = _layout(cfg, plan, ep)
+    writer = _GemmWriter(GemmGroups(cfg, m, k, n, plan=plan, epilogue=epilogue))
+    writer.write()
+    return writer.program()
 
-    rows, cols, lanes = cfg.rows, cfg.cols, cfg.lanes
-    half_spad, half_acc = cfg.spad_depth // 2, cfg.acc_depth // 2
+
+def program_size(cfg, plan, *, epilogue=None):
+    """The size of the program :func:`compile_gemm` writes for ``plan``, in closed form (without
+    writing it: a bound on memory and time before any work).
+
+    Returns
+    -------
+    dict
+        ``instructions`` (``len(program.instrs)``), ``matmuls``, ``data_beats``
+        (``program.n_data_beats``) and ``out_beats`` (``program.n_out_beats``).
+    """
+    rows, cols = cfg.rows, cfg.cols
+    m, k, n = plan.m, plan.k, plan.n
+    kt_total = -(-k // rows)
     nt_total = -(-n // cols)
-    a_off, b_off = 0, m * k
-    r_off = m * k + k * n
-    p_off = r_off + (m * n if ep is not None and ep.residual else 0)
-    params = None
-    if lowered is not None:
-        params = pmem_bytes(lowered, cols)           # (nt_total, cols * 8) uint8
-    pad = p_off + (params.size if params is not None else 0)  # the zero of the pack source
-    discard = m * n      # the discard slot of the unpack destination
+    n_mb = len(_m_blocks(m, plan.mb, plan.tail)[0])
+    n_kb = -(-kt_total // plan.kb)
+    n_nb = -(-nt_total // plan.nb)
+    n_tiles = n_mb * n_nb
+    a_beats, b_beats = _operand_beats(m, kt_total, nt_total * rows, n_mb, n_kb, n_nb,
+                                      plan.order)
+    loads = _operand_loads(n_mb, n_kb, n_nb, plan.order)
+    instructions = n_mb * kt_total * nt_total + sum(loads) + n_tiles
+    data_beats = a_beats + b_beats
+    if epilogue is not None:
+        ep = _Epilogue.of(epilogue)
+        per_row = cfg.pmem_beats_per_row
+        whole = nt_total <= cfg.pmem_depth
+        data_beats += nt_total * per_row * (1 if whole else n_mb)
+        instructions += (1 if whole else n_tiles) + len(lower(epilogue, cfg, n=n, k=k).sets)
+        if ep.residual:
+            data_beats += m * nt_total
+            instructions += n_tiles
+    return {"instructions": instructions, "matmuls": n_mb * kt_total * nt_total,
+            "data_beats": data_beats, "out_beats": m * nt_total}
+
+
+def _operand_loads(n_mb, n_kb, n_nb, order):
+    """``(a_loads, b_loads)``: the LOADs of each operand (see :func:`_steps`: an operand is
+    reloaded at every step unless its block stays the same from one step to the next)."""
+    n_steps = n_mb * n_kb * n_nb
+    if order == "m":
+        return (n_mb if n_kb == 1 else n_steps,
+                1 if n_kb == 1 and n_nb == 1 else n_steps)
+    return (1 if n_kb == 1 and n_mb == 1 else n_steps,
+            n_nb if n_kb == 1 else n_steps)
+
+
+class _Group(NamedTuple):
+    """What the instructions of one group are made from (see :class:`GemmGroups`): group
+    ``g`` holds the LOADs of step ``g`` (the head group, ``g = 0``, the epilogue's SETs
+    first), then the MATMULs of step ``g - 1`` and, when that step ends its C tile, the
+    tile's STORE. A count or length of 0: no such instruction."""
+    sets: int           # 1: the head group, which starts with the epilogue's SETs
+    a_addr: int         # the LOAD of the A tile
+    a_count: int
+    b_addr: int         # the LOAD of the B tile
+    b_count: int
+    pmem_addr: int      # the LOAD of PMEM rows
+    pmem_count: int
+    res_addr: int       # the LOAD of a residual tile
+    res_count: int
+    pop_e2l: int        # the first LOAD pops e2l
+    ktlen: int          # the MATMULs: ktlen rows (K tiles) of ntlen (N strips)
+    ntlen: int
+    mlen: int
+    a_base: int
+    b_base: int
+    c_base: int
+    first_k: int        # the step is its tile's first: its first row does not accumulate
+    pop_s2e: int        # the first MATMUL pops s2e
+    push_e2l: int       # the last MATMUL pushes e2l
+    store: int          # the step is its tile's last: the last MATMUL pushes e2s, a STORE
+    push_s2e: int       # the STORE pushes s2e
+    param_addr: int
+    aux_addr: int
+
+
+def _group_codes(cfg, ep, layout, table, nt_total):
+    """The :class:`_Group` of every group of a GEMM, as rows of an int64 array (``n_steps +
+    1`` rows; see "Epilogues" in the module docstring for where the epilogue data goes)."""
+    c = table.columns
+    count = len(table)
+    half_spad, half_acc = cfg.spad_depth // 2, cfg.acc_depth // 2
+    # One column at a time is written: column-major.
+    codes = np.zeros((len(_Group._fields), count + 1), dtype=np.int64).T
+    column = {name: number for number, name in enumerate(_Group._fields)}
+
+    def put(name, rows, values):
+        codes[rows, column[name]] = values
+
+    put("sets", 0, 1)
+    loads, steps = slice(0, count), slice(1, count + 1)        # group g loads step g
+    index = np.arange(count)
+    put("a_addr", loads, c["a_half"] * half_spad)
+    put("a_count", loads, c["load_a"] * c["ktlen"] * c["mlen"])
+    put("b_addr", loads, c["b_half"] * layout.b_half)
+    put("b_count", loads, c["load_b"] * c["ktlen"] * c["ntlen"] * cfg.rows)
+    put("pop_e2l", loads, index >= 2)
+    for name in ("ktlen", "ntlen", "mlen", "first_k"):
+        put(name, steps, c[name])
+    put("a_base", steps, c["a_half"] * half_spad)
+    put("b_base", steps, c["b_half"] * layout.b_half)
+    put("c_base", steps, c["tile"] % 2 * half_acc)
+    put("pop_s2e", steps, c["first_k"] & (c["tile"] >= 2))
+    put("push_e2l", steps, index + 2 < count)
+    put("store", steps, c["last_k"])
+    last = np.flatnonzero(c["last_k"])              # each tile's last step, in tile order
+    put("push_s2e", last + 1, np.arange(len(last)) + 2 < table.n_tiles)
+    if ep is None:
+        return codes
+    # The per-tile data goes with the LOADs of the tile's last step, into slot tile % slots.
+    slot = np.arange(len(last)) % layout.slots
     per_row = cfg.pmem_beats_per_row
-    beat_bytes = min(lanes, cols * 8)
+    if layout.pmem_whole:
+        put("pmem_count", last[0], nt_total * per_row)
+        put("param_addr", last + 1, c["nt0"][last])
+    else:
+        put("pmem_addr", last, slot * layout.pmem_rows)
+        put("pmem_count", last, c["ntlen"][last] * per_row)
+        put("param_addr", last + 1, slot * layout.pmem_rows)
+    if ep.residual:
+        put("res_addr", last, layout.res_base + slot * layout.res_rows)
+        put("res_count", last, c["ntlen"][last] * c["mlen"][last])
+        put("aux_addr", last + 1, layout.res_base + slot * layout.res_rows)
+    return codes
 
-    steps = list(_steps(plan, cfg))
-    n_steps = len(steps)
-    n_tiles = steps[-1].tile + 1
-    tile_steps = {}                                 # tile -> its last step
-    for step in steps:
-        if step.last_k:
-            tile_steps[step.tile] = step
-    # Group (step index) -> the epilogue data its loads bring, per "Epilogues" above.
-    aux_loads = {}
-    if ep is not None:
-        if layout.pmem_whole:
-            aux_loads.setdefault(tile_steps[0].index, []).append(("pmem", 0, 0, nt_total))
-        for tile, step in tile_steps.items():
-            slot = tile % layout.slots
-            if not layout.pmem_whole:
-                aux_loads.setdefault(step.index, []).append(
-                    ("pmem", slot * layout.pmem_rows, step.nt0, step.ntlen))
-            if ep.residual:
-                aux_loads.setdefault(step.index, []).append(
-                    ("res", layout.res_base + slot * layout.res_rows, tile, None))
 
-    instrs, pack_parts, unpack_parts = [], [], []
-    lane = np.arange(lanes)
-    if lowered is not None:
-        instrs.extend(isa.Set(index=index, value=int(value)) for index, value in lowered.sets)
+class GemmGroups:
+    """The instructions of a compiled GEMM, group by group, without its data: what
+    :func:`compile_gemm` writes into ``Program.instrs``, for callers that need only the
+    instructions (:mod:`bertaccel.sw.timing`).
 
-    def pmem_load(addr, strip0, n_strips):
+    The program is the groups in order (:meth:`instrs`). Group ``g`` (a :class:`_Group` in
+    row ``g`` of :attr:`codes`) is made of *pieces*, in order: its LOADs (the head group's
+    with the SETs before them), one *row* of ``ntlen`` MATMULs for each of its ``ktlen`` K
+    tiles, and its STORE. Pieces differ only in *placement* (where data lives in scratchpads
+    A and B and PMEM) and in the SETs' values when their keys (:meth:`loads_key`,
+    :meth:`row_key`, :meth:`store_key`) are equal, and groups do when their codes differ only
+    in the :data:`PLACEMENT` columns.
+
+    Parameters
+    ----------
+    cfg, m, k, n, plan, epilogue
+        As for :func:`compile_gemm` (and checked the same way).
+    lowered : Lowered, optional
+        ``lower(epilogue, cfg, n=n, k=k)`` when the caller has it.
+
+    Members
+    -------
+    plan : TilePlan
+    codes : numpy.ndarray
+        ``(groups, len(FIELDS))`` int64: one :class:`_Group` a row.
+    sets : list of isa.Set
+        The epilogue's SETs (none without an epilogue).
+    """
+
+    #: The columns of :attr:`codes`.
+    FIELDS = _Group._fields
+    #: The columns that only say where data lives, in scratchpads A and B and PMEM: the
+    #: LOADs' ``addr``, the MATMULs' ``a_addr`` and ``b_addr``, the STOREs' ``param_addr`` and
+    #: ``aux_addr``.
+    PLACEMENT = ("a_addr", "b_addr", "pmem_addr", "res_addr", "a_base", "b_base",
+                 "param_addr", "aux_addr")
+
+    def __init__(self, cfg, m, k, n, *, plan=None, epilogue=None, lowered=None):
+        if not isinstance(cfg, AccelConfig):
+            raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
+        m, k, n = _check_dim("m", m), _check_dim("k", k), _check_dim("n", n)
+        self.cfg = cfg
+        self.lowered = ep = None
+        if epilogue is not None:
+            self.lowered = lowered or lower(epilogue, cfg, n=n, k=k)
+            ep = _Epilogue.of(epilogue)
+        if plan is None:
+            plan = plan_gemm(cfg, m, k, n, epilogue=epilogue)
+        elif (plan.m, plan.k, plan.n) != (m, k, n):
+            raise ProgramError(f"plan is for a {plan.m}x{plan.k}x{plan.n} GEMM, not "
+                               f"{m}x{k}x{n}")
+        if ep is not None and ep.passes == 2 and n > MAX_ROW:
+            raise ProgramError(f"a {ep.op.name} row of n = {n} columns is longer than the "
+                               f"hardware supports ({MAX_ROW} columns)")
+        _check_plan(cfg, plan, ep)
+        self.plan, self.ep = plan, ep
+        self.layout = _layout(cfg, plan, ep)
+        self.table = _step_table(plan, cfg)
+        self.codes = _group_codes(cfg, ep, self.layout, self.table, -(-n // cfg.cols))
+        self.sets = [] if ep is None else [isa.Set(index=index, value=int(value))
+                                          for index, value in self.lowered.sets]
+
+    def __len__(self):
+        return len(self.codes)
+
+    def group(self, g):
+        """The :class:`_Group` of group ``g``."""
+        return _Group(*self.codes[g].tolist())
+
+    def loads(self, group):
+        """The LOADs of ``group`` (the head group's after its SETs); the first pops ``e2l``
+        (from step 2), the last pushes ``l2e``."""
+        loads = [(target, addr, count) for target, addr, count in (
+            (isa.Target.SPAD_A, group.a_addr, group.a_count),
+            (isa.Target.SPAD_B, group.b_addr, group.b_count),
+            (isa.Target.PMEM, group.pmem_addr, group.pmem_count),
+            (isa.Target.SPAD_B, group.res_addr, group.res_count)) if count]
+        last = len(loads) - 1
+        loads = [isa.Load(target=target, addr=addr, count=count,
+                          pop_next=number == 0 and bool(group.pop_e2l), push_next=number == last)
+                 for number, (target, addr, count) in enumerate(loads)]
+        return self.sets + loads if group.sets else loads
+
+    def row(self, group, kt):
+        """The MATMULs of K tile ``kt`` of ``group``, one per N strip: the step's first pops
+        ``l2e`` (and ``s2e`` when it starts C tile 2 or later), its last pushes ``e2l`` and,
+        ending its tile, ``e2s``."""
+        rows, mlen, ntlen = self.cfg.rows, group.mlen, group.ntlen
+        first = kt == 0                           # the step's first MATMUL is this row's first
+        last = kt == group.ktlen - 1              # ... and its last this row's last
+        return [isa.Matmul(a_addr=group.a_base + kt * mlen,
+                           b_addr=group.b_base + (kt * ntlen + nt) * rows,
+                           acc_addr=group.c_base + nt * mlen, m_len=mlen,
+                           accumulate=not (group.first_k and first),
+                           pop_prev=first and nt == 0,
+                           pop_next=first and nt == 0 and bool(group.pop_s2e),
+                           push_prev=last and nt == ntlen - 1 and bool(group.push_e2l),
+                           push_next=last and nt == ntlen - 1 and bool(group.store))
+                for nt in range(ntlen)]
+
+    def loads_key(self, group):
+        """What :meth:`loads` makes the LOADs of ``group`` from, but placement (their
+        ``addr``) and the SETs' values: LOADs of equal keys differ only there."""
+        return (group.sets and tuple(instr.index for instr in self.sets), group.a_count,
+                group.b_count, group.pmem_count, group.res_count, group.pop_e2l)
+
+    @staticmethod
+    def row_key(group, kt):
+        """What :meth:`row` makes row ``kt`` of ``group`` from, but placement (``a_addr`` and
+        ``b_addr``): rows of equal keys differ only there."""
+        first, last = kt == 0, kt == group.ktlen - 1
+        return (group.mlen, group.ntlen, group.c_base, first, last, first and group.first_k,
+                first and group.pop_s2e, last and group.push_e2l, last and group.store)
+
+    def store_key(self, group):
+        """What :meth:`store` makes the STORE of ``group`` from, but placement
+        (``param_addr`` and ``aux_addr``): STOREs of equal keys differ only there."""
+        return group.store and (self.ep is not None and self.ep.op, group.mlen, group.ntlen,
+                                group.c_base, group.push_s2e)
+
+    def store(self, group):
+        """The STORE of ``group`` (``None`` when it has none): it drains its tile row by row,
+        beat ``(mi, nt)`` from ``acc[c_base + nt * mlen + mi]``."""
+        if not group.store:
+            return None
+        fields = {}
+        if self.ep is not None:
+            fields = {"op": self.ep.op, "param_addr": group.param_addr,
+                      "aux_addr": group.aux_addr}
+        return isa.Store(acc_addr=group.c_base, rows=group.mlen, strips=group.ntlen,
+                         stride=group.mlen, pop_prev=True, push_prev=bool(group.push_s2e),
+                         **fields)
+
+    def group_instrs(self, group):
+        """Every instruction of ``group``, in program order."""
+        instrs = self.loads(group)
+        for kt in range(group.ktlen):
+            instrs.extend(self.row(group, kt))
+        store = self.store(group)
+        if store is not None:
+            instrs.append(store)
+        return instrs
+
+    def instrs(self):
+        """The program's instructions: every group in order."""
+        instrs = []
+        for g in range(len(self)):
+            instrs.extend(self.group_instrs(self.group(g)))
+        return instrs
+
+
+class _GemmWriter:
+    """Writes the program of one planned GEMM: the instructions of :class:`GemmGroups`, and for
+    every LOAD its rows of the pack index and for every STORE its rows of the unpack index.
+
+    The pack source is the flattened inputs ``a``, ``b``, the residual ``r`` (LayerNorm) and
+    the PMEM bytes, in that order, then one zero (:attr:`pad`); the unpack destination is the
+    flattened ``c`` then one discard slot.
+    """
+
+    def __init__(self, groups):
+        self.groups = groups
+        self.cfg, self.plan, self.ep = cfg, plan, ep = groups.cfg, groups.plan, groups.ep
+        lowered = groups.lowered
+        # (nt_total, cols * 8) uint8
+        self.params = params = None if lowered is None else pmem_bytes(lowered, cfg.cols)
+        m, k, n = plan.m, plan.k, plan.n
+        self.a_off, self.b_off = 0, m * k
+        self.r_off = m * k + k * n
+        self.p_off = self.r_off + (m * n if ep is not None and ep.residual else 0)
+        self.pad = self.p_off + (params.size if params is not None else 0)
+        self.discard = m * n
+        self.lane = np.arange(cfg.lanes)
+        self.beat_bytes = min(cfg.lanes, cfg.cols * 8)
+        self.instrs, self.pack_parts, self.unpack_parts = [], [], []
+
+    def write(self):
+        """The groups in program order: the instructions, and the pack rows of every LOAD of
+        group ``g`` (step ``g``'s) and the unpack rows of its STORE (step ``g - 1``'s)."""
+        groups = self.groups
+        steps = list(groups.table.steps())
+        nt_total = -(-self.plan.n // self.cfg.cols)
+        for g in range(len(groups)):
+            group = groups.group(g)
+            self.instrs.extend(groups.group_instrs(group))
+            if g < len(steps):
+                step = steps[g]
+                if group.a_count:
+                    self.a_pack(step)
+                if group.b_count:
+                    self.b_pack(step)
+                if group.pmem_count:
+                    whole = self.groups.layout.pmem_whole
+                    self.pmem_pack(0 if whole else step.nt0, nt_total if whole else step.ntlen)
+                if group.res_count:
+                    self.residual_pack(step)
+            if group.store:
+                self.unpack(steps[g - 1])
+
+    def program(self):
+        """The :class:`~bertaccel.sw.program.Program` written."""
+        plan, ep, params = self.plan, self.ep, self.params
+        m, k, n = plan.m, plan.k, plan.n
+        inputs = {"a": (m, k), "b": (k, n)}
+        if ep is not None and ep.residual:
+            inputs["r"] = (m, n)
+        constants = {}
+        if params is not None:
+            constants["params"] = torch.from_numpy(params.reshape(-1).view(np.int8).copy())
+        return Program(self.cfg, self.instrs, inputs=inputs, outputs={"c": (m, n)},
+                       pack_index=np.concatenate(self.pack_parts),
+                       unpack_index=np.concatenate(self.unpack_parts), constants=constants,
+                       meta={"plan": plan, "epilogue": self.groups.lowered,
+                             "layout": self.groups.layout})
+
+    # -- the pack rows of the LOADs --------------------------------------------------------------
+
+    def _pack(self, valid, index):
+        """Pack-index rows: ``index`` where ``valid``, else the zero."""
+        self.pack_parts.append(np.where(valid, index, self.pad).reshape(-1, self.cfg.lanes))
+
+    def a_pack(self, step):
+        # Row kt * mlen + mi holds A[m0 + mi, (kt0 + kt) * rows ...].
+        rows, lane = self.cfg.rows, self.lane
+        kt = np.arange(step.ktlen)[:, None, None]
+        mi = np.arange(step.mlen)[None, :, None]
+        col = (step.kt0 + kt) * rows + lane
+        index = self.a_off + (step.m0 + mi) * self.plan.k + col
+        self._pack((lane < rows) & (col < self.plan.k), index)
+
+    def b_pack(self, step):
+        # Block kt * ntlen + nt, row r holds B[(kt0 + kt) * rows + r, (nt0 + nt) * cols ...].
+        rows, cols, lane = self.cfg.rows, self.cfg.cols, self.lane
+        k, n = self.plan.k, self.plan.n
+        kt = np.arange(step.ktlen)[:, None, None, None]
+        nt = np.arange(step.ntlen)[None, :, None, None]
+        r = np.arange(rows)[None, None, :, None]
+        brow = (step.kt0 + kt) * rows + r
+        bcol = (step.nt0 + nt) * cols + lane
+        index = self.b_off + brow * n + bcol
+        self._pack((lane < cols) & (brow < k) & (bcol < n), index)
+
+    def pmem_pack(self, strip0, n_strips):
         # Beat j of PMEM row i brings bytes j*beat_bytes.. of the row: the gearbox puts the
         # first beat in the lowest bits.
+        lane, beat_bytes, per_row = self.lane, self.beat_bytes, self.cfg.pmem_beats_per_row
         row = np.arange(n_strips)[:, None, None]
         beat = np.arange(per_row)[None, :, None]
-        byte = (strip0 + row) * cols * 8 + beat * beat_bytes + lane
-        pack_parts.append(np.where(lane < beat_bytes, p_off + byte, pad).reshape(-1, lanes))
-        return isa.Load(target=isa.Target.PMEM, addr=addr, count=n_strips * per_row)
+        byte = (strip0 + row) * self.cfg.cols * 8 + beat * beat_bytes + lane
+        self._pack(lane < beat_bytes, self.p_off + byte)
 
-    def residual_load(addr, step):
-        # Row mi of strip nt at addr + nt * mlen + mi, as the STORE's aux_addr reads it.
+    def residual_pack(self, step):
+        # Row mi of strip nt at the slot base + nt * mlen + mi, as the STORE's aux_addr reads
+        # it.
+        cols, lane, n = self.cfg.cols, self.lane, self.plan.n
         nt = np.arange(step.ntlen)[:, None, None]
         mi = np.arange(step.mlen)[None, :, None]
         col = (step.nt0 + nt) * cols + lane
-        index = r_off + (step.m0 + mi) * n + col
-        valid = (lane < cols) & (col < n)
-        pack_parts.append(np.where(valid, index, pad).reshape(-1, lanes))
-        return isa.Load(target=isa.Target.SPAD_B, addr=addr, count=step.ntlen * step.mlen)
+        index = self.r_off + (step.m0 + mi) * n + col
+        self._pack((lane < cols) & (col < n), index)
 
-    def emit_loads(step):
-        loads = []
-        if step.load_a:
-            loads.append(isa.Load(target=isa.Target.SPAD_A, addr=step.a_half * half_spad,
-                                  count=step.ktlen * step.mlen))
-            kt = np.arange(step.ktlen)[:, None, None]
-            mi = np.arange(step.mlen)[None, :, None]
-            col = (step.kt0 + kt) * rows + lane
-            index = a_off + (step.m0 + mi) * k + col
-            pack_parts.append(np.where((lane < rows) & (col < k), index, pad).reshape(-1, lanes))
-        if step.load_b:
-            loads.append(isa.Load(target=isa.Target.SPAD_B, addr=step.b_half * layout.b_half,
-                                  count=step.ktlen * step.ntlen * rows))
-            kt = np.arange(step.ktlen)[:, None, None, None]
-            nt = np.arange(step.ntlen)[None, :, None, None]
-            r = np.arange(rows)[None, None, :, None]
-            brow = (step.kt0 + kt) * rows + r
-            bcol = (step.nt0 + nt) * cols + lane
-            index = b_off + brow * n + bcol
-            valid = (lane < cols) & (brow < k) & (bcol < n)
-            pack_parts.append(np.where(valid, index, pad).reshape(-1, lanes))
-        for kind, addr, first, count in aux_loads.get(step.index, ()):
-            if kind == "pmem":
-                loads.append(pmem_load(addr, first, count))
-            else:
-                loads.append(residual_load(addr, tile_steps[first]))
-        loads[0] = loads[0].with_deps(pop_next=step.index >= 2)
-        loads[-1] = loads[-1].with_deps(push_next=True)
-        instrs.extend(loads)
+    # -- the unpack rows of the STOREs -----------------------------------------------------------
 
-    def emit_matmuls(step):
-        a_base = step.a_half * half_spad
-        b_base = step.b_half * layout.b_half
-        c_base = (step.tile % 2) * half_acc
-        first = len(instrs)
-        for kt in range(step.ktlen):
-            for nt in range(step.ntlen):
-                instrs.append(isa.Matmul(a_addr=a_base + kt * step.mlen,
-                                         b_addr=b_base + (kt * step.ntlen + nt) * rows,
-                                         acc_addr=c_base + nt * step.mlen, m_len=step.mlen,
-                                         accumulate=not (step.first_k and kt == 0)))
-        instrs[first] = instrs[first].with_deps(
-            pop_prev=True, pop_next=step.first_k and step.tile >= 2)
-        instrs[-1] = instrs[-1].with_deps(push_prev=step.index + 2 < n_steps,
-                                          push_next=step.last_k)
-
-    def emit_store(step):
-        # One STORE drains the tile row by row: beat (mi, nt) is acc[base + nt*mlen + mi].
-        fields = {}
-        if ep is not None:
-            slot = step.tile % layout.slots
-            fields = {"op": ep.op,
-                      "param_addr": step.nt0 if layout.pmem_whole else slot * layout.pmem_rows,
-                      "aux_addr": layout.res_base + slot * layout.res_rows if ep.residual
-                      else 0}
-        instrs.append(isa.Store(acc_addr=(step.tile % 2) * half_acc, rows=step.mlen,
-                                strips=step.ntlen, stride=step.mlen, pop_prev=True,
-                                push_prev=step.tile + 2 < n_tiles, **fields))
+    def unpack(self, step):
+        """The STORE drains the tile row by row: beat (mi, nt) is acc[base + nt*mlen + mi]."""
+        cols, n = self.cfg.cols, self.plan.n
         mi = np.arange(step.mlen)[:, None, None]
         nt = np.arange(step.ntlen)[None, :, None]
         col = (step.nt0 + nt) * cols + np.arange(cols)
         index = (step.m0 + mi) * n + col
-        unpack_parts.append(np.where(col < n, index, discard).reshape(-1, cols))
-
-    emit_loads(steps[0])
-    for step in steps:
-        if step.index + 1 < n_steps:
-            emit_loads(steps[step.index + 1])
-        emit_matmuls(step)
-        if step.last_k:
-            emit_store(step)
-
-    inputs = {"a": (m, k), "b": (k, n)}
-    if ep is not None and ep.residual:
-        inputs["r"] = (m, n)
-    constants = {}
-    if params is not None:
-        constants["params"] = torch.from_numpy(params.reshape(-1).view(np.int8).copy())
-    return Program(cfg, instrs, inputs=inputs, outputs={"c": (m, n)},
-                   pack_index=np.concatenate(pack_parts), unpack_index=np.concatenate(unpack_parts),
-                   constants=constants,
-                   meta={"plan": plan, "epilogue": lowered, "layout": layout})
+        self.unpack_parts.append(np.where(col < n, index, self.discard).reshape(-1, cols))
 
 
 def rebind(base, epilogue, k, n):

@@ -1,5 +1,41 @@
-"""Shared pytest fixtures for the simulation tests.
+"""Test tiers, markers and shared fixtures.
 
+Tiers
+-----
+The tests live in three folders, fastest first:
+
+``verif/unit``
+    Pure Python: config, ISA, programs, tiler, cycle model, software device, integer ops, BERT
+    on the software device, the analysis tools. No simulator.
+``verif/block``
+    One block at a time: the Amaranth simulator, cocotb on a Verilator build of one component,
+    the build layer, Verilator lint and yosys checks of the emitted Verilog.
+``verif/system``
+    End to end: programs compiled by the real driver run on the whole core (the Verilated
+    harness through :class:`~bertaccel.sw.devices.rtl.RtlDevice`), bit-exact with the software
+    device and cycle-exact with the cycle model.
+
+Markers
+-------
+Each test gets the marker of its tier (``unit``, ``block``, ``system``) from its folder, and
+``slow`` when it takes long on a small machine: every ``system`` test, and the few others marked
+``@pytest.mark.slow`` in their own file (the yosys runs of the ECP5 flow in
+``block/test_synth.py``, the whole core behind the UART in ``block/test_ulx3s.py``, MiniLM on
+the software device and ``bench bert`` in ``unit/``). The markers are registered in
+``pyproject.toml``, where ``--strict-markers`` refuses any other::
+
+    pytest -q                       # everything (make test)
+    pytest -q -m "not slow"         # pure Python and block tests: a few minutes on 2 cores
+    pytest -q -m unit               # pure Python only
+    pytest -q -m system             # end to end only
+
+No test asserts a wall-clock time (how fast something runs is measured by the scripts in
+``bench/``). Test files import shared helpers from ``verif/helpers.py``, never from one another;
+a cocotb test module names itself (``MODULE = "verif.block.test_x"``) by its own dotted path,
+which the simulator imports through pytest's ``pythonpath``.
+
+Fixtures
+--------
 ``sim_root``
     The folder for simulation builds, ``<repo>/build/sim`` whatever the working directory; build
     folders inside it are named ``<design>-<cfg.tag>``::
@@ -7,8 +43,9 @@
         sim = build(lambda: PE(cfg), name="pe", build_dir=sim_root / f"pe-{cfg.tag}")
 
 ``rtl_device``
-    A factory of :class:`~bertaccel.sw.devices.rtl.RtlDevice` objects shared by the whole session: one
-    simulator per (config, settings), started on first use and closed when the session ends::
+    A factory of :class:`~bertaccel.sw.devices.rtl.RtlDevice` objects shared by the whole
+    session: one simulator per (config, settings), started on first use and closed when the
+    session ends::
 
         def test_gemm(rtl_device):
             device = rtl_device(preset("4x4"), sink_stall=64)
@@ -18,9 +55,30 @@
     programs never rely on.
 """
 
+from pathlib import Path
+
 import pytest
 
 __all__ = []
+
+#: The tier folders, each also the name of the marker its tests get.
+TIERS = ("unit", "block", "system")
+#: The tiers whose every test is ``slow``.
+SLOW_TIERS = ("system",)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with its tier, and the tests of a slow tier ``slow``."""
+    here = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            tier = Path(item.path).resolve().relative_to(here).parts[0]
+        except ValueError:
+            continue
+        if tier in TIERS:
+            item.add_marker(tier)
+        if tier in SLOW_TIERS:
+            item.add_marker("slow")
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -82,23 +82,52 @@ class AxiShell(wiring.Component):
         })
 
     def elaborate(self, platform):
-        cfg = self.cfg
         m = Module()
-        addr_width, bus_width = cfg.axi_addr_width, cfg.axi_data_width
-        engine = {"addr_width": addr_width, "bus_width": bus_width,
-                  "max_burst": self.max_burst, "fifo_depth": self.fifo_depth}
+        bank = self._registers(m)
+        # The core and the engines, all reset by CTRL.SOFT_RESET.
+        soft_reset = Signal()
+        core, instr_rd, data_rd, out_wr = self._blocks(m, soft_reset)
+        run = _Run()
+        start = Signal()
+        m.d.comb += start.eq(bank.port("CTRL", "START") & ~bank.port("CTRL", "SOFT_RESET")
+                             & ~run.running & ~run.resetting)
+        for dma, base in ((instr_rd, "PROG_ADDR"), (data_rd, "DATA_ADDR"), (out_wr, "OUT_ADDR")):
+            m.d.comb += [
+                dma.start.eq(start),
+                dma.base.eq(Cat(bank.port(f"{base}_LO"), bank.port(f"{base}_HI"))),
+            ]
+        m.d.comb += [
+            instr_rd.count.eq(bank.port("PROG_LEN")),
+            data_rd.count.eq(bank.port("DATA_LEN")),
+        ]
+        # The order matters where two of these set one register: the later wins (a start
+        # clears the counts, a soft reset the bus error).
+        self._streams(m, core, instr_rd, data_rd, out_wr, run)
+        self._read_channels(m, instr_rd, data_rd)
+        self._write_channels(m, out_wr)
+        self._bus_errors(m, run)
+        self._run_control(m, bank, core, (instr_rd, data_rd, out_wr), run, start, soft_reset)
+        self._status(m, bank, core, run)
+        return m
 
-        def axi(name):
-            return getattr(self, f"m_axi_{name}")
+    def _axi(self, name):
+        """The master's port ``m_axi_<name>``."""
+        return getattr(self, f"m_axi_{name}")
 
-        # -- registers ---------------------------------------------------------------------------
-        m.submodules.csr = bank = CsrBank(cfg)
+    def _registers(self, m):
+        """The register bank, on the AXI4-Lite slave ports."""
+        m.submodules.csr = bank = CsrBank(self.cfg)
         for name, member in self.axil_signature.members.items():
             outer, inner = getattr(self, f"s_axil_{name}"), getattr(bank.bus, name)
             m.d.comb += inner.eq(outer) if member.flow == Out else outer.eq(inner)
+        return bank
 
-        # -- the core and the engines, all reset by CTRL.SOFT_RESET ------------------------------
-        soft_reset = Signal()
+    def _blocks(self, m, soft_reset):
+        """``(core, instr_rd, data_rd, out_wr)``: the core and the DMA engines, each reset by
+        ``soft_reset``."""
+        cfg = self.cfg
+        engine = {"addr_width": cfg.axi_addr_width, "bus_width": cfg.axi_data_width,
+                  "max_burst": self.max_burst, "fifo_depth": self.fifo_depth}
         core = BertAccelCore(cfg)
         # Beats lie in memory at their width rounded up to a power of two bytes (csr.py); the
         # core's payloads are their low bits.
@@ -109,31 +138,10 @@ class AxiShell(wiring.Component):
         m.submodules.instr_dma = ResetInserter(soft_reset)(instr_rd)
         m.submodules.data_dma = ResetInserter(soft_reset)(data_rd)
         m.submodules.out_dma = ResetInserter(soft_reset)(out_wr)
+        return core, instr_rd, data_rd, out_wr
 
-        running = Signal()
-        done = Signal()
-        resetting = Signal()
-        bus_error = Signal()
-        prog_len = Signal(32)
-        prog_count = Signal(32)
-        data_count = Signal(32)
-        out_count = Signal(32)
-        cycles = Signal(64)
-
-        start = Signal()
-        m.d.comb += start.eq(bank.port("CTRL", "START") & ~bank.port("CTRL", "SOFT_RESET")
-                             & ~running & ~resetting)
-        for dma, base in ((instr_rd, "PROG_ADDR"), (data_rd, "DATA_ADDR"), (out_wr, "OUT_ADDR")):
-            m.d.comb += [
-                dma.start.eq(start),
-                dma.base.eq(Cat(bank.port(f"{base}_LO"), bank.port(f"{base}_HI"))),
-            ]
-        m.d.comb += [
-            instr_rd.count.eq(bank.port("PROG_LEN")),
-            data_rd.count.eq(bank.port("DATA_LEN")),
-        ]
-
-        # -- streams into and out of the core ---------------------------------------------------
+    def _streams(self, m, core, instr_rd, data_rd, out_wr, run):
+        """The streams into and out of the core, and their counts."""
         m.d.comb += [
             core.i_instr.valid.eq(instr_rd.o.valid),
             core.i_instr.payload.eq(instr_rd.o.payload),
@@ -142,21 +150,23 @@ class AxiShell(wiring.Component):
             core.i_data.payload.eq(data_rd.o.payload),
             data_rd.o.ready.eq(core.i_data.ready),
             # Results are taken only during a run: after an error the core may still hold some.
-            out_wr.i.valid.eq(core.o_data.valid & running),
+            out_wr.i.valid.eq(core.o_data.valid & run.running),
             out_wr.i.payload.eq(core.o_data.payload),
-            core.o_data.ready.eq(out_wr.i.ready & running),
+            core.o_data.ready.eq(out_wr.i.ready & run.running),
         ]
         with m.If(core.i_instr.valid & core.i_instr.ready):
-            m.d.sync += prog_count.eq(prog_count + 1)
+            m.d.sync += run.prog_count.eq(run.prog_count + 1)
         with m.If(core.i_data.valid & core.i_data.ready):
-            m.d.sync += data_count.eq(data_count + 1)
+            m.d.sync += run.data_count.eq(run.data_count + 1)
         with m.If(core.o_data.valid & core.o_data.ready):
-            m.d.sync += out_count.eq(out_count + 1)
+            m.d.sync += run.out_count.eq(run.out_count + 1)
 
-        # -- AR: round robin between the two read engines; R: routed by RID ---------------------
+    def _read_channels(self, m, instr_rd, data_rd):
+        """AR: round robin between the two read engines; R: routed by RID."""
+        axi = self._axi
         readers = (instr_rd, data_rd)  # index = ARID
         grant = Signal()
-        ar = Signal(request_layout(addr_width))
+        ar = Signal(request_layout(self.cfg.axi_addr_width))
         m.d.comb += [
             axi("arvalid").eq(Mux(grant, data_rd.ar.valid, instr_rd.ar.valid)),
             ar.eq(Mux(grant, data_rd.ar.payload, instr_rd.ar.payload)),
@@ -176,8 +186,11 @@ class AxiShell(wiring.Component):
                 reader.r.payload.data.eq(axi("rdata")),
             ]
         m.d.comb += axi("rready").eq(Mux(axi("rid"), data_rd.r.ready, instr_rd.r.ready))
+        self._burst_fields(m, "ar")
 
-        # -- AW, W, B: the write engine -----------------------------------------------------------
+    def _write_channels(self, m, out_wr):
+        """AW, W, B: the write engine's."""
+        axi = self._axi
         m.d.comb += [
             axi("awvalid").eq(out_wr.aw.valid),
             axi("awid").eq(0),
@@ -193,61 +206,89 @@ class AxiShell(wiring.Component):
             out_wr.b.payload.resp.eq(axi("bresp")),
             axi("bready").eq(out_wr.b.ready),
         ]
-        for ch in ("aw", "ar"):
-            m.d.comb += [
-                axi(f"{ch}size").eq(log2(bus_width // 8)),
-                axi(f"{ch}burst").eq(Burst.INCR),
-                axi(f"{ch}lock").eq(0),
-                axi(f"{ch}cache").eq(CACHE),
-                axi(f"{ch}prot").eq(0),
-                axi(f"{ch}qos").eq(0),
-            ]
+        self._burst_fields(m, "aw")
+
+    def _burst_fields(self, m, ch):
+        """The constant fields of every request on channel ``ch`` (``"ar"`` or ``"aw"``)."""
+        axi = self._axi
+        m.d.comb += [
+            axi(f"{ch}size").eq(log2(self.cfg.axi_data_width // 8)),
+            axi(f"{ch}burst").eq(Burst.INCR),
+            axi(f"{ch}lock").eq(0),
+            axi(f"{ch}cache").eq(CACHE),
+            axi(f"{ch}prot").eq(0),
+            axi(f"{ch}qos").eq(0),
+        ]
+
+    def _bus_errors(self, m, run):
+        """``run.bus_error``: set by an error response on R or B."""
+        axi = self._axi
         with m.If((axi("rvalid") & axi("rready") & axi("rresp")[1])
                   | (axi("bvalid") & axi("bready") & axi("bresp")[1])):
-            m.d.sync += bus_error.eq(1)
+            m.d.sync += run.bus_error.eq(1)
 
-        # -- run control --------------------------------------------------------------------------
+    def _run_control(self, m, bank, core, dmas, run, start, soft_reset):
+        """Start a run, end it, and the soft reset."""
+        instr_rd, data_rd, out_wr = dmas
         # The run ends when the core has taken every instruction and gone idle (or flagged an
         # error, after which it drops instructions and may never go idle), nothing is in flight
         # on the bus and every result has its write response.
         finishing = Signal()
         m.d.comb += [
-            finishing.eq(running & (prog_count == prog_len) & (~core.o_busy | core.o_error)),
+            finishing.eq(run.running & (run.prog_count == run.prog_len)
+                         & (~core.o_busy | core.o_error)),
             out_wr.flush.eq(finishing),
-            instr_rd.stop.eq(finishing | resetting),
-            data_rd.stop.eq(finishing | resetting),
-            out_wr.stop.eq(resetting),
+            instr_rd.stop.eq(finishing | run.resetting),
+            data_rd.stop.eq(finishing | run.resetting),
+            out_wr.stop.eq(run.resetting),
         ]
-        with m.If(running):
-            m.d.sync += cycles.eq(cycles + 1)
+        with m.If(run.running):
+            m.d.sync += run.cycles.eq(run.cycles + 1)
             with m.If(finishing & instr_rd.idle & data_rd.idle & out_wr.idle):
-                m.d.sync += [running.eq(0), done.eq(1)]
+                m.d.sync += [run.running.eq(0), run.done.eq(1)]
         with m.If(start):
             m.d.sync += [
-                running.eq(1), done.eq(0), cycles.eq(0), prog_len.eq(bank.port("PROG_LEN")),
-                prog_count.eq(0), data_count.eq(0), out_count.eq(0),
+                run.running.eq(1), run.done.eq(0), run.cycles.eq(0),
+                run.prog_len.eq(bank.port("PROG_LEN")),
+                run.prog_count.eq(0), run.data_count.eq(0), run.out_count.eq(0),
             ]
 
         # A soft reset waits until the bus is quiet (no request may be cut short), then resets
         # the core and the engines in one cycle.
         with m.If(bank.port("CTRL", "SOFT_RESET")):
-            m.d.sync += resetting.eq(1)
-        m.d.comb += soft_reset.eq(resetting & instr_rd.idle & data_rd.idle & out_wr.quiet)
+            m.d.sync += run.resetting.eq(1)
+        m.d.comb += soft_reset.eq(run.resetting & instr_rd.idle & data_rd.idle & out_wr.quiet)
         with m.If(soft_reset):
-            m.d.sync += [resetting.eq(0), running.eq(0), done.eq(0), bus_error.eq(0)]
+            m.d.sync += [run.resetting.eq(0), run.running.eq(0), run.done.eq(0),
+                         run.bus_error.eq(0)]
 
-        # -- status -------------------------------------------------------------------------------
+    def _status(self, m, bank, core, run):
+        """The read-only registers, and ``irq``."""
         m.d.comb += [
-            bank.port("STATUS", "BUSY").eq(running | resetting),
-            bank.port("STATUS", "DONE").eq(done),
+            bank.port("STATUS", "BUSY").eq(run.running | run.resetting),
+            bank.port("STATUS", "DONE").eq(run.done),
             bank.port("STATUS", "ERROR").eq(core.o_error),
-            bank.port("STATUS", "BUS_ERROR").eq(bus_error),
+            bank.port("STATUS", "BUS_ERROR").eq(run.bus_error),
             bank.port("STATUS", "CORE_BUSY").eq(core.o_busy),
-            bank.port("OUT_COUNT").eq(out_count),
-            bank.port("CYCLES_LO").eq(cycles[:32]),
-            bank.port("CYCLES_HI").eq(cycles[32:]),
-            bank.port("PROG_COUNT").eq(prog_count),
-            bank.port("DATA_COUNT").eq(data_count),
-            self.irq.eq(done),
+            bank.port("OUT_COUNT").eq(run.out_count),
+            bank.port("CYCLES_LO").eq(run.cycles[:32]),
+            bank.port("CYCLES_HI").eq(run.cycles[32:]),
+            bank.port("PROG_COUNT").eq(run.prog_count),
+            bank.port("DATA_COUNT").eq(run.data_count),
+            self.irq.eq(run.done),
         ]
-        return m
+
+
+class _Run:
+    """The shell's run state: registers the run control, the counters and the status share."""
+
+    def __init__(self):
+        self.running = Signal(name="running")
+        self.done = Signal(name="done")
+        self.resetting = Signal(name="resetting")
+        self.bus_error = Signal(name="bus_error")
+        self.prog_len = Signal(32, name="prog_len")
+        self.prog_count = Signal(32, name="prog_count")
+        self.data_count = Signal(32, name="data_count")
+        self.out_count = Signal(32, name="out_count")
+        self.cycles = Signal(64, name="cycles")

@@ -17,12 +17,16 @@ from amaranth import Cat, Const, Mux, Signal
 from ..dsp import product_register
 
 __all__ = [
+    "INT8",
+    "INT16",
+    "INT24",
     "TILE",
     "clamp",
     "coarse",
     "fine",
     "msb",
     "pick",
+    "product",
     "round_parts",
     "sum_shifted",
     "tiles",
@@ -31,6 +35,11 @@ __all__ = [
 
 #: Widest unsigned slice of a multiplier operand (ECP5 MULT18X18D: 18 bits signed).
 TILE = 17
+
+#: The saturation limits of golden's int24, int16 and int8 results.
+INT24 = (-(1 << 23), (1 << 23) - 1)
+INT16 = (-(1 << 15), (1 << 15) - 1)
+INT8 = (-(1 << 7), (1 << 7) - 1)
 
 
 def round_parts(w, lo, hi):
@@ -84,6 +93,12 @@ def msb(value):
     return Mux(high.any(), Cat(widen(msb(high)), Const(1, 1)), Cat(widen(msb(low)), Const(0, 1)))
 
 
+def product(m, a, b, *, name, platform=None):
+    """``a * b`` a cycle later: a register that is the DSP's own on an ECP5 (operands of at
+    most 18 bits each: one MULT18X18D). ``platform`` is the one ``elaborate`` got."""
+    return product_register(m, a, b, platform=platform, name=name, reset_less=True)
+
+
 def _slices(value):
     """``value`` as TILE-bit unsigned slices and their offsets; the top one keeps the sign."""
     n, signed = len(value), value.shape().signed
@@ -102,13 +117,8 @@ def tiles(m, a, b, *, name, platform=None):
     :func:`sum_shifted`. ``platform`` is the one ``elaborate`` got (see
     :func:`bertaccel.hw.dsp.product_register`).
     """
-    out = []
-    for i, (pa, sa) in enumerate(_slices(a)):
-        for j, (pb, sb) in enumerate(_slices(b)):
-            reg = product_register(m, pa, pb, platform=platform, name=f"{name}_t{i}{j}",
-                                   reset_less=True)
-            out.append((reg, sa + sb))
-    return out
+    return [(product(m, pa, pb, name=f"{name}_t{i}{j}", platform=platform), sa + sb)
+            for i, (pa, sa) in enumerate(_slices(a)) for j, (pb, sb) in enumerate(_slices(b))]
 
 
 def sum_shifted(m, terms, *, name):

@@ -20,13 +20,16 @@ from pathlib import Path
 
 import torch
 
+from ..paths import PathError, check_folder
+
 __all__ = ["CompileCache", "default_root", "CacheError"]
 
 #: The sources whose change invalidates a compiled entry (relative to the package's parent).
 _COMPILER_SOURCES = ("sw/bert/compile.py", "sw/bert/quant.py", "sw/bert/load.py",
                      "sw/epilogue.py", "golden/intops.py", "golden/sentences.py")
-#: ... and a timing entry: the cycle model, the tiler, and the hardware it models.
-_TIMING_SOURCES = ("sw/cycles.py", "sw/tiler.py", "sw/sequence.py", "sw/bert/run.py")
+#: ... and a timing entry: the cycle model and its timer, the tiler, and the hardware it models.
+_TIMING_SOURCES = ("sw/cycles.py", "sw/tiler.py", "sw/sequence.py", "sw/timing.py",
+                   "sw/bert/run.py", "sw/bert/timing.py")
 
 
 class CacheError(OSError):
@@ -88,12 +91,9 @@ class CompileCache:
     def check(self):
         """Make the folder if needed and check that it can be written, before any work."""
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=self.root, prefix=".probe-"):
-                pass
-        except OSError as error:
-            raise CacheError(f"cannot use the cache folder {str(self.root)!r}: "
-                             f"{error.strerror or error}") from None
+            check_folder(self.root, what="cache folder")
+        except PathError as error:
+            raise CacheError(str(error)) from None
         return self
 
     def key(self, checkpoint, cfg, settings):

@@ -177,6 +177,54 @@ class BertProgram:
             raise BertError(f"{self.name} on {self.cfg.name} ({self.cfg.tag}): {what} "
                             f"({m} x {k} x {n}): {error}") from None
 
+    def stage_gemms(self, layer, stage, mask):
+        """The GEMMs of stage ``stage`` of ``layer`` for a batch with the valid-token ``mask``
+        (``(B, L)`` bool), in program order: ``[(name, m, k, n, epilogue), ...]``. The stage's
+        program is their :func:`~bertaccel.sw.sequence.concat` for ``qk``, ``pv`` and ``w1``
+        (``w1``: ``"w1"`` on the kept columns, then ``"w1_out"`` on the outlier columns when
+        there are any), the one GEMM for the others. ``qk`` and ``pv`` have one GEMM per
+        sequence and head, sequence-major; the heads of a sequence share one epilogue object.
+        The weight stages read only the token count ``B * L``."""
+        batch, seq = mask.shape
+        if stage in ("qk", "pv"):
+            return self._attention_gemms(layer, stage, mask)
+        return self._weight_gemms(layer, stage, batch * seq)
+
+    def _weight_gemms(self, layer, stage, m):
+        s, q, k = self.spec, self.layers[layer], self.k[stage]
+        if stage == "w1":
+            n_out = q.h.outliers.numel()
+            gemms = [("w1", m, k, s.intermediate - n_out, q.w1_ep)]
+            if n_out:
+                gemms.append(("w1_out", m, k, n_out, q.w1_out_ep))
+            return gemms
+        n = 3 * s.hidden if stage == "qkv" else s.hidden
+        return [(stage, m, k, n, {"qkv": q.qkv_ep, "wo": q.wo_ep, "w2": q.w2_ep}[stage])]
+
+    def _attention_gemms(self, layer, stage, mask):
+        s, q = self.spec, self.layers[layer]
+        batch, seq = mask.shape
+        d = s.head_dim
+        if stage == "pv":
+            return [("pv", seq, seq, d, q.pv_ep)] * (batch * s.heads)
+        gemms = []
+        for b in range(batch):
+            softmax = Softmax(in_scale=q.qk_scale, mask=~mask[b].numpy())
+            gemms.extend([("qk", seq, d, seq, softmax)] * s.heads)
+        return gemms
+
+    def _compile_all(self, layer, stage, gemms):
+        """The programs of ``gemms``: each distinct GEMM (its name, shape and epilogue
+        object) compiled once."""
+        what = f"layer {layer} stage {stage}"
+        programs, last = [], None
+        for name, m, k, n, epilogue in gemms:
+            if last is None or last[0] != (name, m, k, n, id(epilogue)):
+                last = ((name, m, k, n, id(epilogue)),
+                        self._compile(name, m, k, n, epilogue, what))
+            programs.append(last[1])
+        return programs
+
     def weight_program(self, layer, stage, m):
         """The program of weight stage ``stage`` (``"qkv"``, ``"wo"``, ``"w1"``, ``"w2"``) of
         ``layer`` for ``m`` tokens. ``w1`` joins two GEMMs (inputs ``main.a``, ``main.b``,
@@ -189,38 +237,22 @@ class BertProgram:
         program = self._programs.get(key)
         if program is not None:
             return program
-        s, q, k = self.spec, self.layers[layer], self.k[stage]
-        what = f"layer {layer} stage {stage}"
+        parts = self._compile_all(layer, stage, self._weight_gemms(layer, stage, m))
         if stage == "w1":
-            n_out = q.h.outliers.numel()
-            parts = [self._compile("w1", m, k, s.intermediate - n_out, q.w1_ep, what)]
-            if n_out:
-                parts.append(self._compile("w1_out", m, k, n_out, q.w1_out_ep, what))
             program = concat(parts, prefixes=["main.", "out."][:len(parts)])
         else:
-            n = 3 * s.hidden if stage == "qkv" else s.hidden
-            epilogue = {"qkv": q.qkv_ep, "wo": q.wo_ep, "w2": q.w2_ep}[stage]
-            program = self._compile(stage, m, k, n, epilogue, what)
+            program = parts[0]
         self._programs[key] = program
         return program
 
     def attention_programs(self, layer, mask):
         """The joined per-head programs of stages ``qk`` and ``pv`` of ``layer`` for a batch
         with ``mask`` (``(B, L)`` bool, True on valid tokens): ``(qk, pv, prefixes)``."""
-        s, q = self.spec, self.layers[layer]
-        batch, seq = mask.shape
-        d = s.head_dim
-        qk_parts, pv_parts, prefixes = [], [], []
-        pv = self._compile("pv", seq, seq, d, q.pv_ep, f"layer {layer} stage pv")
-        for b in range(batch):
-            softmax = Softmax(in_scale=q.qk_scale, mask=~mask[b].numpy())
-            qk = self._compile("qk", seq, d, seq, softmax, f"layer {layer} stage qk")
-            for h in range(s.heads):
-                qk_parts.append(qk)
-                pv_parts.append(pv)
-                prefixes.append(f"b{b}h{h}.")
-        return (concat(qk_parts, prefixes=prefixes), concat(pv_parts, prefixes=prefixes),
-                prefixes)
+        batch, _ = mask.shape
+        prefixes = [f"b{b}h{h}." for b in range(batch) for h in range(self.spec.heads)]
+        return tuple(concat(self._compile_all(layer, stage,
+                                              self._attention_gemms(layer, stage, mask)),
+                            prefixes=prefixes) for stage in ("qk", "pv")) + (prefixes,)
 
     def _longest_sequence(self):
         """The longest sequence whose attention stages fit the config (at most the model's

@@ -155,35 +155,31 @@ class Encoder:
         return self._device
 
     def start_device(self, log=None):
-        """Start the device behind the encoder now, ``log`` announcing what takes long (the
-        RTL simulator is built on first use: minutes, then cached)."""
+        """Start the device behind the encoder now, ``log`` announcing what takes long: the
+        RTL simulator is built on first use (minutes, then cached), announced before the build
+        begins and timed after it (:func:`~bertaccel.sw.devices.base.start_announced`)."""
+        from ..devices.base import start_announced
         device = self._backend()
-        if self.device == "rtl":
-            if log:
-                log(f"building (or finding) and starting the RTL simulator for "
-                    f"{self.cfg.name}")
-            device.start()
-        return device
+        return device if device is None else start_announced(device, log)
 
-    def run_batch(self, batch):
+    def run_batch(self, batch, progress=None):
         """Run one tokenised batch (``input_ids``, ``attention_mask``, ``token_type_ids``):
-        ``(embeddings (B, hidden) float32, int8 last hidden state (B, L, hidden), stats)``."""
+        ``(embeddings (B, hidden) float32, int8 last hidden state (B, L, hidden), stats)``.
+
+        ``progress(fraction)``, on the ``"isa"`` and ``"rtl"`` devices, after every device
+        call: the fraction of the batch's estimated work done."""
         bert = self.bert
         ids, types = batch["input_ids"], batch["token_type_ids"]
         mask = batch["attention_mask"].bool()
         batch_size, seq = ids.shape
         if self.device == "ref":
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
-                x = self.fast.encoder(bert.embed_input(ids, types), mask)
-            finally:
-                torch.set_num_threads(threads)
+            x = self.fast.encoder(bert.embed_input(ids, types), mask)
             hidden_int8 = x.view(batch_size, seq, bert.spec.hidden)
             cycles, _ = self.timer.model(batch_size, seq)
             stats = {"cycles": cycles, "bit_exact": None}
         else:
-            result = run_bert(self._backend(), bert, **batch)
+            within = None if progress is None else (lambda done, total, _: progress(done / total))
+            result = run_bert(self._backend(), bert, **batch, progress=within)
             hidden_int8, stats = result.hidden_int8, {"cycles": result.stats["cycles"]}
             stats["bit_exact"] = None
             if self.device == "rtl":
@@ -290,9 +286,10 @@ class RunStats:
         self.batches = self.texts = self.tokens = self.padded = 0
         self.bit_exact = None
 
-    def batch(self, batch):
-        """Run one batch on the encoder and count it; its embeddings."""
-        emb, _, stats = self.encoder.run_batch(batch)
+    def batch(self, batch, progress=None):
+        """Run one batch on the encoder and count it; its embeddings (``progress``: see
+        :meth:`Encoder.run_batch`)."""
+        emb, _, stats = self.encoder.run_batch(batch, progress)
         size, seq = batch["input_ids"].shape
         spec = self.encoder.bert.spec
         self.cycles += stats["cycles"]
@@ -311,7 +308,7 @@ class RunStats:
         ideal = math.ceil(self.macs / cfg.macs_per_cycle)
         cycles = self.cycles
         return {
-            "device": self.encoder.device, "config": cfg.name, "tag": cfg.tag,
+            "device": self.encoder.device, "config": cfg.label, "tag": cfg.tag,
             "cycles": cycles, "ideal_cycles": ideal, "macs": self.macs,
             "model_macs": self.model_macs,
             "utilization": ideal / cycles if cycles else None,

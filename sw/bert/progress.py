@@ -76,12 +76,14 @@ class RateProgress:
         self.shown = -1
 
     def __call__(self, done, total):
+        """``done`` of ``total`` items (``done`` may be fractional: part of a batch)."""
         fraction = min(1.0, done / total) if total else 1.0
         elapsed = time.monotonic() - self.start
         rate = done / elapsed if elapsed > 0 else 0.0
         eta = (total - done) / rate if rate > 0 else 0.0
         filled = int(round(fraction * self.width))
-        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {self.unit}  "
+        shown = f"{int(done)}" if done == int(done) else f"{done:.1f}"
+        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {shown}/{total} {self.unit}  "
                 f"{rate:.1f} {self.unit}/s  elapsed {TextProgress._clock(elapsed)}  "
                 f"ETA {TextProgress._clock(eta)}")
         if self.tty:

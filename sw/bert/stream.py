@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..paths import PathError, check_file
 from .load import BertError
 
 __all__ = ["TextFile", "EmbeddingWriter", "OUTPUT_SUFFIXES", "check_output", "encode_stream",
@@ -68,18 +69,12 @@ class TextFile:
 
 
 def check_output(path):
-    """Refuse an output path that cannot be written, before any work: one line naming it."""
-    path = Path(path)
-    if path.suffix not in OUTPUT_SUFFIXES:
-        raise BertError(f"--output {str(path)!r} must end in {' or '.join(OUTPUT_SUFFIXES)}")
-    if path.is_dir():
-        raise BertError(f"--output {str(path)!r} is a folder")
-    folder = path.parent
-    if not folder.is_dir():
-        raise BertError(f"--output {str(path)!r}: the folder {str(folder)!r} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise BertError(f"--output {str(path)!r}: the folder {str(folder)!r} is not writable")
-    return path
+    """Refuse an output path that cannot be written, before any work: one line naming it
+    (:func:`bertaccel.sw.paths.check_file`; its folder must exist)."""
+    try:
+        return check_file(path, what="--output", suffixes=OUTPUT_SUFFIXES, make_folder=False)
+    except PathError as error:
+        raise BertError(str(error)) from None
 
 
 class EmbeddingWriter:
@@ -140,6 +135,15 @@ def windows(items, size):
         yield window
 
 
+def _shares(encoder, batches, texts):
+    """Each batch's share of a window's ``texts``, by the MACs it runs (sorted shortest first,
+    the batches grow: counting them by texts would promise too early an end)."""
+    from .encoder import _macs_run
+
+    macs = [_macs_run(encoder.bert, *batch["input_ids"].shape) for _, batch in batches]
+    return [texts * m / sum(macs) for m in macs]
+
+
 def encode_stream(encoder, texts, *, total, batch_size=32, window=None, writer=None,
                   compare_fp32=False, progress=None, keep=False):
     """Embed ``texts`` (an iterable of ``(line, text)``) a window at a time.
@@ -181,13 +185,20 @@ def encode_stream(encoder, texts, *, total, batch_size=32, window=None, writer=N
         ids = encoder.tokenize([text for _, text in chunk])
         out = np.empty((len(chunk), encoder.hidden), dtype=np.float32)
         cos = np.empty(len(chunk)) if compare_fp32 else None
-        for rows, batch in encoder.batches(ids, batch_size):
-            emb = run.batch(batch)
+        batches = encoder.batches(ids, batch_size)
+        shares = _shares(encoder, batches, len(chunk))
+        done = run.texts
+        for number, ((rows, batch), share) in enumerate(zip(batches, shares)):
+            within = None if progress is None else (
+                lambda fraction, done=done, share=share: progress(done + fraction * share,
+                                                                  total))
+            emb = run.batch(batch, within)
+            done = run.texts if number == len(batches) - 1 else done + share
             out[rows] = emb.numpy()
             if compare_fp32:
                 cos[rows] = encoder.cosine_fp32(batch, emb).numpy()
             if progress is not None:
-                progress(run.texts, total)
+                progress(done, total)
         if writer is not None:
             writer.write(lines, out, cos)
         if compare_fp32:

@@ -14,6 +14,7 @@ with FP32 PyTorch. Texts come from the command line or, streamed, from a file
 import time
 
 from ...golden import bert_ref
+from ..budget import bert_memory, check_memory
 from .cache import CompileCache
 from .encoder import Encoder
 from .load import BertError, check_tokens
@@ -43,7 +44,7 @@ def check_texts(texts):
 
 def run_texts(model, *, cfg, texts=None, text_file=None, device="ref", batch_size=32,
               output=None, compare_fp32=True, cache=True, cache_dir=None,
-              build_root="build/sim", progress=None, log=None):
+              build_root="build/sim", progress=None, log=None, max_memory=None):
     """Embed ``texts`` (a list) or the texts of ``text_file`` with ``model`` on ``device``;
     return a report (a JSON-able dict).
 
@@ -68,12 +69,18 @@ def run_texts(model, *, cfg, texts=None, text_file=None, device="ref", batch_siz
         ``progress(done, total)`` after every batch.
     log : callable, optional
         ``log(text)`` for what happens before the run (compiling, building the simulator).
+    max_memory : int, optional
+        Bytes the run may take (by default what the machine has available): a run estimated
+        to need more (:func:`~bertaccel.sw.budget.bert_memory` of its largest batch) is
+        refused after the model is compiled, before the device starts.
 
     Raises
     ------
     BertError
         Bad input, found before the model loads: no text, an empty text, an unreadable or
         binary text file, an output path that cannot be written.
+    BudgetError
+        The run needs more memory than ``max_memory`` or the machine has.
     """
     start = time.perf_counter()
     texts = list(texts or [])
@@ -89,17 +96,18 @@ def run_texts(model, *, cfg, texts=None, text_file=None, device="ref", batch_siz
         tokenizer = bert_ref.load_tokenizer(model)
     except bert_ref.ModelError as error:
         raise BertError(str(error)) from None
-    check_tokens(tokenizer, texts)
+    longest = max((len(row) for row in check_tokens(tokenizer, texts)), default=0)
     if source is not None:
-        _check_file_tokens(tokenizer, source)
+        longest = max(longest, _check_file_tokens(tokenizer, source))
     if cache:
         CompileCache(cache_dir).check()
     if log:
-        log(f"compiling {model} for {cfg.name} (or reading it from the compile cache)")
+        log(f"compiling {model} for {cfg.label} (or reading it from the compile cache)")
     encoder = Encoder(model, config=cfg, device=device, cache=cache, cache_dir=cache_dir,
                       build_root=build_root)
     loaded = time.perf_counter()
     with encoder:
+        _check_memory(encoder, min(batch_size, total), longest, max_memory)
         encoder.start_device(log)
         if hasattr(progress, "restart"):
             progress.restart()      # the ETA counts the run, not the build before it
@@ -112,10 +120,27 @@ def run_texts(model, *, cfg, texts=None, text_file=None, device="ref", batch_siz
 
 
 def _check_file_tokens(tokenizer, source, window=1024):
-    """Refuse a line of ``source`` that tokenises to nothing, naming it, before any work."""
+    """Refuse a line of ``source`` that tokenises to nothing, naming it, before any work;
+    return the most tokens a line has."""
+    longest = 0
     for chunk in windows(source.texts(), window):
-        check_tokens(tokenizer, [text for _, text in chunk],
-                     names=[f"--text-file {str(source.path)!r} line {line}" for line, _ in chunk])
+        ids = check_tokens(tokenizer, [text for _, text in chunk],
+                           names=[f"--text-file {str(source.path)!r} line {line}"
+                                  for line, _ in chunk])
+        longest = max(longest, max(len(row) for row in ids))
+    return longest
+
+
+def _check_memory(encoder, batch, longest, limit):
+    """Refuse a run whose largest batch (``batch`` texts of the ``longest`` text's tokens, as
+    far as the model takes them) needs more memory than it may have. The ref device compiles
+    one layer's programs at a time to count the cycles; the others hold every layer's."""
+    bert = encoder.bert
+    seq = min(longest, bert.max_seq, bert.spec.max_positions)
+    layers = 1 if encoder.device == "ref" else bert.spec.layers
+    check_memory(bert_memory(bert, batch, seq, layers=layers), limit=limit,
+                 what=f"a batch of {batch} texts of {seq} tokens on {encoder.cfg.label}",
+                 hint="; a smaller --batch-size needs less" if batch > 1 else "")
 
 
 def _numbered(texts, source):

@@ -3,36 +3,28 @@
 The cycles a stage program takes depend only on its instructions, and those depend only on the
 shapes: the batch size ``B`` and the padded sequence length ``L`` (the padding mask and the
 weights change values that the programs carry, never their instructions). So
-:class:`StageTimer` times the six stage programs of a layer once per ``(B, L)`` with the cycle
-model (:class:`bertaccel.sw.cycles.CycleModel`, equal to the RTL) and remembers them, in memory
-and, given a :class:`~bertaccel.sw.bert.cache.CompileCache`, on disk. Every layer of a compiled
-model has the same stage shapes (the compiler pads each weight stage to one depth), except the
-columns the FFN's outlier GEMM takes, which are part of the key.
+:class:`StageTimer` times the six stage programs of a layer once per ``(B, L)`` and remembers
+them, in memory and, given a :class:`~bertaccel.sw.bert.cache.CompileCache`, on disk. Every
+layer of a compiled model has the same stage shapes (the compiler pads each weight stage to one
+depth), except the columns the FFN's outlier GEMM takes and the SETs of the epilogues: the key
+holds every GEMM's timing key (:meth:`bertaccel.sw.timing.GemmTimer.key`).
+
+It times them with :class:`bertaccel.sw.timing.GemmTimer`: the cycles the cycle model
+(:class:`bertaccel.sw.cycles.CycleModel`, equal to the RTL) counts on the stage programs that
+:func:`~bertaccel.sw.bert.run.layer_programs` compiles, exactly, from the GEMMs the compiler
+joins into each stage (:meth:`~bertaccel.sw.bert.compile.BertProgram.stage_gemms`), without
+compiling them. What the timer learns on one shape carries over to the next.
 """
 
+import hashlib
 import threading
 
 import torch
 
-from ..cycles import CycleModel
-from ..epilogue import lower
+from ..timing import GemmTimer
 from .compile import STAGES
-from .run import layer_programs
 
 __all__ = ["StageTimer"]
-
-
-def _layer_shape(bert, layer):
-    """What distinguishes one layer's stage programs from another's: the FFN's outlier
-    columns, and how many SETs each weight stage's epilogue lowers to."""
-    q, spec, k = bert.layers[layer], bert.spec, bert.k
-    n_out = q.h.outliers.numel()
-    stages = [(q.qkv_ep, 3 * spec.hidden, k["qkv"]), (q.wo_ep, spec.hidden, k["wo"]),
-              (q.w1_ep, spec.intermediate - n_out, k["w1"]), (q.w2_ep, spec.hidden, k["w2"])]
-    if n_out:
-        stages.append((q.w1_out_ep, n_out, k["w1"]))
-    sets = "".join(f"s{len(lower(ep, bert.cfg, n=n, k=kk).sets)}" for ep, n, kk in stages)
-    return f"o{n_out}{sets}"
 
 
 class StageTimer:
@@ -49,23 +41,22 @@ class StageTimer:
     def __init__(self, bert, store=None):
         self.bert = bert
         self.store = {} if store is None else store
-        self._model = CycleModel(bert.cfg)
+        self._timer = GemmTimer(bert.cfg)
         self._lock = threading.Lock()
-        self._shape = [_layer_shape(bert, layer) for layer in range(bert.spec.layers)]
-
-    def _key(self, layer, batch, seq):
-        return f"b{batch}l{seq}" + self._shape[layer]
 
     def layer(self, layer, batch, seq):
         """``{stage: cycles}`` of ``layer``'s six stage programs for ``batch`` sequences of
         ``seq`` tokens (padded), in :data:`~bertaccel.sw.bert.compile.STAGES` order."""
-        key = self._key(layer, batch, seq)
+        mask = torch.ones((batch, seq), dtype=torch.bool)
         with self._lock:
+            parts = {stage: [gemm[1:] for gemm in self.bert.stage_gemms(layer, stage, mask)]
+                     for stage in STAGES}
+            # Layers whose GEMMs have equal timing keys share one entry.
+            keys = repr([self._timer.key(parts[stage]) for stage in STAGES])
+            key = f"b{batch}l{seq}-" + hashlib.sha256(keys.encode()).hexdigest()[:16]
             known = self.store.get(key)
             if known is None:
-                mask = torch.ones((batch, seq), dtype=torch.bool)
-                programs = layer_programs(self.bert, layer, mask)
-                known = {stage: self._model.run(programs[stage]).cycles for stage in STAGES}
+                known = {stage: self._timer.concat(parts[stage]) for stage in STAGES}
                 self.store[key] = known
         return dict(known)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from ...hw.config import AccelConfig
 from ..program import Program
 
-__all__ = ["Device", "DeviceError", "RunResult"]
+__all__ = ["Device", "DeviceError", "RunResult", "start_announced"]
 
 
 class DeviceError(RuntimeError):
@@ -137,3 +137,21 @@ class Device:
     def __exit__(self, *exc_info):
         self.close()
         return False
+
+
+def start_announced(device, log=None):
+    """Start ``device`` now if it starts at all (the RTL device builds its simulator on first
+    use: minutes, then cached), ``log(text)`` announcing the build before it begins and saying
+    after it how long it took; return the device."""
+    start = getattr(device, "start", None)
+    if start is None:
+        return device
+    if log:
+        log(f"building the RTL simulator for {device.cfg.label} (cached after the first build) "
+            f"and starting it")
+    start()
+    build = getattr(device, "build", None)
+    if log and build is not None:
+        log(f"the RTL simulator was built in {build.seconds:.0f} s" if build.rebuilt
+            else f"the RTL simulator was found built in {build.build_dir}")
+    return device

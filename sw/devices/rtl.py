@@ -8,14 +8,17 @@ running across runs::
         result = gemm(device, a, b)       # builds (cached) and starts the simulator on first use
         result.outputs["c"], result.cycles, result.stats["sim_cycles_per_s"]
 
-The simulator is :class:`bertaccel.hw.harness.SimHarness` (the core plus instruction, data-in and
-data-out memories and gateware stream engines), driven by the cocotb test
-:func:`bertaccel.sim.rtl_server.serve`, which talks to this object over a Unix socket.
+The simulator is :class:`bertaccel.hw.harness.SimHarness` (the core plus gateware stream
+engines that read the instructions and data from files and write the output beats to one as the
+run goes), driven by the cocotb test :func:`bertaccel.sim.rtl_server.serve`, which talks to
+this object over a Unix socket. It is Verilated by default; ``RtlDevice(cfg,
+simulator="icarus", icarus_std="2012")`` runs the same Verilog and the same server under Icarus
+Verilog instead, bit- and cycle-exact and far slower.
 
-Programs larger than the harness memories are run in consecutive chunks of whole instructions.
-That is exact: the core keeps its scratchpads, accumulator and token counts between runs, and every
-prefix of a legal program runs to completion. The cycle count is then the sum over the chunks
-(each chunk drains the pipeline, so it is a little above a single run's).
+Every program runs in one piece, whatever its size: this object writes the instruction words and
+data beats into the harness's stream files in the simulator's working folder, asks the server to
+run, and reads the output beats from the output file. The cycles are those of the hardware fed
+by streams that never run dry, which :class:`~bertaccel.sw.cycles.CycleModel` counts exactly.
 """
 
 import itertools
@@ -34,7 +37,7 @@ import numpy as np
 import torch
 
 from ...hw import isa
-from ...hw.harness import SimHarness, harness_chunks
+from ...hw.harness import STREAM_FILES, harness_verilog
 from ...hw.verilog import source_key
 from .base import Device, DeviceError
 
@@ -57,6 +60,31 @@ def _stall_units(name, value):
         return value
     raise ValueError(f"{name} must be an int from 0 to 255 (n/256 of the cycles) or a "
                      f"probability in [0, 1), not {value!r}")
+
+
+def _write_stream(path, data):
+    """Write a source's file whole, under a new name first: a simulator that still has the old
+    file open keeps reading the old one, never a half-written new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def _read_out(path, count, cfg):
+    """The ``count`` output beats of the sink's file: ``(count, cfg.cols)`` ``torch.int32``."""
+    digits = cfg.cols * cfg.acc_width // 4
+    text = path.read_text().split() if count else []
+    if len(text) != count or any(len(line) != digits for line in text):
+        raise DeviceError(f"{path} holds {len(text)} lines, not {count} lines of {digits} hex "
+                          f"digits (one per output beat)")
+    try:
+        raw = bytes.fromhex("".join(text))
+    except ValueError:
+        raise DeviceError(f"{path} holds a line that is not hexadecimal (an X or Z value?)") \
+            from None
+    # Each line is lane cols-1 first, 32 bits a lane.
+    beats = np.frombuffer(raw, dtype=">i4").reshape(count, cfg.cols)[:, ::-1]
+    return torch.from_numpy(beats.astype(np.int32))
 
 
 class _Session:
@@ -109,8 +137,9 @@ class RtlDevice(Device):
     cfg : AccelConfig
         The build to simulate.
     build_root : path
-        Where build folders go; this device's is ``<build_root>/bertaccel_harness-<cfg.tag>-
-        i<instr>d<data>o<out>``. Relative paths are taken from the current directory.
+        Where build folders go; this device's is ``<build_root>/bertaccel_harness-<cfg.tag>``,
+        with ``-icarus<std>`` added for Icarus. Relative paths are taken from the current
+        directory.
     seed : int
         Seed of the harness's stall generator (0..2**32-1), the same for every run, so a run is
         reproducible; it is logged in the simulator log.
@@ -118,13 +147,17 @@ class RtlDevice(Device):
         Idle cycles on the instruction and data sources, and backpressure on the output sink:
         an int n means n/256 of the cycles, a float a probability in [0, 1). 0 = free-running.
     max_cycles : int, optional
-        Cycle limit for one run (or one chunk); by default a generous bound from the program.
+        Cycle limit for one run; by default a generous bound from the program.
     startup_timeout : float
         Seconds the simulator may take to start and connect (after the build).
     run_timeout : float, optional
-        Wall-clock seconds one run (or chunk) may take; by default from ``max_cycles``.
-    instr_depth, data_depth, out_depth : int, optional
-        Harness memory depths (powers of two); :func:`harness_depths` by default.
+        Wall-clock seconds one run may take; by default from ``max_cycles``.
+    simulator : str
+        ``"verilator"`` (the default) or ``"icarus"``: Icarus Verilog (``iverilog`` on
+        ``PATH``), bit- and cycle-exact with Verilator and far slower; for small programs.
+    icarus_std : str
+        With ``simulator="icarus"``: ``"2012"`` (``iverilog -g2012``, SystemVerilog event
+        semantics) or ``"2005"`` (``-g2005``).
 
     Members
     -------
@@ -137,7 +170,8 @@ class RtlDevice(Device):
     ------
     DeviceError
         From :meth:`run`: the core flagged an illegal instruction, a run timed out, the output
-        or data beat counts differ from the program's, or the simulator failed.
+        or data beat counts differ from the program's, a stream file failed, or the simulator
+        failed.
 
     Notes
     -----
@@ -147,27 +181,30 @@ class RtlDevice(Device):
     """
 
     def __init__(self, cfg, *, build_root="build/sim", seed=0, src_idle=0, sink_stall=0,
-                 max_cycles=None, startup_timeout=300.0, run_timeout=None, instr_depth=None,
-                 data_depth=None, out_depth=None):
+                 max_cycles=None, startup_timeout=300.0, run_timeout=None,
+                 simulator="verilator", icarus_std="2012"):
         super().__init__(cfg)
+        from ...sim.build import ICARUS_STDS, SIMULATORS
+        if simulator not in SIMULATORS:
+            raise ValueError(f"simulator must be one of {', '.join(SIMULATORS)}, "
+                             f"not {simulator!r}")
+        if icarus_std not in ICARUS_STDS:
+            raise ValueError(f"icarus_std must be one of {', '.join(ICARUS_STDS)}, "
+                             f"not {icarus_std!r}")
         if not (isinstance(seed, int) and 0 <= seed < 1 << 32):
             raise ValueError(f"seed must be an int from 0 to 2**32-1, not {seed!r}")
         if max_cycles is not None and not (isinstance(max_cycles, int) and max_cycles > 0):
             raise ValueError(f"max_cycles must be a positive int, not {max_cycles!r}")
-        defaults = SimHarness.default_depths(cfg)
-        self.depths = tuple(given or default for given, default
-                            in zip((instr_depth, data_depth, out_depth), defaults))
-        for name, depth in zip(("instr_depth", "data_depth", "out_depth"), self.depths):
-            if not (isinstance(depth, int) and depth > 1 and depth & (depth - 1) == 0):
-                raise ValueError(f"{name} must be a power of two, not {depth!r}")
         self.seed = seed
         self.src_idle = _stall_units("src_idle", src_idle)
         self.sink_stall = _stall_units("sink_stall", sink_stall)
         self.max_cycles = max_cycles
         self.startup_timeout = float(startup_timeout)
         self.run_timeout = run_timeout
-        instr, data, out = self.depths
-        self.build_dir = Path(build_root) / f"{_TOPLEVEL}-{cfg.tag}-i{instr}d{data}o{out}"
+        self.simulator = simulator
+        self.icarus_std = icarus_std if simulator == "icarus" else None
+        suffix = f"-icarus{icarus_std}" if simulator == "icarus" else ""
+        self.build_dir = Path(build_root) / f"{_TOPLEVEL}-{cfg.tag}{suffix}"
         self.build = None
         self.log_file = None
         self._lock = threading.Lock()
@@ -191,11 +228,11 @@ class RtlDevice(Device):
                               f"{session.log_file}")
         from ...sim.build import build
 
-        cfg, (instr, data, out) = self.cfg, self.depths
+        cfg = self.cfg
         self.build = build(
-            lambda: SimHarness(cfg, instr_depth=instr, data_depth=data, out_depth=out),
-            name=_TOPLEVEL, build_dir=self.build_dir,
-            source_key=source_key(cfg.to_json(), self.depths))
+            lambda: harness_verilog(cfg, name=_TOPLEVEL), name=_TOPLEVEL,
+            build_dir=self.build_dir, source_key=source_key(cfg.to_json()),
+            simulator=self.simulator, icarus_std=self.icarus_std or "2012")
 
         session.tmpdir = tempfile.mkdtemp(prefix="bertaccel-")  # short: sun_path has 108 bytes
         path = os.path.join(session.tmpdir, "sock")
@@ -298,6 +335,26 @@ class RtlDevice(Device):
         slow = 256 / (256 - max(self.src_idle, self.sink_stall))
         return int(10_000 + 8 * work * slow)
 
+    def _check(self, reply, n_instr, n_data, n_out, max_cycles):
+        """Raise :class:`DeviceError` unless ``reply`` is a clean run of the program."""
+        where = (f"RtlDevice({self.cfg.name}, seed={self.seed}, src_idle={self.src_idle}, "
+                 f"sink_stall={self.sink_stall}), {n_instr}-instruction program")
+        if reply["timed_out"]:
+            raise DeviceError(f"{where}: not done after {max_cycles} cycles "
+                              f"({reply['n_out']} of {n_out} output beats, "
+                              f"{reply['data_used']} of {n_data} data beats); "
+                              f"log: {self.log_file}")
+        if reply["error"]:
+            raise DeviceError(f"{where}: the core flagged an illegal instruction")
+        if reply["file_error"]:
+            raise DeviceError(f"{where}: the harness could not open a stream file in "
+                              f"{self._session.tmpdir} or read enough words from it; "
+                              f"log: {self.log_file}")
+        if reply["data_used"] != n_data or reply["n_out"] != n_out:
+            raise DeviceError(f"{where}: the core consumed {reply['data_used']} data beats "
+                              f"and produced {reply['n_out']} output beats; the program "
+                              f"has {n_data} and {n_out}")
+
     def _execute(self, program, data_beats):
         cfg = self.cfg
         if data_beats.dtype != torch.int8 or data_beats.dim() != 2 \
@@ -306,68 +363,48 @@ class RtlDevice(Device):
                               f"not {tuple(data_beats.shape)} {data_beats.dtype}")
         instrs = program.instrs
         words = program.words()
-        # Each beat's lanes as one little-endian int: lane i in bits [8i, 8i+8), two's complement.
-        raw = data_beats.contiguous().numpy().view(np.uint8).tobytes()
-        lanes = cfg.lanes
-        beats = [int.from_bytes(raw[i:i + lanes], "little") for i in range(0, len(raw), lanes)]
-        out_bytes = cfg.cols * cfg.acc_width // 8
-        try:
-            chunks = harness_chunks(instrs, self.depths)
-        except ValueError as error:
-            raise DeviceError(str(error)) from None
-
+        n_data = data_beats.shape[0]
+        n_out = sum(instr.count for instr in instrs if isinstance(instr, isa.Store))
+        max_cycles = self.max_cycles or self._cycle_bound(instrs)
+        timeout = self.run_timeout or 120.0 + max_cycles * 1e-3
         with self._lock:
             self._start()
-            pieces = []
-            totals = {"cycles": 0, "load_s": 0.0, "run_s": 0.0, "read_s": 0.0, "wall_s": 0.0}
-            first_beat = 0
-            for index, (first, end, beats_in, beats_out) in enumerate(chunks):
-                max_cycles = self.max_cycles or self._cycle_bound(instrs[first:end])
-                timeout = self.run_timeout or (120.0 + (end - first + beats_in + beats_out)
-                                               * 2e-3 + max_cycles * 1e-3)
-                tag = (f"{len(instrs)}-instruction program for {cfg.name}, chunk "
-                       f"{index + 1}/{len(chunks)}")
-                self._session.conn.send({
-                    "op": "run", "instr": words[first:end],
-                    "data": beats[first_beat:first_beat + beats_in],
-                    "seed": self.seed, "src_idle": self.src_idle, "sink_stall": self.sink_stall,
-                    "max_cycles": max_cycles, "out_bytes": out_bytes, "tag": tag})
-                reply = self._receive(timeout, f"run of chunk {index + 1}/{len(chunks)}")
-                where = (f"RtlDevice({cfg.name}, seed={self.seed}, src_idle={self.src_idle}, "
-                         f"sink_stall={self.sink_stall}), instructions {first}..{end - 1}")
-                if reply["timed_out"]:
-                    raise DeviceError(f"{where}: not done after {max_cycles} cycles "
-                                      f"({reply['n_out']} of {beats_out} output beats, "
-                                      f"{reply['data_used']} of {beats_in} data beats); "
-                                      f"log: {self.log_file}")
-                if reply["error"]:
-                    raise DeviceError(f"{where}: the core flagged an illegal instruction")
-                if reply["data_used"] != beats_in or reply["n_out"] != beats_out:
-                    raise DeviceError(f"{where}: the core consumed {reply['data_used']} data "
-                                      f"beats and produced {reply['n_out']} output beats; the "
-                                      f"program has {beats_in} and {beats_out}")
-                first_beat += beats_in
-                pieces.append(reply["out"])
-                for key in totals:
-                    totals[key] += reply[key]
+            begin = time.perf_counter()
+            folder = Path(self._session.tmpdir)
+            _write_stream(folder / STREAM_FILES["instr"],
+                          b"".join(word.to_bytes(isa.INSTR_WIDTH // 8, "big") for word in words))
+            # A beat's lanes as one word, lane 0 in the lowest byte: the file holds the bytes of
+            # each beat in reverse lane order, most significant first.
+            _write_stream(folder / STREAM_FILES["data"],
+                          data_beats.contiguous().numpy().view(np.uint8)[:, ::-1].tobytes())
+            loaded = time.perf_counter()
+            self._session.conn.send({
+                "op": "run", "n_instr": len(words), "n_data": n_data, "seed": self.seed,
+                "src_idle": self.src_idle, "sink_stall": self.sink_stall,
+                "max_cycles": max_cycles, "tag": f"{len(instrs)}-instruction program for "
+                                                 f"{cfg.name}"})
+            reply = self._receive(timeout, "run")
+            self._check(reply, len(instrs), n_data, n_out, max_cycles)
+            ran = time.perf_counter()
+            out_beats = _read_out(folder / STREAM_FILES["out"], reply["n_out"], cfg)
+            end = time.perf_counter()
 
-        out = np.frombuffer(b"".join(pieces), dtype="<i4").reshape(-1, cfg.cols)
-        out_beats = torch.from_numpy(out.astype(np.int32))
-        cycles = totals["cycles"]
+        cycles = reply["cycles"]
         return out_beats, {
             "cycles": cycles,
             "instructions": len(instrs),
-            "data_beats": len(beats),
+            "data_beats": n_data,
             "out_beats": out_beats.shape[0],
-            "chunks": len(chunks),
-            "sim_wall_s": totals["wall_s"],
-            "sim_load_s": totals["load_s"] + totals["read_s"],
-            "sim_run_s": totals["run_s"],
-            "sim_cycles_per_s": cycles / totals["run_s"] if totals["run_s"] > 0 else None,
+            "sim_wall_s": end - begin,
+            "sim_load_s": (loaded - begin) + (end - ran),
+            "sim_run_s": reply["run_s"],
+            "sim_cycles_per_s": cycles / reply["run_s"] if reply["run_s"] > 0 else None,
             "seed": self.seed, "src_idle": self.src_idle, "sink_stall": self.sink_stall,
+            "simulator": self.simulator, "icarus_std": self.icarus_std,
         }
 
     def __repr__(self):
         state = "running" if self._session.alive() else "stopped"
-        return (f"<RtlDevice {self.cfg.name} ({self.cfg.tag}) seed={self.seed} "
+        sim = self.simulator + (f" -g{self.icarus_std}" if self.icarus_std else "")
+        return (f"<RtlDevice {self.cfg.name} ({self.cfg.tag}) {sim} seed={self.seed} "
                 f"src_idle={self.src_idle} sink_stall={self.sink_stall} {state}>")

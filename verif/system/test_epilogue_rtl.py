@@ -4,7 +4,7 @@ Every result is compared bit for bit with the software device (and that with gol
 applied to golden.gemm). Each config runs free and with about 30 % idle source cycles and 40 %
 output backpressure. The devices come from the session's ``rtl_device`` fixture, so they are
 shared with other tests of the same config and settings. Seeds are printed; rerun one test with
-``pytest verif/test_epilogue_rtl.py -k <id> -s`` to replay it.
+``pytest verif/system/test_epilogue_rtl.py -k <id> -s`` to replay it.
 
 ``test_fusion_ratios`` records, on 8x8, the cycles of the fused programs of the three acceptance
 shapes against the plain GEMM of the same shape; it prints the ratios and only checks that the

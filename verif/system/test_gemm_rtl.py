@@ -3,7 +3,7 @@
 Every result is compared bit for bit with the software device and with torch. Each config has
 its own build folder; each runs free (to check cycle counts) and with idle cycles on both source
 streams and backpressure on the output stream. Seeds are printed; rerun one test with
-``pytest verif/test_gemm_rtl.py -k <id> -s`` to replay it.
+``pytest verif/system/test_gemm_rtl.py -k <id> -s`` to replay it.
 """
 
 import random

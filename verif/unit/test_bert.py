@@ -380,6 +380,8 @@ def test_minilm_encode_errors(minilm):
         bert.encode(["  \n"])
     with pytest.raises(BertError, match="no text"):
         bert.encode([])
+    with pytest.raises(BertError, match="text 0 has no token but the special ones"):
+        bert.encode(["\x07\x08\x01"])
     with pytest.warns(UserWarning, match=r"text 0 has \d+ tokens, more than 512 \(the model's "
                                          r"max_position_embeddings\); it is truncated"):
         batch = bert.encode(["word " * 700, "A short one."])
@@ -388,6 +390,7 @@ def test_minilm_encode_errors(minilm):
         compile_bert(model, AccelConfig(rows=8, cols=8, acc_depth=64), tokenizer=tokenizer)
 
 
+@pytest.mark.slow
 def test_minilm_close_to_fp32(minilm):
     """Eight real sentences of mixed lengths in one padded batch: every embedding within
     cosine 0.99 of FP32 (the bench measures all 64 on 8x8)."""
@@ -457,3 +460,21 @@ def test_cli_run_on_a_model_folder(tmp_path, capsys, minilm):
     out = capsys.readouterr().out
     for key in ("embedding", "vs FP32", "cycles", "latency", "utilization"):
         assert f"\n{key}" in out
+
+
+def test_encoder_refuses_text_of_special_tokens_only(tmp_path, minilm):
+    """Text that the tokenizer reduces to ``[CLS] [SEP]`` (control characters only) is refused
+    like empty text by :meth:`Encoder.encode` and :meth:`BertProgram.encode` alike (and by
+    ``bertaccel run``: :func:`test_cli_run_bad_input`)."""
+    from bertaccel.sw.bert.encoder import Encoder
+
+    tokenizer, _ = minilm
+    torch.manual_seed(SEED)
+    transformers.BertModel(tiny_config(vocab_size=tokenizer.vocab_size),
+                           add_pooling_layer=False).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    encoder = Encoder(str(tmp_path), config="4x4", cache=False)
+    for encode in (encoder.encode, encoder.bert.encode):
+        with pytest.raises(BertError, match="text 1 has no token but the special ones"):
+            encode(["A fine text.", "\x07\x08"])
+    assert encoder.encode("A fine text.").shape == (1, 64)

@@ -104,3 +104,36 @@ def test_config_is_frozen_and_tag_tracks_hardware_fields():
     assert len(tags) == 5
     # The clock does not change the hardware, so it does not change the tag.
     assert dataclasses.replace(cfg, clock_mhz=100.0).tag == cfg.tag
+
+
+def test_from_dict_needs_every_field_or_a_base():
+    """A config left partly out is refused with what is missing, never filled from the class
+    defaults (which match no preset); with ``"base"`` the preset fills the rest."""
+    with pytest.raises(ConfigError, match="leaves out cols, in_width, acc_width, spad_depth"):
+        AccelConfig.from_dict({"rows": 16})
+    with pytest.raises(ConfigError, match="leaves out rows, cols,"):
+        AccelConfig.from_dict({})
+    cfg = AccelConfig.from_dict({"base": "8x8", "acc_depth": 4096})
+    assert cfg == dataclasses.replace(PRESETS["8x8"], acc_depth=4096)
+    assert AccelConfig.from_dict({"base": "4x8"}) == PRESETS["4x8"]
+    with pytest.raises(ConfigError, match="unknown preset '9x9'"):
+        AccelConfig.from_dict({"base": "9x9"})
+    with pytest.raises(ConfigError, match="base must be a preset's name"):
+        AccelConfig.from_dict({"base": 8})
+
+
+def test_load_config_names_the_file(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text("{}")
+    with pytest.raises(ConfigError, match=f"config file {str(path)!r}: the config leaves out"):
+        load_config(str(path))
+
+
+def test_label_says_what_is_custom():
+    assert all(cfg.label == name for name, cfg in PRESETS.items())
+    custom = dataclasses.replace(PRESETS["8x8"], acc_depth=4096)
+    assert custom.name == "8x8" and custom.label == "8x8 (custom: acc_depth 4096)"
+    lanes = dataclasses.replace(PRESETS["8x8"], epilogue_lanes=None, queue_depth=4)
+    assert lanes.label == "8x8 (custom: queue_depth 4, epilogue_lanes None)"
+    odd = AccelConfig(rows=16, cols=8)
+    assert odd.label == f"16x8 (custom: {odd.tag})"

@@ -114,7 +114,7 @@ def test_rshift_round_matches_python():
 
 
 def test_rshift_round_shift_63():
-    # Fixed: the half is 2**(s-1), so s == 63 no longer wraps (it used to give -1 here).
+    # The half is 2**(s-1): s == 63 does not wrap (a half of 2**63 >> 1 formed in int64 would).
     assert rshift_round(rows([0, 5, 2 ** 61]), 63).tolist() == [0, 0, 0]
 
 

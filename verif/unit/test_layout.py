@@ -1,4 +1,9 @@
-"""The layout of the product: no module imports the tests, and imports form no circle."""
+"""The layout of the product and of its tests.
+
+No product module imports the tests, and the product's imports form no circle. Every test file
+lies in a tier folder (verif/conftest.py), imports no other test file (shared helpers are in
+verif/helpers.py), and a cocotb test module names itself (``MODULE``) by its own dotted path.
+"""
 
 import ast
 from pathlib import Path
@@ -6,6 +11,9 @@ from pathlib import Path
 __all__ = []
 
 ROOT = Path(__file__).resolve().parents[2]
+VERIF = ROOT / "verif"
+#: The tier folders of verif/ (verif/conftest.py marks their tests).
+TIERS = ("unit", "block", "system")
 #: Source folder of each product package.
 PACKAGES = {"hw": "bertaccel.hw", "sw": "bertaccel.sw", "golden": "bertaccel.golden",
             "sim": "bertaccel.sim", "analysis": "bertaccel.analysis", "fpga": "bertaccel.fpga"}
@@ -17,6 +25,9 @@ def _modules():
     for folder, package in PACKAGES.items():
         for path in (ROOT / folder).rglob("*.py"):
             parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[0] == "_pkg":          # sw/_pkg is the top package, bertaccel itself
+                out["bertaccel"] = (path, True)
+                continue
             is_package = parts[-1] == "__init__"
             if is_package:
                 parts = parts[:-1]
@@ -85,3 +96,51 @@ def test_imports_form_no_circle():
     for node in sorted(graph):
         if node not in state:
             visit(node)
+
+
+def _test_files():
+    return sorted(VERIF.rglob("test_*.py"))
+
+
+def test_every_test_file_is_in_a_tier():
+    astray = [str(path.relative_to(ROOT)) for path in _test_files()
+              if len(path.relative_to(VERIF).parts) != 2
+              or path.relative_to(VERIF).parts[0] not in TIERS]
+    assert not astray, f"test files outside verif/{{{','.join(TIERS)}}}/: {astray}"
+
+
+def test_no_test_file_imports_another():
+    offenders = []
+    for path in _test_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.relative_to(ROOT)} imports {name}" for name in names
+                          if name.startswith("verif.") and name.rsplit(".", 1)[-1].startswith(
+                              ("test_", "conftest"))]
+    assert not offenders, offenders
+
+
+def test_cocotb_modules_name_their_file():
+    """The simulator imports a cocotb test module by the ``MODULE`` its pytest side passes."""
+    wrong = []
+    for path in _test_files():
+        for node in ast.parse(path.read_text()).body:
+            if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "MODULE"
+                                                     for t in node.targets)):
+                dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+                if ast.literal_eval(node.value) != dotted:
+                    wrong.append(f"{path.relative_to(ROOT)}: MODULE = "
+                                 f"{ast.literal_eval(node.value)!r}, not {dotted!r}")
+    assert not wrong, wrong
+
+
+def test_every_package_is_installed():
+    """Every product folder with an ``__init__.py`` is a package pyproject.toml installs."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])
+    for name, (path, is_package) in _modules().items():
+        if is_package:
+            assert name in listed, f"{path.relative_to(ROOT)}: {name} is not in pyproject.toml"

@@ -1,10 +1,10 @@
-"""Pure-Python tests of the performance tools: ``bertaccel bench bert`` (analysis/perf.py) and SeqPoint
-(analysis/seqpoint.py), on a small random BERT shape (2 layers, hidden 64, 2 heads).
+"""Pure-Python tests of the performance tools: ``bertaccel bench bert`` (analysis/perf.py) and
+SeqPoint (analysis/seqpoint.py), on a small random BERT shape (2 layers, hidden 64, 2 heads).
 
-The cycle model itself is checked against the RTL in test_cycles.py; here the question is
-whether the tools add its figures up right: the breakdown covers every cycle once, a model timed
-without data takes the cycles that running it on the software device reports, and SeqPoint's
-projection is exact when every length is its own point.
+The cycle model itself is checked against the RTL in verif/system/test_cycles.py; here the
+question is whether the tools add its figures up right: the breakdown covers every cycle once, a
+model timed without data takes the cycles that running it on the software device reports, and
+SeqPoint's projection is exact when every length is its own point.
 """
 
 import json
@@ -75,7 +75,8 @@ def test_retarget_and_utilization_falls_at_short_sequences(tiny):
     assert bert.cfg is PRESETS["8x8"] and bert.layers is not tiny.layers
     short, long = (bench_bert(bert, seq=seq, every_layer=False) for seq in (4, 64))
     assert short["utilization"] < long["utilization"]
-    assert short["stalls"]["preload"] / short["cycles"] > long["stalls"]["preload"] / long["cycles"]
+    assert (short["stalls"]["preload"] / short["cycles"]
+            > long["stalls"]["preload"] / long["cycles"])
 
 
 def test_bench_bad_input(tiny):
@@ -90,7 +91,7 @@ def test_bench_bad_input(tiny):
         compile_shape("bert-huge", PRESETS["4x4"])
 
 
-# -- SeqPoint ---------------------------------------------------------------------------------------
+# -- SeqPoint -------------------------------------------------------------------------------------
 
 def test_choose_points():
     lengths = [5] * 10 + [6] * 5 + [40] * 3 + [41, 90, 100, 100]
@@ -129,14 +130,18 @@ def test_seqpoint(tiny):
         seqpoint(tiny, [])
 
 
-# -- the command line -------------------------------------------------------------------------------
+# -- the command line -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_bench_bert(capsys):
     assert cli.main(["bench", "bert", "--shape", "minilm", "--seq", "8", "--config", "8x8",
                      "--one-layer", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["model"] == "minilm" and report["shape"]["hidden"] == 384
     assert report["seq"] == 8 and report["config"] == "8x8" and 0 < report["utilization"] < 1
+
+
+def test_cli_bench_bert_bad_input(capsys):
     for argv, message in ((["--seq", "0"], "--seq must be at least 1"),
                           (["--seq", "513"], "--seq must be at most 512"),
                           (["--shape", "gpt"], "--shape must be one of"),

@@ -72,7 +72,9 @@ def test_inference_classes(report):
         if cls != "dropout":
             assert run["class_ms"][cls] > 0, cls
     assert run["shares"]["gemm"] > 0
-    assert top(run, "gemm")[0] == "aten::addmm"              # nn.Linear, under aten::linear
+    # nn.Linear's aten::addmm (under aten::linear) is a top op of the class; on a loaded machine
+    # the self time of its small companions (transpose, view) can come first.
+    assert "aten::addmm" in top(run, "gemm")
     # torch.matmul of Q K^T and P V: which of aten::matmul's own time and aten::bmm's comes
     # first depends on the machine's load (a busy machine put matmul first), so only membership
     assert "aten::bmm" in top(run, "attn_matmul")

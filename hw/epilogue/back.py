@@ -1,0 +1,177 @@
+"""The back of the epilogue pipeline, stages E + 1 to the last: the second passes take their
+row's statistics, and every op's last multiply.
+
+Per lane, stage by stage (the names are :class:`~.schedule.Schedule`'s)::
+
+    BIND    a second-pass beat takes its row's statistics from its slot
+    MUL2    SOFTMAX e * R | LAYERNORM v * (N * rsq): two tiles
+    PSUM2   the tiles added
+    SUB     LAYERNORM: - S1 * rsq, making (N * v - S1) * rsq
+    SHC2 SHF2  rounding shift by 16 + k | 11 + j
+    RND2    SOFTMAX: rounding add, limits; LAYERNORM z
+    MUL3    SOFTMAX done (clamp 0..127) | GELU z * phi | LAYERNORM z * gamma: two tiles
+    PSUM3   the tiles added
+    SHC3    GELU: rshift_round by 24, limits; LAYERNORM >> (gshift - 8), coarse
+    SHF3    GELU done (sat8); LAYERNORM ... fine
+    ADD3    LAYERNORM + beta + 128
+    (out)   LAYERNORM sat8(>> 8), pads 0; every lane to the outlet
+
+LayerNorm's last rounding is rebuilt without golden's ``beta << (gshift - 8)``: with
+``h = floor(z * gamma / 2**(gshift - 8))``, ``rshift_round(z * gamma + beta * 2**(gshift - 8),
+gshift) == (h + beta + 128) >> 8`` exactly, since ``beta * 2**(gshift - 8)`` is a multiple of
+the bits that the first shift drops. LAYERNORM's ``gshift`` is at least 8.
+"""
+
+from amaranth import Cat, Module, Mux, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..isa import EpOp, ParamsLayout
+from .arith import INT8, TILE, clamp, coarse, fine, pick, product, round_parts
+from .lanes import Stages
+from .schedule import E_LANE, Schedule, SlotStats, lane_layout, row_layout, stage_signature
+
+__all__ = ["Back"]
+
+
+class Back(wiring.Component):
+    """Stages E + 1 to ``depth - 1`` of every lane, and the sub-beat's results.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+
+    Members
+    -------
+    i_lanes : In(stage_signature(schedule, lane_layout(schedule, E_LANE)))
+        Stage E.
+    i_slots : In(ArrayLayout(SlotStats, 2))
+        The row statistics (:class:`~.finalize.Finalize`).
+    params : In(ParamsLayout)
+        ``shift1`` (LAYERNORM's gshift).
+    o_row : Out(stage_signature(schedule, row_layout(cfg, lanes)))
+        The last stage's valid bit and tags, and the results of its sub-beat.
+    o_busy_next : Out(1)
+        A sub-beat will be in one of stages E + 1 to ``depth - 1`` next cycle.
+    """
+
+    def __init__(self, cfg):
+        self._sch = sch = Schedule.of(cfg)
+        super().__init__({
+            "i_lanes": In(stage_signature(sch, lane_layout(sch, E_LANE))),
+            "i_slots": In(data.ArrayLayout(SlotStats, 2)),
+            "params": In(ParamsLayout),
+            "o_row": Out(stage_signature(sch, row_layout(cfg, sch.lanes))),
+            "o_busy_next": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        sch = self._sch
+        st = Stages(m, sch, self.i_lanes, sch.E + 1)
+        st.wait(sch.BIND)                  # the lanes wait for BIND
+        self._bind(m, st)
+        self._normalize(m, st, platform)
+        self._scale(m, st, platform)
+        self._row(m, st)
+        m.d.comb += self.o_busy_next.eq(st.busy_next())
+        return m
+
+    def _bind(self, m, st):
+        """BIND: a second pass takes its row's statistics, into every lane."""
+        k, slots = self._sch.BIND, self.i_slots
+        c = st.ctl[k - 1]
+        s = st(k, a=signed(24),
+               mb=unsigned(30),           # R | N*rsq
+               sb=signed(46),             # 0 | S1*rsq
+               lsh=unsigned(6))           # 16 + k | 11 + j
+        for i in range(self._sch.lanes):
+            with m.If(c.op == EpOp.SOFTMAX):
+                m.d.sync += [s[i].mb.eq(Mux(c.slot, slots[1].r, slots[0].r)), s[i].sb.eq(0),
+                             s[i].lsh.eq(16 + Mux(c.slot, slots[1].k, slots[0].k))]
+            with m.Else():
+                m.d.sync += [s[i].mb.eq(Mux(c.slot, slots[1].nr, slots[0].nr)),
+                             s[i].sb.eq(Mux(c.slot, slots[1].sr, slots[0].sr)),
+                             s[i].lsh.eq(11 + Mux(c.slot, slots[1].j, slots[0].j))]
+
+    def _normalize(self, m, st, platform):
+        """MUL2, PSUM2, SUB, SHC2, SHF2, RND2: e * R or (N * v - S1) * rsq, rounded."""
+        sch, lanes = self._sch, range(self._sch.lanes)
+        k = sch.MUL2
+        p, s = st.lanes[k - 1], st(k, a=signed(24), t0=signed(35), t1=signed(31),
+                                   sb=signed(46), lsh=unsigned(6))
+        for i in lanes:
+            e_or_v, mb = p[i].a[:17].as_signed(), p[i].mb
+            m.d.comb += [
+                s[i].t0.eq(product(m, e_or_v, mb[:TILE], name=f"mul2_t0{i}", platform=platform)),
+                s[i].t1.eq(product(m, e_or_v, mb[TILE:], name=f"mul2_t1{i}", platform=platform)),
+            ]
+        p, s = s, st(k + 1, a=signed(24), d=signed(47), sb=signed(46), lsh=unsigned(6))
+        for i in lanes:
+            m.d.sync += s[i].d.eq(p[i].t0 + (p[i].t1 << TILE))
+        p, s = s, st(k + 2, a=signed(24), d=signed(48), lsh=unsigned(6))
+        for i in lanes:
+            m.d.sync += s[i].d.eq(p[i].d - p[i].sb)
+        p, s = s, st(k + 3, a=signed(24), d=signed(49), lshf=unsigned(3))
+        for i in lanes:
+            m.d.sync += [s[i].d.eq(coarse(p[i].d << 1, p[i].lsh)), s[i].lshf.eq(p[i].lsh[:3])]
+        p, s = s, st(k + 4, a=signed(24), d=signed(49))
+        for i in lanes:
+            m.d.sync += s[i].d.eq(fine(p[i].d, p[i].lshf))
+        c = st.ctl[k + 4]
+        p, s = s, st(k + 5, a=signed(24), over=1, under=1, r=signed(8))
+        for i in lanes:
+            d = p[i].d
+            m.d.sync += Cat(s[i].over, s[i].under, s[i].r).eq(Cat(*round_parts(d, 0, 127)))
+            with m.If(c.op == EpOp.LAYERNORM):
+                m.d.sync += s[i].a.eq((d[:25] + 1)[1:25])            # z, |z| < 2**18
+
+    def _scale(self, m, st, platform):
+        """MUL3, PSUM3, SHC3, SHF3, ADD3: SOFTMAX and GELU done; LAYERNORM z * gamma + beta."""
+        sch, lanes, prm = self._sch, range(self._sch.lanes), self.params
+        k = sch.MUL3
+        c = st.ctl[k - 1]
+        p, s = st.lanes[k - 1], st(k, t0=signed(36), t1=signed(25))
+        for i in lanes:
+            z, coef = p[i].a, p[i].carry.coef.m
+            m.d.comb += [
+                s[i].t0.eq(product(m, z[:TILE], coef, name=f"mul3_t0{i}", platform=platform)),
+                s[i].t1.eq(product(m, z[TILE:].as_signed(), coef, name=f"mul3_t1{i}",
+                                   platform=platform)),
+            ]
+            with m.If(c.op == EpOp.SOFTMAX):                          # SOFTMAX done
+                m.d.sync += s[i].carry.out.eq(
+                    Mux(c.lane_valid[i], pick(p[i].over, p[i].under, p[i].r, 0, 127), 0))
+        p, s = s, st(k + 1, q=signed(42), gs=unsigned(6))
+        for i in lanes:
+            m.d.sync += [s[i].q.eq(p[i].t0 + (p[i].t1 << TILE)),
+                         s[i].gs.eq(Mux(prm.shift1 >= 8, prm.shift1 - 8, 0))]  # LN gshift - 8
+        p, s = s, st(k + 2, q=signed(42), over=1, under=1, r=signed(8), gsf=unsigned(3))
+        for i in lanes:
+            q = p[i].q
+            # GELU: sat8(rshift_round(q, 24)); the limits compared on q beside a narrow add
+            m.d.sync += [
+                s[i].q.eq(coarse(q, p[i].gs)), s[i].gsf.eq(p[i].gs[:3]),
+                s[i].over.eq(q >= (1 << 31) - (1 << 23)),
+                s[i].under.eq(q < -(1 << 31) - (1 << 23)),
+                s[i].r.eq((q[:32] + (1 << 23))[24:32]),
+            ]
+        c = st.ctl[k + 2]
+        p, s = s, st(k + 3, q=signed(42))
+        for i in lanes:
+            m.d.sync += s[i].q.eq(fine(p[i].q, p[i].gsf))
+            with m.If(c.op == EpOp.GELU):                             # GELU done
+                m.d.sync += s[i].carry.out.eq(pick(p[i].over, p[i].under, p[i].r, *INT8))
+        p, s = s, st(k + 4, y=signed(43))
+        for i in lanes:
+            m.d.sync += s[i].y.eq(p[i].q + p[i].carry.coef.beta)
+        assert k + 4 == sch.depth - 1, (k, sch.depth)
+
+    def _row(self, m, st):
+        """The results of the last stage: LAYERNORM sat8(y >> 8) (pads 0), else ``carry.out``."""
+        k = self._sch.depth - 1
+        c, last, row = st.ctl[k], st.lanes[k], self.o_row.payload.lanes
+        for i in range(self._sch.lanes):
+            ln = Mux(c.lane_valid[i], clamp(last[i].y >> 8, *INT8), 0)
+            m.d.comb += row[i].eq(Mux(c.op == EpOp.LAYERNORM, ln, last[i].carry.out))
+        m.d.comb += [self.o_row.valid.eq(st.valid[k]), self.o_row.payload.ctl.eq(c)]

@@ -1,0 +1,140 @@
+"""The finalize pipeline: a row's first-pass sums made into what its second pass multiplies by.
+
+Row statistics live in two *slots*, taken in turn by the rows' first passes and read in turn by
+their second passes (:mod:`~.intake` holds a second pass back until its slot is final). At a
+row's last first-pass beat this pipeline computes, for SOFTMAX, ``k`` (a priority encoder),
+``mant`` and ``R = RECIP_TABLE[mant - 1024]``; for LAYERNORM, ``D = N*S2 - S1**2 + eps_n2``,
+``j`` (a priority encoder), ``m`` and ``rsq = RSQRT_TABLE[m - 256]``, and then ``N * rsq`` and
+``S1 * rsq``, so the per-lane work is one multiply and one subtract. The slot holds them
+:attr:`~.schedule.Schedule.SMX_FINALIZE` or :attr:`~.schedule.Schedule.LN_FINALIZE` cycles
+after the sums were final.
+
+The tables, from :mod:`bertaccel.golden.intops`, are shared by the lanes: RECIP (1024 x 23) and
+RSQRT (1024 x 19, its 768 entries and zeros for D = 0). ``row_len`` is at most
+:data:`~bertaccel.golden.intops.MAX_ROW` (its low 11 bits are ``N``) and ``eps_n2`` below 2**62.
+"""
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...golden.intops import MAX_ROW, RECIP_TABLE, RSQRT_TABLE
+from ..isa import ParamsLayout
+from ..pipeline import delay
+from .arith import msb, sum_shifted, tiles
+from .schedule import LayerNormSums, Schedule, SlotStats, SoftmaxSums
+
+__all__ = ["Finalize", "N_WIDTH"]
+
+#: Width of ``N`` (row_len) in the LayerNorm statistics.
+N_WIDTH = MAX_ROW.bit_length()
+
+
+class Finalize(wiring.Component):
+    """The per-row statistics of both two-pass ops, into their slots.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+
+    Members
+    -------
+    i_smx : In(stream.Signature(SoftmaxSums, always_ready=True))
+    i_ln : In(stream.Signature(LayerNormSums, always_ready=True))
+    params : In(ParamsLayout)
+        ``row_len`` (N) and ``eps`` (eps_n2).
+    o_slots : Out(ArrayLayout(SlotStats, 2))
+        The two slots; each field changes only when a row of its op is finalized into it.
+    """
+
+    def __init__(self, cfg):
+        self._sch = Schedule.of(cfg)
+        super().__init__({
+            "i_smx": In(stream.Signature(SoftmaxSums, always_ready=True)),
+            "i_ln": In(stream.Signature(LayerNormSums, always_ready=True)),
+            "params": In(ParamsLayout),
+            "o_slots": Out(data.ArrayLayout(SlotStats, 2)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        slots = Signal(data.ArrayLayout(SlotStats, 2), name="slots", reset_less=True)
+        m.d.comb += self.o_slots.eq(slots)
+        self._softmax(m, slots)
+        self._layernorm(m, slots, platform)
+        return m
+
+    def _softmax(self, m, slots):
+        """k, mant, R = RECIP_TABLE[mant - 1024], into the slot."""
+        total = self.i_smx.payload.total
+        f1_k = Signal(5, reset_less=True)                  # S = mant * 2**(k - 10)
+        f1_total = Signal.like(total, reset_less=True)
+        m.d.sync += [f1_k.eq(msb(total)), f1_total.eq(total)]
+        f2_mant = Signal(11, reset_less=True)
+        with m.If(f1_k >= 10):
+            m.d.sync += f2_mant.eq(f1_total >> (f1_k - 10)[:4])
+        with m.Else():
+            m.d.sync += f2_mant.eq(f1_total << (10 - f1_k)[:4])
+        recip = m.submodules.recip = memory.Memory(shape=unsigned(23), depth=1024,
+                                                   init=RECIP_TABLE)
+        recip_port = recip.read_port()
+        m.d.comb += recip_port.addr.eq(f2_mant[:10])
+        f3_k = delay(m, f1_k, 2, name="smx_k")
+        fin_at = delay(m, Cat(self.i_smx.valid, self.i_smx.payload.slot), 3, name="smx_fin")
+        assert self._sch.SMX_FINALIZE == 4
+        for n in range(2):
+            with m.If(fin_at[0] & (fin_at[1] == n)):
+                m.d.sync += [slots[n].r.eq(recip_port.data), slots[n].k.eq(f3_k)]
+
+    def _layernorm(self, m, slots, platform):
+        """D, j, rsq, N*rsq, S1*rsq, into the slot."""
+        # c0 is the cycle the row sums are final. Every product is cut into MULT18X18D tiles
+        # whose sums take their own stages.
+        s1, s2 = self.i_ln.payload.s1, self.i_ln.payload.s2
+        n_len = self.params.row_len[:N_WIDTH]
+        ns2 = tiles(m, n_len, s2, name="ln_ns2", platform=platform)   # c0 + 1
+        s1s1 = tiles(m, s1, s1, name="ln_s1s1", platform=platform)
+        big, lat_a = sum_shifted(m, ns2 + [(self.params.eps, 0)], name="ln_a")  # N*S2 + eps_n2
+        sq, lat_b = sum_shifted(m, s1s1, name="ln_b")                  # S1**2
+        assert lat_a == lat_b == 2
+        ln_d = Signal(unsigned(64), reset_less=True)                   # c0 + 4
+        m.d.sync += ln_d.eq(big - sq)
+        rsq, j = self._rsqrt(m, ln_d)                                  # c0 + 8, c0 + 6
+        ln_f8_s1 = delay(m, s1, 8, name="ln_s1")
+        nr, lat_nr = sum_shifted(m, tiles(m, n_len, rsq, name="ln_nr", platform=platform),
+                                 name="ln_nr")                         # c0 + 9 (tiles)
+        sr, lat_sr = sum_shifted(m, tiles(m, ln_f8_s1, rsq, name="ln_sr", platform=platform),
+                                 name="ln_sr")
+        assert lat_sr == 2 and lat_nr <= lat_sr
+        nr = delay(m, nr, lat_sr - lat_nr, name="ln_nr_wait")           # c0 + 11
+        ln_slot_j = delay(m, j, 5, name="ln_j")
+        fin = delay(m, Cat(self.i_ln.valid, self.i_ln.payload.slot), 11, name="ln_fin")
+        assert self._sch.LN_FINALIZE == 12
+        for n in range(2):
+            with m.If(fin[0] & (fin[1] == n)):                         # slot: c0 + 12
+                m.d.sync += [slots[n].nr.eq(nr), slots[n].sr.eq(sr), slots[n].j.eq(ln_slot_j)]
+
+    def _rsqrt(self, m, ln_d):
+        """``D = m * 4**j``: the RSQRT_TABLE read of ``m`` (4 cycles after ``D``) and ``j``
+        (2 cycles after ``D``); both 0 for D = 0, as golden's."""
+        ln_j = Signal(signed(6), reset_less=True)                      # D = m * 4**j, c0 + 5
+        ln_pos = Signal(reset_less=True)
+        ln_f5_d = Signal.like(ln_d, reset_less=True)
+        # j = floor((bit_length(D) - 9) / 2) = floor((msb(D) - 8) / 2)
+        m.d.sync += [ln_j.eq((Cat(msb(ln_d), Const(0, 1)).as_signed() - 8) >> 1),
+                     ln_pos.eq(ln_d != 0), ln_f5_d.eq(ln_d)]
+        ln_mant = Signal(10)
+        with m.If(ln_j >= 0):
+            m.d.comb += ln_mant.eq(ln_f5_d >> Cat(Const(0, 1), ln_j[:5]))
+        with m.Else():
+            m.d.comb += ln_mant.eq(ln_f5_d[:8] << Cat(Const(0, 1), (-ln_j)[:3]))
+        # RSQRT_TABLE[m - 256]; D = 0 reads a zero past the table (golden: rsq = 0, j = 0).
+        rsqrt = m.submodules.rsqrt = memory.Memory(
+            shape=unsigned(19), depth=1024, init=list(RSQRT_TABLE) + [0] * (1024 - 768))
+        rsqrt_port = rsqrt.read_port()
+        ln_f6_addr = Signal(10, reset_less=True)                       # c0 + 6
+        ln_f6_j = Signal(signed(6), reset_less=True)
+        m.d.sync += [ln_f6_addr.eq(Mux(ln_pos, ln_mant - 256, 1023)),
+                     ln_f6_j.eq(Mux(ln_pos, ln_j, 0))]
+        m.d.comb += rsqrt_port.addr.eq(ln_f6_addr)                     # c0 + 7
+        return delay(m, rsqrt_port.data, 1, name="ln_rsq"), ln_f6_j    # c0 + 8

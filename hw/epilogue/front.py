@@ -1,0 +1,213 @@
+"""The front of the epilogue pipeline, stages ADD to PRE: every op's first pass through the
+lanes, up to the values the row statistics and the second pass work on.
+
+Per lane, stage by stage (the names are :class:`~.schedule.Schedule`'s)::
+
+    IN      the beat, registered (by the intake)
+    ADD     x' = acc + bias (sat32 for SOFTMAX); the operands of the front multipliers
+    MUL     x' * mul (REQUANT, GELU gmul, SOFTMAX, LAYERNORM xmul) | x' * omul (GELU),
+            r * rmul (LAYERNORM): four tiles
+    PSUM    the tiles added
+    SUM     LAYERNORM: x' * xmul + r * rmul
+    SHC SHF rounding shift, coarse (multiples of 8) then fine (see :mod:`~.arith`)
+    RND     the rounding add, narrow, and the saturation limits compared beside it
+    SAT     REQUANT done (sat8); GELU z = clamp24, PHI lookup at clamp(t + 257, 0, 513);
+            SOFTMAX t = clamp24 (pads: -2**23); LAYERNORM v = sat16 (pads: 0)
+    PRE     PHI registered; SOFTMAX ceil(t / 256); LAYERNORM v * v
+
+Each lane has a PHI table (514 x 17: golden's table with its two saturations, 0 and 2**16, at
+the ends).
+
+Parameter ranges: every scale is a 16-bit multiplier (golden's convention) except LAYERNORM's
+``rmul``, which is 32 bits: GELU's ``omul`` is the low 16 bits of ``mul1``. Shifts of 63 round as
+the formula says (``2**63 >> 1`` is added); golden's int64 ``1 << 63`` overflows there.
+"""
+
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...golden.intops import PHI_TABLE
+from ..isa import EpOp, ParamsLayout
+from .arith import INT8, INT16, INT24, coarse, fine, pick, product, round_parts
+from .lanes import Stages
+from .schedule import PRE_LANE, Schedule, beat_layout, lane_layout, stage_signature
+
+__all__ = ["Front", "PHI_ROM"]
+
+#: golden's PHI lookup with its two saturations folded in: index clamp(t + 257, 0, 513) reads 0
+#: (t < -256), PHI_TABLE[t + 256], or 2**16 (t >= 256).
+PHI_ROM = [0, *PHI_TABLE, 1 << 16]
+
+
+class Front(wiring.Component):
+    """Stages ADD to PRE of every lane.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+
+    Members
+    -------
+    i_sub : In(stage_signature(schedule, beat_layout(cfg, lanes)))
+        Stage IN.
+    params : In(ParamsLayout)
+    o_lanes : Out(stage_signature(schedule, lane_layout(schedule, PRE_LANE)))
+        Stage PRE. REQUANT's result is in ``carry.out`` (RAW's accumulator value too), GELU's
+        phi in ``carry.coef.m`` and LAYERNORM's gamma and beta + 128 in ``carry.coef``.
+    o_busy_next : Out(1)
+        A sub-beat will be in one of stages ADD to PRE next cycle.
+    """
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        self._sch = sch = Schedule.of(cfg)
+        super().__init__({
+            "i_sub": In(stage_signature(sch, beat_layout(cfg, sch.lanes))),
+            "params": In(ParamsLayout),
+            "o_lanes": Out(stage_signature(sch, lane_layout(sch, PRE_LANE))),
+            "o_busy_next": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        sch = self._sch
+        st = Stages(m, sch, self.i_sub, sch.ADD, copy=False)
+        self._add(m, st)
+        self._multiply(m, st, platform)
+        self._shift_round(m, st)
+        phi = self._saturate(m, st)
+        self._pre(m, st, phi, platform)
+        st.drive(self.o_lanes)
+        m.d.comb += self.o_busy_next.eq(st.busy_next())
+        return m
+
+    def _add(self, m, st):
+        """ADD: x' = acc + bias; the operands of the front multipliers."""
+        prm, k = self.params, self._sch.ADD
+        c, inb = st.ctl[k - 1], self.i_sub.payload.lanes
+        # Every multiplier operand and shift amount is a register of its own lane, even where
+        # the value is the same for all lanes: no register drives the whole row's DSPs.
+        s = st(k, x=signed(33), mul=unsigned(16), m2lo=signed(17), m2hi=signed(17),
+               b2lo=unsigned(16), b2hi=unsigned(16), sh=unsigned(6), sh1=unsigned(6))
+        # The second front multiplier: GELU x' * omul (x' in 16-bit halves), LayerNorm r * rmul
+        # (rmul in 16-bit halves).
+        per_column = (c.op == EpOp.REQUANT) & prm.flags[0]
+        for i in range(self._sch.lanes):
+            xb = Signal(signed(33), name=f"xb{i}")
+            pm = inb.pm[i]
+            m.d.comb += xb.eq(inb.acc[i] + pm.bias.as_signed())
+            # sat32: a 33-bit sum is out of range exactly when its top two bits differ
+            sat32 = Mux(xb[32] != xb[31], Mux(xb[32], -(1 << 31), (1 << 31) - 1), xb)
+            m.d.sync += [
+                s[i].x.eq(Mux(c.op == EpOp.SOFTMAX, sat32, xb)),
+                s[i].mul.eq(Mux(per_column, pm.p1, prm.mul0)),
+                s[i].sh.eq(Mux(per_column, pm.p2[:6], prm.shift0)),
+                s[i].m2lo.eq(Mux(c.op == EpOp.GELU, xb[:16], inb.res[i])),
+                s[i].m2hi.eq(Mux(c.op == EpOp.GELU, xb[16:].as_signed(), inb.res[i])),
+                s[i].b2lo.eq(prm.mul1[:16]),
+                s[i].b2hi.eq(Mux(c.op == EpOp.GELU, prm.mul1[:16], prm.mul1[16:])),
+                s[i].sh1.eq(prm.shift1),
+            ]
+            with m.If(c.op == EpOp.LAYERNORM):
+                m.d.sync += [s[i].carry.coef.m.eq(pm.p1.as_signed()),
+                             s[i].carry.coef.beta.eq(pm.p2.as_signed() + 128)]
+            with m.Else():
+                m.d.sync += s[i].carry.out.eq(inb.acc[i])
+
+    def _multiply(self, m, st, platform):
+        """MUL: four 17 x 16 products; PSUM: the products of the two multipliers; SUM:
+        LayerNorm adds the residual term."""
+        sch = self._sch
+        p, s = st.lanes[sch.MUL - 1], st(sch.MUL, p1lo=unsigned(32), p1hi=signed(33),
+                                         p2lo=signed(33), p2hi=signed(33), sh=unsigned(6),
+                                         sh1=unsigned(6))
+        for i in range(sch.lanes):
+            m.d.comb += [
+                s[i].p1lo.eq(product(m, p[i].x[:16], p[i].mul, name=f"mul_p1lo{i}",
+                                     platform=platform)),
+                s[i].p1hi.eq(product(m, p[i].x[16:].as_signed(), p[i].mul, name=f"mul_p1hi{i}",
+                                     platform=platform)),
+                s[i].p2lo.eq(product(m, p[i].m2lo, p[i].b2lo, name=f"mul_p2lo{i}",
+                                     platform=platform)),
+                s[i].p2hi.eq(product(m, p[i].m2hi, p[i].b2hi, name=f"mul_p2hi{i}",
+                                     platform=platform)),
+            ]
+        p, s = s, st(sch.PSUM, a=signed(49), b=signed(49), sh=unsigned(6), sh1=unsigned(6))
+        for i in range(sch.lanes):
+            m.d.sync += [s[i].a.eq(p[i].p1lo + (p[i].p1hi << 16)),
+                         s[i].b.eq(p[i].p2lo + (p[i].p2hi << 16))]
+        c = st.ctl[sch.SUM - 1]
+        p, s = s, st(sch.SUM, a=signed(50), b=signed(49), sh=unsigned(6), sh1=unsigned(6))
+        for i in range(sch.lanes):
+            m.d.sync += s[i].a.eq(p[i].a + Mux(c.op == EpOp.LAYERNORM, p[i].b, 0))
+
+    def _shift_round(self, m, st):
+        """SHC, SHF: 2a >> shift (a: by the op's shift; b: GELU's oshift); RND: the rounding
+        add, and the saturation limits compared beside it."""
+        sch = self._sch
+        p, s = st.lanes[sch.SHC - 1], st(sch.SHC, a=signed(51), b=signed(50), shf=unsigned(3),
+                                         shf1=unsigned(3))
+        for i in range(sch.lanes):
+            m.d.sync += [s[i].a.eq(coarse(p[i].a << 1, p[i].sh)),
+                         s[i].b.eq(coarse(p[i].b << 1, p[i].sh1)),
+                         s[i].shf.eq(p[i].sh[:3]), s[i].shf1.eq(p[i].sh1[:3])]
+        p, s = s, st(sch.SHF, a=signed(51), b=signed(50))
+        for i in range(sch.lanes):
+            m.d.sync += [s[i].a.eq(fine(p[i].a, p[i].shf)), s[i].b.eq(fine(p[i].b, p[i].shf1))]
+        c = st.ctl[sch.RND - 1]
+        p, s = s, st(sch.RND, over=1, under=1, r=signed(25), ir=unsigned(10), ihi=1, ilo=1)
+        for i in range(sch.lanes):
+            w, z = p[i].a, p[i].b
+            flags = Cat(s[i].over, s[i].under, s[i].r)
+            with m.Switch(c.op):
+                with m.Case(EpOp.REQUANT):
+                    m.d.sync += flags.eq(Cat(*round_parts(w, *INT8)))
+                with m.Case(EpOp.GELU):
+                    m.d.sync += flags.eq(Cat(*round_parts(z, *INT24)))
+                with m.Case(EpOp.SOFTMAX):
+                    m.d.sync += flags.eq(Cat(*round_parts(w, *INT24)))
+                with m.Case(EpOp.LAYERNORM):
+                    m.d.sync += flags.eq(Cat(*round_parts(w, *INT16)))
+            # GELU's PHI index is clamp(t + 257, 0, 513) (see PHI_ROM): t = (w + 1) >> 1, so
+            # t + 257 = (w + 515) >> 1, and the limits are compared on w.
+            m.d.sync += [s[i].ir.eq((w[:11] + 515)[1:11]), s[i].ihi.eq(w >= 511),
+                         s[i].ilo.eq(w <= -514)]
+
+    def _saturate(self, m, st):
+        """SAT: the saturated results; the PHI lookup. Returns the PHI read ports' data."""
+        k = self._sch.SAT
+        c, p, s = st.ctl[k - 1], st.lanes[k - 1], st(k, a=signed(24))
+        phi = []
+        for i in range(self._sch.lanes):
+            over, under, r, lane_valid = p[i].over, p[i].under, p[i].r, c.lane_valid[i]
+            with m.Switch(c.op):
+                with m.Case(EpOp.REQUANT):
+                    m.d.sync += s[i].carry.out.eq(pick(over, under, r[:8].as_signed(), *INT8))
+                with m.Case(EpOp.GELU):
+                    m.d.sync += s[i].a.eq(pick(over, under, r, *INT24))                 # z
+                with m.Case(EpOp.SOFTMAX):
+                    m.d.sync += s[i].a.eq(Mux(lane_valid, pick(over, under, r, *INT24),
+                                              INT24[0]))                                 # t
+                with m.Case(EpOp.LAYERNORM):
+                    m.d.sync += s[i].a.eq(Mux(lane_valid,
+                                              pick(over, under, r[:16].as_signed(), *INT16),
+                                              0))                                        # v
+            rom = m.submodules[f"phi{i}"] = memory.Memory(shape=unsigned(17), depth=len(PHI_ROM),
+                                                          init=PHI_ROM)
+            port = rom.read_port()
+            m.d.comb += port.addr.eq(Mux(p[i].ihi, 513, Mux(p[i].ilo, 0, p[i].ir)))
+            phi.append(port.data)
+        return phi
+
+    def _pre(self, m, st, phi, platform):
+        """PRE: PHI registered, ceil(t / 256), v * v."""
+        k = self._sch.PRE
+        c, p, s = st.ctl[k - 1], st.lanes[k - 1], st(k, **PRE_LANE)
+        for i in range(self._sch.lanes):
+            v = p[i].a[:16].as_signed()
+            m.d.sync += s[i].c.eq((p[i].a + 255) >> 8)
+            m.d.comb += s[i].v2.eq(product(m, v, v, name=f"pre_v2{i}", platform=platform))
+            # block RAM straight into a register: no logic after its slow clk-to-q
+            with m.If(c.op == EpOp.GELU):
+                m.d.sync += s[i].carry.coef.m.eq(phi[i])

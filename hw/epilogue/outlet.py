@@ -1,0 +1,96 @@
+"""The epilogue's output: the FIFO at the end of the pipeline, and the credits for its rows.
+
+The pipeline never stalls: an output FIFO of :attr:`~.schedule.Schedule.fifo_depth` rows takes
+whatever reaches its end, and a beat that will produce an output is only accepted while a
+*credit* (a FIFO row not yet promised to a beat inside) is left. With several sub-beats a beat,
+the outlet collects a beat's sub-beats and writes the FIFO row with the last.
+"""
+
+from amaranth import Cat, Const, Module, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .schedule import Schedule, row_layout, stage_signature
+
+__all__ = ["Outlet"]
+
+
+class Outlet(wiring.Component):
+    """The output FIFO and its credits.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+
+    Members
+    -------
+    i_row : In(stage_signature(schedule, row_layout(cfg, lanes)))
+        The pipeline's last stage: a second-pass or single-pass sub-beat's results go into
+        the FIFO; first passes leave nothing.
+    i_owe : In(1)
+        A beat accepted this cycle will produce an output beat.
+    o_credit : Out(1)
+        A FIFO row is not yet promised.
+    o_data : Out(stream.Signature(row_layout(cfg)))
+    o_busy_next : Out(1)
+        An output beat will be owed next cycle (accepted, not yet sent).
+    """
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        self._sch = sch = Schedule.of(cfg)
+        super().__init__({
+            "i_row": In(stage_signature(sch, row_layout(cfg, sch.lanes))),
+            "i_owe": In(1),
+            "o_credit": Out(1),
+            "o_data": Out(stream.Signature(row_layout(cfg))),
+            "o_busy_next": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        sch = self._sch
+        out_fifo = m.submodules.out_fifo = fifo.SyncFIFOBuffered(
+            width=self.o_data.payload.shape().size, depth=sch.fifo_depth)
+        popped = self.o_data.valid & self.o_data.ready
+        self._credits(m, popped)
+        row, ctl = self.i_row.payload.lanes, self.i_row.payload.ctl
+        if sch.ratio == 1:
+            m.d.comb += [out_fifo.w_data.eq(row),
+                         out_fifo.w_en.eq(self.i_row.valid & ctl.second)]
+        else:
+            # A beat's sub-beats but the last wait in `done`; the last completes the FIFO row.
+            done = Signal(data.ArrayLayout(row.shape(), sch.ratio - 1), reset_less=True)
+            for j in range(sch.ratio - 1):
+                with m.If(self.i_row.valid & (ctl.sub == j)):
+                    m.d.sync += done[j].eq(row)
+            m.d.comb += [
+                out_fifo.w_data.eq(Cat(done, row)),
+                out_fifo.w_en.eq(self.i_row.valid & ctl.second & (ctl.sub == sch.ratio - 1)),
+            ]
+        m.d.comb += [
+            self.o_data.payload.eq(out_fifo.r_data),
+            self.o_data.valid.eq(out_fifo.r_rdy),
+            out_fifo.r_en.eq(self.o_data.ready),
+        ]
+        return m
+
+    def _credits(self, m, popped):
+        """The output beats owed (accepted, not yet sent), and whether a credit is left."""
+        depth = self._sch.fifo_depth
+        # Output beats accepted, not yet sent, as a thermometer code: `owed[i]` is "more than
+        # i". A timing choice: the credit check and `o_busy` read one bit each, and each bit's
+        # next value is a LUT of its neighbours, with no counter's adder and compares between
+        # the accept and the registers (that path limited the 2x2 and 4x8 cores).
+        owed = Signal(depth)
+        owes = self.i_owe
+        up, down = Cat(Const(1), owed[:-1]), Cat(owed[1:], Const(0))   # one more, one fewer
+        with m.If(owes & ~popped):
+            m.d.sync += owed.eq(up)
+        with m.Elif(popped & ~owes):
+            m.d.sync += owed.eq(down)
+        # Output beats owed next cycle: one accepted now, or two or more now, or one not
+        # leaving now (a beat only leaves while one is owed).
+        two_or_more = owed[1] if depth > 1 else 0
+        m.d.comb += [self.o_credit.eq(~owed[-1]),
+                     self.o_busy_next.eq(owes | two_or_more | (owed[0] & ~popped))]

@@ -1,0 +1,124 @@
+"""The row statistics of the first passes: trees over the lanes, then SOFTMAX's running
+maximum and LAYERNORM's row sums, stages PRE + 1 to ACC.
+
+Per lane, stage by stage (``L = log2(lanes)``)::
+
+    L x     trees over the lanes (first passes): SOFTMAX max, LAYERNORM sum v and sum v * v
+    ACC     SOFTMAX running max M (a 1-cycle loop: subtract, mux); LAYERNORM row sums
+
+The running maximum is golden's integer one: ``M = max(M, ceil(max(t) / 256))`` over the
+sub-beats of a row, from ``-2**15``. At a row's last first-pass sub-beat M goes into the row's
+slot, and second-pass sub-beats take M from their slot instead. The LAYERNORM sums leave on
+``o_sums`` for the finalize pipeline (:class:`~.finalize.Finalize`).
+"""
+
+from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..isa import EpOp
+from .arith import tree
+from .lanes import Stages
+from .schedule import (
+    ACC_LANE,
+    PRE_LANE,
+    LayerNormSums,
+    Schedule,
+    lane_layout,
+    stage_signature,
+)
+
+__all__ = ["RowStats"]
+
+
+class RowStats(wiring.Component):
+    """Stages PRE + 1 to ACC: the lanes wait while the trees reduce them, and the row
+    statistics accumulate.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+
+    Members
+    -------
+    i_lanes : In(stage_signature(schedule, lane_layout(schedule, PRE_LANE)))
+        Stage PRE.
+    o_lanes : Out(stage_signature(schedule, lane_layout(schedule, ACC_LANE)))
+        Stage ACC: SOFTMAX's M so far (first pass) or the row's M (second pass) in every lane.
+    o_dm : Out(unsigned(17))
+        How much M grew at the sub-beat in ACC (first pass of SOFTMAX).
+    o_sums : Out(stream.Signature(LayerNormSums, always_ready=True))
+        A LAYERNORM row's sums, for the one cycle they are final.
+    o_busy_next : Out(1)
+        A sub-beat will be in one of stages PRE + 1 to ACC next cycle.
+    """
+
+    def __init__(self, cfg):
+        self._sch = sch = Schedule.of(cfg)
+        super().__init__({
+            "i_lanes": In(stage_signature(sch, lane_layout(sch, PRE_LANE))),
+            "o_lanes": Out(stage_signature(sch, lane_layout(sch, ACC_LANE))),
+            "o_dm": Out(unsigned(17)),
+            "o_sums": Out(stream.Signature(LayerNormSums, always_ready=True)),
+            "o_busy_next": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        sch = self._sch
+        st = Stages(m, sch, self.i_lanes, sch.PRE + 1)
+        pre = self.i_lanes.payload.lanes
+        c_max, levels = tree(m, [pre[i].c for i in range(sch.lanes)],
+                             lambda a, b: Mux(a > b, a, b), lambda _: signed(17), name="cmax")
+        v_sum, _ = tree(m, [pre[i].a[:16].as_signed() for i in range(sch.lanes)],
+                        lambda a, b: a + b, lambda n: signed(16 + n), name="vsum")
+        v2_sum, _ = tree(m, [pre[i].v2 for i in range(sch.lanes)],
+                         lambda a, b: a + b, lambda n: unsigned(31 + n), name="v2sum")
+        assert levels == sch.levels
+        st.wait(sch.ACC)
+        self._running_max(m, st, c_max)
+        self._sums(m, st, v_sum, v2_sum)
+        st.drive(self.o_lanes)
+        m.d.comb += self.o_busy_next.eq(st.busy_next())
+        return m
+
+    def _running_max(self, m, st, c_max):
+        """ACC, SOFTMAX: the running maximum M, into every lane and at a row's end its slot."""
+        k = self._sch.ACC
+        c, before = st.ctl[k - 1], k - 1
+        acc_lanes = st(k, **ACC_LANE)                      # M, a copy in every lane
+        row_dm = Signal(unsigned(17), reset_less=True)      # how much M grew at that beat
+        m_run = Signal(signed(17), reset_less=True)
+        m_fresh = Signal(init=1)
+        smx_m = [Signal(signed(17), name=f"smx_m{n}", reset_less=True) for n in range(2)]
+        prev = Mux(m_fresh, -(1 << 15), m_run)
+        grow = Signal(signed(18))
+        m.d.comb += [grow.eq(c_max - prev), self.o_dm.eq(row_dm)]
+        lanes = range(self._sch.lanes)
+        with m.If(st.first_pass(before, EpOp.SOFTMAX)):
+            new = Mux(grow > 0, c_max, prev)
+            m.d.sync += [m_run.eq(new), m_fresh.eq(c.last), row_dm.eq(Mux(grow > 0, grow, 0))]
+            m.d.sync += [acc_lanes[i].m.eq(new) for i in lanes]
+            with m.If(c.last):
+                with m.If(c.slot):
+                    m.d.sync += smx_m[1].eq(new)
+                with m.Else():
+                    m.d.sync += smx_m[0].eq(new)
+        with m.Else():
+            m.d.sync += [acc_lanes[i].m.eq(Mux(c.slot, smx_m[1], smx_m[0])) for i in lanes]
+
+    def _sums(self, m, st, v_sum, v2_sum):
+        """ACC, LAYERNORM: the row sums of v and v * v."""
+        k = self._sch.ACC
+        c = st.ctl[k - 1]
+        s1 = Signal(signed(26), reset_less=True)
+        s2 = Signal(unsigned(41), reset_less=True)
+        ln_fresh = Signal(init=1)
+        ln_fin = Signal()                 # the row sums are final (one cycle)
+        ln_fin_slot = Signal()
+        m.d.sync += ln_fin.eq(0)
+        with m.If(st.first_pass(k - 1, EpOp.LAYERNORM)):
+            m.d.sync += [s1.eq(Mux(ln_fresh, 0, s1) + v_sum), s2.eq(Mux(ln_fresh, 0, s2) + v2_sum),
+                         ln_fresh.eq(c.last), ln_fin.eq(c.last), ln_fin_slot.eq(c.slot)]
+        m.d.comb += [self.o_sums.valid.eq(ln_fin), self.o_sums.payload.s1.eq(s1),
+                     self.o_sums.payload.s2.eq(s2), self.o_sums.payload.slot.eq(ln_fin_slot)]
