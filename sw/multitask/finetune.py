@@ -26,8 +26,11 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import pathlib
+import shutil
 import sys
+import tempfile
 import time
 
 import torch
@@ -241,6 +244,21 @@ def _train_task(task, recipe, model, masks, log):
         "finetuned": acc, "train_seconds": round(trained, 1)}
 
 
+def _save(folder, state, result):
+    """Write ``model.pt`` and ``result.json`` into a temporary folder beside ``folder`` and
+    rename it into place: an error or Ctrl-C never leaves a half-written checkpoint."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    try:
+        torch.save(state, tmp / "model.pt")
+        (tmp / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def finetune(task, *, recipe=Recipe(), out=BUILD, model=None, rows=None, force=False,
              log=print):
     """The :class:`Checkpoint` of ``task`` fine-tuned with ``recipe`` from ``model``
@@ -263,14 +281,12 @@ def finetune(task, *, recipe=Recipe(), out=BUILD, model=None, rows=None, force=F
         classifier, facts = _train_task(task, recipe, model, masks, log)
     finally:
         torch.set_num_threads(threads)
-    folder.mkdir(parents=True, exist_ok=True)
-    torch.save(classifier.state_dict(), folder / "model.pt")
     result = {"task": task, "key": checkpoint_key(task, recipe, model),
               "recipe": dataclasses.asdict(recipe), "rows": rows, "labels": list(labels(task)),
               **facts, "total_seconds": round(time.perf_counter() - start, 1)}
     if masks is not None:
         result["kept_rows"] = {n: int(m.sum()) for n, m in masks.items() if int(m.sum())}
-    (folder / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+    _save(folder, classifier.state_dict(), result)
     acc = facts["finetuned"]
     log(f"{task}: fine-tuned dev {acc['dev']:.4f} test {acc['test']:.4f} (probe test "
         f"{facts['probe']['test']:.4f}); {facts['train_seconds']:.0f} s training -> {folder}")
