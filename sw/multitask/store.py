@@ -110,7 +110,8 @@ def make_delta(task, labels, finetuned, base, *, config, masks=None):
     Each encoder matrix's task weight is put on the base's int8 grid, ``round(W_t / s)``; the
     delta is its difference from ``q_b`` on the K-rows of ``masks`` (``{name: bool (K,)}``;
     by default every K-row where ``W_t`` differs from the base), keeping only rows with a
-    nonzero integer (a matrix with none has no entry). Embedding tables must equal the base's (a row-sparse model's do).
+    nonzero integer (a matrix with none has no entry). Embedding tables must equal the base's
+    (a row-sparse model's do).
     """
     rows, values, params, clipped = {}, {}, {}, 0
     for name, w_t in finetuned.items():
