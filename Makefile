@@ -53,11 +53,12 @@ BITSTREAM_CONFIG ?= 2x2
 bitstream: setup
 	$(BIN)/python bench/ulx3s.py --config $(BITSTREAM_CONFIG) --board 85F
 
-# all-MiniLM-L6-v2 fine-tuned on every task of golden/tasks, on the CPU (checkpoints in
-# build/multitask, reused while the data, recipe and base model are the same; 10-30 minutes a
-# task on 2 shared cores). The delta measurements then: python bench/multitask_deltas.py.
+# all-MiniLM-L6-v2 fine-tuned on every task of golden/tasks on the CPU, fully and row-sparsely,
+# and each task's delta file (build/multitask, reused while the data, recipe and base model are
+# the same; 10-30 minutes a fine-tuning on 2 shared cores). Then `bertaccel multitask eval`;
+# the accuracy-against-size curve: python bench/multitask_deltas.py (docs/multitask.md).
 multitask: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m bertaccel.sw.multitask.finetune --all
+	HF_HUB_OFFLINE=1 $(BIN)/bertaccel multitask build
 
 clean:
 	rm -rf build

@@ -33,9 +33,10 @@ import torch  # noqa: E402
 from bertaccel.golden import bert_ref  # noqa: E402
 from bertaccel.golden.tasks import TASKS, labels, load_task  # noqa: E402
 from bertaccel.sw.multitask import deltas as D  # noqa: E402
+from bertaccel.sw.multitask import store  # noqa: E402
 from bertaccel.sw.multitask.activations import input_energy  # noqa: E402
-from bertaccel.sw.multitask.finetune import (BUILD, ROWS, Checkpoint, Recipe,  # noqa: E402
-                                             checkpoint_folder, checkpoint_key)
+from bertaccel.sw.multitask.finetune import (BUILD, ROWS, ROWS_LR, Checkpoint,  # noqa: E402
+                                             Recipe, checkpoint_folder, checkpoint_key)
 from bertaccel.sw.multitask.model import Classifier, batches  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "multitask_deltas.json"
@@ -54,19 +55,18 @@ ACTIVATION_TEXTS = 256
 GRID = (
     ("none", (0,)),
     ("topk-int8", (0.003, 0.01, 0.03, 0.1, 0.3)),
-    ("topk-int4", (0.1,)),
-    ("topk-sign", (0.03, 0.1, 0.3)),
-    ("topk-matrix-int8", (0.1,)),
-    ("rows-int8", (0.1, 0.3)),
-    ("rows-act-int8", (0.03, ROWS, 0.1, 0.3, 0.5)),
-    ("rows-matrix-int8", (0.3,)),
-    ("rows-act-sign", (0.3, 0.5)),
+    ("topk-sign", (0.1,)),
+    ("rows-act-int8", (0.03, 0.1, 0.3)),
     ("bitdelta", (0,)),
-    ("lowrank-fp16", (8, 32, 128)),
-    ("accel-rows-int8", (0, 0.1, 0.3, 1)),
+    ("lowrank-fp16", (32,)),
+    ("accel-rows-int8", (0.1, 0.3)),
 )
 #: The row-sparse model's points (when its checkpoint exists), at its own fraction.
-ROWFT = (("rowft-fp16", (ROWS,)), ("rowft-int8", (ROWS,)), ("accel-rowft-int8", (ROWS,)))
+#: The row-sparse models' learning rates tried (on dev); each whose checkpoint exists adds the
+#: float row-sparse model as trained (``rowft-fp32``) and its delta file on the int8 base
+#: (``accel-rowft-int8``), at level = the learning rate.
+ROWFT_LRS = (5e-5, 3e-4, ROWS_LR, 1e-3)
+ROWFT = ("rowft-fp32", "accel-rowft-int8")
 QUICK = (("none", (0,)), ("topk-int8", (0.1,)), ("rows-act-int8", (0.1,)),
          ("bitdelta", (0,)), ("accel-rows-int8", (0.1,)))
 
@@ -79,8 +79,6 @@ def compress(scheme, level, ctx):
     leave the tables the base's; the int8 rows are the accelerator's encoder matrices.
     """
     d, act = ctx["deltas"], ctx["activations"]
-    if "rowft" in scheme:
-        return _compress_rowft(scheme, ctx)
     if scheme == "none":
         return D.Compressed({}, {})
     if scheme == "bitdelta":
@@ -97,21 +95,21 @@ def compress(scheme, level, ctx):
                   activations=act if "act" in mid else None)
 
 
-def _compress_rowft(scheme, ctx):
-    """The row-sparse model's delta, on exactly the rows it trained: float16 or int8 values,
-    or (``accel-``) its matrices' rows on the base's int8 grid and its table rows in int8."""
-    masks, d = ctx["rowft_masks"], ctx["rowft_deltas"]
-    if not scheme.startswith("accel"):
-        return D.rows(d, None, values=scheme.rsplit("-", 1)[1], masks=masks)
-    kinds = {n: D.param_kind(n, v.shape) for n, v in d.items()}
-    c = D.rows_int8(ctx["rowft"], ctx["base"], None,
-                    masks={n: m for n, m in masks.items() if kinds[n] == "matrix"})
-    tables = D.rows({n: v for n, v in d.items() if kinds[n] == "table"}, None, values="int8",
-                    masks={n: m for n, m in masks.items() if kinds[n] == "table"})
-    c.delta.update(tables.delta)
-    c.bits.update(tables.bits)
-    c.kept.update(tables.kept)
-    return c
+def _delta_file_point(ctx, lr, as_trained):
+    """The row-sparse model as its delta file holds it (:mod:`bertaccel.sw.multitask.store`):
+    int8 K-rows on the base's grid, evaluated on the int8 base."""
+    rowft = ctx["rowft"][lr]
+    delta = store.make_delta(ctx["task"], labels(ctx["task"]), rowft, ctx["base"],
+                             config=ctx["config"])
+    out = _evaluate(ctx, rowft if as_trained else store.task_state(ctx["base"], delta))
+    params = sum(v.numel() for v in delta.params.values()) * 4
+    m = ctx["matrix_deltas"]
+    out.update(task_bytes=store.delta_bytes(delta),
+               delta_bytes=store.delta_bytes(delta) - params,
+               kept=sum(v.shape[0] for v in delta.rows.values()),
+               extra_macs=sum(v.numel() for v in delta.values.values())
+               / sum(d.numel() for d in m.values()), clipped=delta.clipped)
+    return out
 
 
 def _accuracy(classifier, prepared):
@@ -129,12 +127,6 @@ def _prepare(tokenizer, task, split):
             for index, batch in batches(tokenizer, texts, batch_size=64, max_length=128)]
 
 
-def _int8_model(state):
-    """``state`` with every encoder matrix on its own per-output-channel int8 grid."""
-    return {n: D.fake_int8(v) if D.param_kind(n, v.shape) == "matrix" else v
-            for n, v in state.items()}
-
-
 def _context(task, recipe, log):
     folder = BUILD / f"{task}-{checkpoint_key(task, recipe)}"
     if not (folder / "model.pt").is_file():
@@ -149,6 +141,7 @@ def _context(task, recipe, log):
     act = input_energy(classifier, tokenizer, load_task(task, "train")[0][:ACTIVATION_TEXTS])
     log(f"{task}: activation statistics in {time.perf_counter() - start:.0f} s")
     return {"task": task, "folder": folder, "classifier": classifier, "base": base,
+            "config": bert.config,
             "finetuned": finetuned, "deltas": D.deltas(finetuned, base, ("matrix", "table")),
             "matrix_deltas": D.deltas(finetuned, base), "activations": act,
             "splits": {s: _prepare(tokenizer, task, s) for s in ("dev", "test")},
@@ -178,7 +171,9 @@ def _cached(ctx, point_id, make, log):
 
 def _point(ctx, scheme, level):
     """Accuracy and size of one scheme at one level."""
-    model = ctx["rowft"] if "rowft" in scheme else ctx["finetuned"]
+    if scheme in ROWFT:
+        return _delta_file_point(ctx, level, scheme == "rowft-fp32")
+    model = ctx["finetuned"]
     c = compress(scheme, level, ctx)
     out = _evaluate(ctx, D.apply(ctx["base"], model, c))
     out.update(task_bytes=D.task_bits(model, c) / 8, delta_bytes=c.total_bits / 8,
@@ -193,16 +188,15 @@ def _point(ctx, scheme, level):
 
 
 def _rowft(ctx, recipe):
-    """Add the row-sparse checkpoint (if made) to ``ctx``; returns whether there is one."""
-    folder = checkpoint_folder(ctx["task"], recipe=recipe, rows=ROWS)
-    if not (folder / "model.pt").is_file():
-        return False
-    ctx["rowft"] = Checkpoint(folder).state_dict()
-    ctx["rowft_result"] = Checkpoint(folder).result
-    d = D.deltas(ctx["rowft"], ctx["base"], ("matrix", "table"))
-    ctx["rowft_deltas"] = d
-    ctx["rowft_masks"] = {n: D.as_rows(n, v).ne(0).any(dim=1) for n, v in d.items()}
-    return True
+    """The row-sparse checkpoints made (``{lr: state dict}``) into ``ctx``; returns the grid
+    points they add."""
+    ctx["rowft"], ctx["rowft_result"] = {}, {}
+    for lr in ROWFT_LRS:
+        folder = checkpoint_folder(ctx["task"], recipe=recipe, rows=ROWS, rows_lr=lr)
+        if (folder / "model.pt").is_file():
+            ctx["rowft"][lr] = Checkpoint(folder).state_dict()
+            ctx["rowft_result"][lr] = Checkpoint(folder).result
+    return tuple((scheme, tuple(ctx["rowft"])) for scheme in ROWFT) if ctx["rowft"] else ()
 
 
 def measure_task(task, grid, recipe, log=print):
@@ -212,12 +206,11 @@ def measure_task(task, grid, recipe, log=print):
     refs = {
         "finetuned": _cached(ctx, "finetuned", lambda: _evaluate(ctx, ft), log),
         "finetuned-int8": _cached(ctx, "finetuned-int8",
-                                  lambda: _evaluate(ctx, _int8_model(ft)), log),
+                                  lambda: _evaluate(ctx, store.separate_int8_state(ft)), log),
         "base-tables": _cached(ctx, "base-tables", lambda: _evaluate(
             ctx, D.apply(base, ft, D.Compressed(ctx["matrix_deltas"], {}))), log),
     }
-    if _rowft(ctx, recipe):
-        grid = (*grid, *ROWFT)
+    grid = (*grid, *_rowft(ctx, recipe))
     points = []
     for scheme, levels in grid:
         for level in levels:
@@ -233,8 +226,9 @@ def measure_task(task, grid, recipe, log=print):
             "delta_values": sum(d.numel() for d in ctx["deltas"].values()),
             "changes": D.changes(ft, base),
             "probe": result["probe"], "train_seconds": result["train_seconds"],
-            "rowft": {k: ctx["rowft_result"][k] for k in ("rows", "finetuned", "train_seconds")}
-            if "rowft" in ctx else None,
+            "rowft": {f"{lr:g}": {k: r[k] for k in ("rows", "recipe", "finetuned",
+                                                    "train_seconds")}
+                      for lr, r in ctx["rowft_result"].items()},
             "references": refs, "points": points}
 
 
@@ -275,7 +269,7 @@ def tasks_for_target(tasks, chosen):
 def summarize(tasks):
     """The chosen point of each scheme, whether it meets the target, and its storage."""
     out = {}
-    for scheme in dict.fromkeys(p["scheme"] for p in tasks[0]["points"]):
+    for scheme in dict.fromkeys(p["scheme"] for t in tasks for p in t["points"]):
         chosen = choose(tasks, scheme)
         if any(p is None for p in chosen.values()):
             out[scheme] = {"reaches_tolerance": False}

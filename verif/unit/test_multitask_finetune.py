@@ -121,6 +121,33 @@ def test_checkpoint_key_follows_recipe_and_task():
     assert base != F.checkpoint_key(TASKS[1], F.Recipe())
 
 
+def test_row_sparse_folder_names_its_own_recipe(tmp_path):
+    full = F.checkpoint_folder(TASKS[0], out=tmp_path)
+    rows = F.checkpoint_folder(TASKS[0], out=tmp_path, rows=0.08)
+    assert rows.name == (f"{TASKS[0]}-{F.checkpoint_key(TASKS[0], F.row_recipe(F.Recipe()))}"
+                         "-rows0.08")
+    assert F.row_recipe(F.Recipe()).lr == F.ROWS_LR != F.Recipe().lr
+    # At the full recipe's learning rate the row-sparse model's key is the full model's.
+    same = F.checkpoint_folder(TASKS[0], out=tmp_path, rows=0.08, rows_lr=F.Recipe().lr)
+    assert same.name == f"{full.name}-rows0.08"
+
+
+def test_checkpoint_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    folder = tmp_path / "t-key"
+
+    def fail(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(F.json, "dumps", fail)          # fails after model.pt is written
+    with pytest.raises(KeyboardInterrupt):
+        F._save(folder, {"w": torch.zeros(2)}, {"task": "t"})
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    F._save(folder, {"w": torch.zeros(2)}, {"task": "t"})
+    assert sorted(p.name for p in folder.iterdir()) == ["model.pt", "result.json"]
+    assert [p.name for p in tmp_path.iterdir()] == ["t-key"]
+
+
 def test_bad_recipe():
     with pytest.raises(ValueError, match="bad recipe"):
         F.Recipe(epochs=0)
