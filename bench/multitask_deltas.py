@@ -127,7 +127,7 @@ def _prepare(tokenizer, task, split):
             for index, batch in batches(tokenizer, texts, batch_size=64, max_length=128)]
 
 
-def _context(task, recipe, log):
+def _context(task, recipe, log, activations=True):
     folder = BUILD / f"{task}-{checkpoint_key(task, recipe)}"
     if not (folder / "model.pt").is_file():
         raise SystemExit(f"no checkpoint for {task} in {folder}: run 'make multitask' first")
@@ -137,9 +137,10 @@ def _context(task, recipe, log):
     classifier = Classifier(bert, len(labels(task))).eval()
     finetuned = Checkpoint(folder).state_dict()
     classifier.load_state_dict(finetuned)
-    start = time.perf_counter()
-    act = input_energy(classifier, tokenizer, load_task(task, "train")[0][:ACTIVATION_TEXTS])
-    log(f"{task}: activation statistics in {time.perf_counter() - start:.0f} s")
+    act, start = None, time.perf_counter()
+    if activations:                 # only the schemes that choose rows by activation use them
+        act = input_energy(classifier, tokenizer, load_task(task, "train")[0][:ACTIVATION_TEXTS])
+        log(f"{task}: activation statistics in {time.perf_counter() - start:.0f} s")
     return {"task": task, "folder": folder, "classifier": classifier, "base": base,
             "config": bert.config,
             "finetuned": finetuned, "deltas": D.deltas(finetuned, base, ("matrix", "table")),
@@ -153,9 +154,13 @@ def _evaluate(ctx, state):
     return {s: _accuracy(ctx["classifier"], p) for s, p in ctx["splits"].items()}
 
 
-def _cached(ctx, point_id, make, log):
+def _cache(ctx):
     path = CACHE / f"{ctx['folder'].name}.json"
-    cache = json.loads(path.read_text()) if path.is_file() else {}
+    return path, json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _cached(ctx, point_id, make, log):
+    path, cache = _cache(ctx)
     if point_id not in cache:
         start = time.perf_counter()
         cache[point_id] = make()
@@ -199,9 +204,9 @@ def _rowft(ctx, recipe):
     return tuple((scheme, tuple(ctx["rowft"])) for scheme in ROWFT) if ctx["rowft"] else ()
 
 
-def measure_task(task, grid, recipe, log=print):
+def measure_task(task, grid, recipe, log=print, measured_only=False):
     """Every reference and scheme point of ``task``: ``{"references": ..., "points": [...]}``."""
-    ctx = _context(task, recipe, log)
+    ctx = _context(task, recipe, log, activations=not measured_only)
     ft, base = ctx["finetuned"], ctx["base"]
     refs = {
         "finetuned": _cached(ctx, "finetuned", lambda: _evaluate(ctx, ft), log),
@@ -214,6 +219,9 @@ def measure_task(task, grid, recipe, log=print):
     points = []
     for scheme, levels in grid:
         for level in levels:
+            if measured_only and scheme not in ROWFT \
+                    and f"{scheme}@{level:g}" not in _cache(ctx)[1]:
+                continue
             point = dict(_cached(ctx, f"{scheme}@{level:g}",
                                  lambda s=scheme, v=level: _point(ctx, s, v), log),
                          scheme=scheme, level=level)
@@ -305,6 +313,12 @@ def plot(report, path):
         for scheme in families:
             pts = sorted((p for p in t["points"] if p["scheme"] == scheme),
                          key=lambda p: p["task_bytes"])
+            if scheme in ROWFT:
+                for p in pts:
+                    ax.plot(p["task_bytes"] / 1e6, 100 * p["test"],
+                            "*" if scheme.startswith("accel") else "^", ms=7,
+                            label=f"{scheme} lr {p['level']:g}")
+                continue
             ax.plot([p["task_bytes"] / 1e6 for p in pts], [100 * p["test"] for p in pts],
                     "o-" if len(pts) > 1 else "s", ms=3, label=scheme)
         ft, probe = t["references"]["finetuned"]["test"], t["probe"]["test"]
@@ -329,13 +343,17 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1: faster than 2 where other jobs share the cores)")
     parser.add_argument("--quick", action="store_true", help="a few points a task")
+    parser.add_argument("--measured-only", action="store_true",
+                        help="only the points already measured (cached), and the row-sparse "
+                             "models' points")
     parser.add_argument("-o", "--output", type=pathlib.Path, default=RESULTS)
     args = parser.parse_args(argv)
     if args.threads < 1:
         parser.error(f"--threads must be at least 1, not {args.threads}")
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    tasks = [measure_task(t, QUICK if args.quick else GRID, Recipe())
+    tasks = [measure_task(t, QUICK if args.quick else GRID, Recipe(),
+                          measured_only=args.measured_only)
              for t in args.task or TASKS]
     model = sum(t["int8_model_bytes"] for t in tasks) / len(tasks)
     n = len(tasks)
