@@ -35,7 +35,7 @@ from bertaccel.golden.tasks import TASKS, labels, load_task  # noqa: E402
 from bertaccel.sw.multitask import deltas as D  # noqa: E402
 from bertaccel.sw.multitask import store  # noqa: E402
 from bertaccel.sw.multitask.activations import input_energy  # noqa: E402
-from bertaccel.sw.multitask.finetune import (BUILD, ROWS, ROWS_LR, Checkpoint,  # noqa: E402
+from bertaccel.sw.multitask.finetune import (BUILD, ROWS, Checkpoint,  # noqa: E402
                                              Recipe, checkpoint_folder, checkpoint_key)
 from bertaccel.sw.multitask.model import Classifier, batches  # noqa: E402
 
@@ -65,7 +65,7 @@ GRID = (
 #: The row-sparse models' learning rates tried (on dev); each whose checkpoint exists adds the
 #: float row-sparse model as trained (``rowft-fp32``) and its delta file on the int8 base
 #: (``accel-rowft-int8``), at level = the learning rate.
-ROWFT_LRS = (5e-5, 3e-4, ROWS_LR, 1e-3)
+ROWFT_LRS = (5e-5, 5e-4, 1e-3)
 ROWFT = ("rowft-fp32", "accel-rowft-int8")
 QUICK = (("none", (0,)), ("topk-int8", (0.1,)), ("rows-act-int8", (0.1,)),
          ("bitdelta", (0,)), ("accel-rows-int8", (0.1,)))

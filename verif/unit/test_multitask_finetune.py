@@ -124,9 +124,10 @@ def test_checkpoint_key_follows_recipe_and_task():
 def test_row_sparse_folder_names_its_own_recipe(tmp_path):
     full = F.checkpoint_folder(TASKS[0], out=tmp_path)
     rows = F.checkpoint_folder(TASKS[0], out=tmp_path, rows=0.08)
-    assert rows.name == (f"{TASKS[0]}-{F.checkpoint_key(TASKS[0], F.row_recipe(F.Recipe()))}"
-                         "-rows0.08")
-    assert F.row_recipe(F.Recipe()).lr == F.ROWS_LR != F.Recipe().lr
+    recipe = F.row_recipe(F.Recipe(), TASKS[0])
+    assert rows.name == f"{TASKS[0]}-{F.checkpoint_key(TASKS[0], recipe)}-rows0.08"
+    assert recipe.lr == F.ROWS_LR[TASKS[0]] != F.Recipe().lr
+    assert set(F.ROWS_LR) == set(TASKS)
     # At the full recipe's learning rate the row-sparse model's key is the full model's.
     same = F.checkpoint_folder(TASKS[0], out=tmp_path, rows=0.08, rows_lr=F.Recipe().lr)
     assert same.name == f"{full.name}-rows0.08"
