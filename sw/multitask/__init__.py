@@ -1,6 +1,9 @@
 """Multi-task BERT: task models fine-tuned from one base and stored as compressed deltas.
 
 :mod:`.model` (the classifier), :mod:`.probe` (the base model's linear probe),
-:mod:`.finetune` (the recipe and the cached checkpoints), :mod:`.deltas` (the per-task deltas,
-their compression schemes and their sizes). docs/multitask.md has the measurements.
+:mod:`.finetune` (the recipe and the cached checkpoints, full and row-sparse),
+:mod:`.activations` (each K-row's input energy), :mod:`.deltas` (the per-task deltas, their
+compression schemes and their sizes), :mod:`.store` (a task's delta file: int8 K-rows in the
+base's units), :mod:`.suite` (``bertaccel multitask build | eval | run``).
+docs/multitask.md has the measurements.
 """

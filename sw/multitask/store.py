@@ -162,6 +162,12 @@ def _content_digest(payload):
     return h.hexdigest()
 
 
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path, write):
     """Call ``write(tmp)`` on a temporary file beside ``path`` and rename it to ``path``: an
     error or Ctrl-C leaves no file, or the old one, never half of one."""
@@ -171,6 +177,7 @@ def atomic_write(path, write):
     os.close(fd)
     try:
         write(pathlib.Path(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())          # mkstemp makes it 0600
         os.replace(tmp, path)
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)
