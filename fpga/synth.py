@@ -66,7 +66,8 @@ RAMREG_VERSION = "ramreg 6"
 #: 2 where the RAMs' paths are what limits the clock (the datapath), 8 for the whole core, whose
 #: limits are elsewhere and whose router has more overused wires with copies per 2
 #: (docs/fpga.md).
-RAM_COPY_GROUP = {"core": 8, "mesh": 2, "datapath": 2}
+RAM_COPY_GROUP = {"core": 8, "mesh": 2, "datapath": 2, "store": 8,
+                  "handshakes": 8}
 
 #: LUT mappers :func:`synthesize` offers: synth_ecp5's timing-driven abc9 (falling back to
 #: the timing-driven mapper without wide LUTs, then the classic one, when yosys fails an

@@ -82,6 +82,9 @@ def estimate(cfg, design="core"):
     dict
         ``mult18x18d`` and ``dp16kd``.
     """
+    if design in ("store", "handshakes"):
+        # No PE array and no memory of its own: only the epilogue's DSPs and tables.
+        return {"mult18x18d": 0, "dp16kd": 0}
     brams = 0
     if design != "mesh":
         brams = (_brams(cfg.spad_depth, cfg.rows * cfg.in_width)

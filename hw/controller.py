@@ -10,10 +10,16 @@ __all__ = ["TokenProducer", "TokenConsumer", "TokenChannel", "Controller"]
 
 
 class TokenProducer(wiring.Signature):
-    """A unit's side of a channel it pushes into: ``count`` lets it check there is room."""
+    """A unit's side of a channel it pushes into: ``count`` lets it check there is room.
+
+    ``room`` (``count != TOKEN_MAX``) and ``room2`` (``count < TOKEN_MAX - 1``: room for two)
+    are registers kept beside the count, so a unit's accept logic starts from them rather than
+    from compares of the count (a timing choice, as ``avail``).
+    """
 
     def __init__(self):
-        super().__init__({"push": Out(1), "count": In(TOKEN_WIDTH)})
+        super().__init__({"push": Out(1), "count": In(TOKEN_WIDTH), "room": In(1),
+                          "room2": In(1)})
 
 
 class TokenConsumer(wiring.Signature):
@@ -46,7 +52,10 @@ class TokenChannel(wiring.Component):
         m = Module()
         count = Signal(TOKEN_WIDTH)
         avail = Signal()
-        m.d.comb += [self.producer.count.eq(count), self.consumer.avail.eq(avail)]
+        room = Signal(init=1)
+        room2 = Signal(init=1)
+        m.d.comb += [self.producer.count.eq(count), self.consumer.avail.eq(avail),
+                     self.producer.room.eq(room), self.producer.room2.eq(room2)]
         # Timing: push and pop come late in the cycle (each from its unit's accept logic), so
         # they only select between count + 1 and count - 1, and `avail` between set and
         # `count != 1`, which are computed beside them.
@@ -55,9 +64,10 @@ class TokenChannel(wiring.Component):
         last = Signal()
         m.d.comb += [up.eq(count + 1), down.eq(count - 1), last.eq(count == 1)]
         with m.If(self.producer.push & ~self.consumer.pop):
-            m.d.sync += [count.eq(up), avail.eq(1)]
+            m.d.sync += [count.eq(up), avail.eq(1), room.eq(count != TOKEN_MAX - 1),
+                         room2.eq(count < TOKEN_MAX - 2)]
         with m.Elif(self.consumer.pop & ~self.producer.push):
-            m.d.sync += [count.eq(down), avail.eq(~last)]
+            m.d.sync += [count.eq(down), avail.eq(~last), room.eq(1), room2.eq(room)]
         return m
 
 

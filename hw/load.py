@@ -5,7 +5,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .controller import TokenConsumer, TokenProducer
-from .isa import FIELD_WIDTH, TOKEN_MAX, Instr, PmemWord, Target
+from .isa import FIELD_WIDTH, Instr, PmemWord, Target
 
 __all__ = ["LoadUnit"]
 
@@ -85,7 +85,7 @@ class LoadUnit(wiring.Component):
         with m.FSM(name="load_fsm"):
             with m.State("Idle"):
                 can_pop = ~instr.deps.pop_next | self.from_exec.avail
-                can_push = ~instr.deps.push_next | (self.to_exec.count != TOKEN_MAX)
+                can_push = ~instr.deps.push_next | self.to_exec.room
                 with m.If(self.i_instr.valid & can_pop & can_push):
                     m.d.comb += [
                         self.i_instr.ready.eq(1),

@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .controller import TokenConsumer, TokenProducer
 from .epilogue import Epilogue, beat_layout
-from .isa import FIELD_WIDTH, TOKEN_MAX, EpOp, Instr, Opcode, Param, ParamsLayout, PmemWord
+from .isa import FIELD_WIDTH, EpOp, Instr, Opcode, Param, ParamsLayout, PmemWord
 
 __all__ = ["StoreUnit"]
 
@@ -27,6 +27,14 @@ class StoreUnit(wiring.Component):
     The store->execute token is pushed with the last read, and the next STORE is accepted in
     that cycle.
 
+    Parameters
+    ----------
+    cfg : AccelConfig
+    epilogue : callable
+        Builds the epilogue from ``cfg``: :class:`~bertaccel.hw.epilogue.Epilogue`, or a
+        stand-in with its ports (the FPGA flow's fast timing check places the store unit with
+        the epilogue's handshakes and without its arithmetic, ``bertaccel.fpga.designs``).
+
     Members
     -------
     i_instr : In(stream.Signature(Instr))
@@ -45,8 +53,9 @@ class StoreUnit(wiring.Component):
     #: cycles after it is issued, so six keep the reads flowing one a cycle.
     FIFO_DEPTH = 6
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, *, epilogue=Epilogue):
         self._cfg = cfg
+        self._epilogue = epilogue
         self._row = data.ArrayLayout(signed(cfg.acc_width), cfg.cols)
         super().__init__({
             "i_instr":   In(stream.Signature(Instr)),
@@ -66,18 +75,18 @@ class StoreUnit(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.epilogue = epilogue = Epilogue(self._cfg)
+        m.submodules.epilogue = epilogue = self._epilogue(self._cfg)
         beats = self._beat_fifo(m, epilogue)
         params = Signal(ParamsLayout)
         m.d.comb += epilogue.params.eq(params)
 
         drain = _Drain()
-        issue, outstanding = self._credit(m, beats, drain.active)
+        issue, none_out = self._credit(m, beats, drain.active)
         tags = self._assemble(m, beats, issue)
         last = self._walk(m, drain, issue, params, tags)
         # The STORE's registers load after the walk's updates, so an accept wins over them.
-        self._accept(m, drain, last, outstanding, epilogue.o_busy, params)
-        m.d.comb += self.o_busy.eq(drain.active | (outstanding != 0) | epilogue.o_busy)
+        self._accept(m, drain, last, none_out, epilogue.o_busy, params)
+        m.d.comb += self.o_busy.eq(drain.active | ~none_out | epilogue.o_busy)
         return m
 
     def _beat_fifo(self, m, epilogue):
@@ -96,22 +105,31 @@ class StoreUnit(wiring.Component):
         return beats
 
     def _credit(self, m, beats, active):
-        """``(issue, outstanding)``: whether a beat's reads are issued this cycle, and how many
-        beats are read and not yet taken by the epilogue.
+        """``(issue, none_out)``: whether a beat's reads are issued this cycle, and whether no
+        beat is read and not yet taken by the epilogue.
 
         A read is issued only while fewer than FIFO_DEPTH beats are read and not yet taken
         (beats.level + reading + copying + writing). Timing: that count is kept in a register of
-        its own, so the decision is one compare of a register with a constant.
+        its own, and beside it whether it is below FIFO_DEPTH (`room`) and zero (`none_out`),
+        loaded with the compares of the count's next value: the issue is an AND of two
+        registers, and the count's adder and the epilogue's `ready` reach only these few
+        flip-flops, not the walk's enables or the accept.
         """
         issue = Signal()
         outstanding = Signal(range(self.FIFO_DEPTH + 1))
+        outstanding_next = Signal.like(outstanding)
+        room = Signal(init=1)
+        none_out = Signal(init=1)
         taken = Signal()
         m.d.comb += [
             taken.eq(beats.r_rdy & beats.r_en),
-            issue.eq(active & (outstanding < self.FIFO_DEPTH)),
+            issue.eq(active & room),
+            outstanding_next.eq(outstanding + issue - taken),
         ]
-        m.d.sync += outstanding.eq(outstanding + issue - taken)
-        return issue, outstanding
+        m.d.sync += [outstanding.eq(outstanding_next),
+                     room.eq(outstanding_next < self.FIFO_DEPTH),
+                     none_out.eq(outstanding_next == 0)]
+        return issue, none_out
 
     def _assemble(self, m, beats, issue):
         """Put each beat together from the three reads and its tags, into the FIFO; returns the
@@ -155,13 +173,9 @@ class StoreUnit(wiring.Component):
         """Issue the reads of the next beat and step ``s`` (the :class:`_Drain`) to the one
         after; returns ``last``, set with the STORE's last read."""
         cfg = self._cfg
-        row_end = s.at_row_end
-        # The next pass: a second pass when this one's index in the interleaved order is odd or
-        # the next is the last (see `_Drain`); single-pass ops take the next row in order.
-        next_second = Signal()
-        m.d.comb += next_second.eq(s.two_pass & (s.odd | s.left_is_1))
+        row_end, next_second = s.at_row_end, s.next_second
         last = Signal()
-        m.d.comb += last.eq(issue & row_end & s.left_is_0)
+        m.d.comb += last.eq(issue & s.final)
 
         lane_valid = Signal(cfg.cols)
         for c in range(cfg.cols):
@@ -187,6 +201,8 @@ class StoreUnit(wiring.Component):
                     s.left.eq(s.left - 1), s.left_is_0.eq(s.left_is_1),
                     s.left_is_1.eq(s.left == 2), s.odd.eq(~s.odd), s.pm_ptr.eq(s.param_addr),
                     s.lanes_left.eq(params.row_len),
+                    s.final.eq(s.one_strip & s.left_is_1),
+                    s.next_second.eq(s.two_pass & (~s.odd | (s.left == 2))),
                 ]
                 with m.If(next_second):
                     m.d.sync += [s.acc_ptr.eq(s.acc2), s.aux_ptr.eq(s.aux2),
@@ -197,6 +213,7 @@ class StoreUnit(wiring.Component):
             with m.Else():
                 m.d.sync += [
                     s.strip.eq(s.strip + 1), s.at_row_end.eq(s.strip == s.strips_m2),
+                    s.final.eq((s.strip == s.strips_m2) & s.left_is_0),
                     s.acc_ptr.eq(s.acc_ptr + s.stride), s.aux_ptr.eq(s.aux_ptr + s.rows),
                     s.pm_ptr.eq(s.pm_ptr + 1), s.lanes_left.eq(s.lanes_left - cfg.cols),
                 ]
@@ -205,14 +222,14 @@ class StoreUnit(wiring.Component):
                 m.d.sync += s.active.eq(0)
         return last
 
-    def _accept(self, m, drain, last, outstanding, epilogue_busy, params):
+    def _accept(self, m, drain, last, none_out, epilogue_busy, params):
         """Take the next instruction: a STORE when the unit is free and its tokens allow, a SET
         when everything before it has left the epilogue."""
         instr = self.i_instr.payload
         pushing = Signal()
         m.d.comb += pushing.eq(last & drain.push)
         empty = self.i_empty
-        drained = ~drain.active & (outstanding == 0) & ~epilogue_busy
+        drained = ~drain.active & none_out & ~epilogue_busy
         # An empty STORE pushes as it is accepted, so it waits for the unit to be idle and never
         # pushes in the same cycle as the last read of the STORE before it.
         free = Signal()
@@ -226,10 +243,9 @@ class StoreUnit(wiring.Component):
                     self._set(m, params)
             with m.Default():
                 can_pop = ~instr.deps.pop_prev | self.from_exec.avail
-                # Timing: `count + pushing < TOKEN_MAX` as two compares with constants.
-                can_push = ~instr.deps.push_prev | Mux(pushing,
-                                                       self.to_exec.count < TOKEN_MAX - 1,
-                                                       self.to_exec.count != TOKEN_MAX)
+                # Timing: `count + pushing < TOKEN_MAX` from the channel's room registers.
+                can_push = ~instr.deps.push_prev | Mux(pushing, self.to_exec.room2,
+                                                       self.to_exec.room)
                 with m.If(free & self.i_instr.valid & can_pop & can_push):
                     m.d.comb += [
                         self.i_instr.ready.eq(1),
@@ -263,6 +279,8 @@ class StoreUnit(wiring.Component):
                 s.left.eq(Mux(is_two_pass, (body.rows << 1) - 1, body.rows - 1)),
                 s.left_is_0.eq(~is_two_pass & (body.rows == 1)),
                 s.left_is_1.eq(Mux(is_two_pass, body.rows == 1, body.rows == 2)),
+                s.final.eq((body.strips == 1) & ~is_two_pass & (body.rows == 1)),
+                s.next_second.eq(is_two_pass & (body.rows == 1)),
                 s.acc_ptr.eq(body.acc_addr), s.aux_ptr.eq(body.aux_addr),
                 s.pm_ptr.eq(body.param_addr), s.lanes_left.eq(params.row_len),
                 # The first pass is P1(0) (or row 0): the next first-pass row is 1, the next
@@ -299,7 +317,11 @@ class _Drain:
       first-pass row or a second pass of the next second-pass row, whose pointers (``acc1``,
       ``aux1``; ``acc2``, ``aux2``) are kept ready; it is a second pass when this one's index
       in the order is odd (``odd``) or when it is the last pass;
-    * ``lanes_left`` is row_len minus the column of this strip's lane 0.
+    * ``lanes_left`` is row_len minus the column of this strip's lane 0;
+    * ``final`` is ``at_row_end & left_is_0`` (this beat is the STORE's last) and
+      ``next_second`` ``two_pass & (odd | left_is_1)`` (the next pass is a second pass), each
+      loaded with what those will be, so the accept and the walk's enables read one register
+      for each.
     """
 
     def __init__(self):
@@ -329,3 +351,5 @@ class _Drain:
         self.acc2 = Signal(FIELD_WIDTH, name="acc2")
         self.aux2 = Signal(FIELD_WIDTH, name="aux2")
         self.lanes_left = Signal(signed(FIELD_WIDTH + 10), name="lanes_left")
+        self.final = Signal(name="final")
+        self.next_second = Signal(name="next_second")

@@ -540,13 +540,15 @@ def _cmd_seqpoint(args):
     _quiet_transformers()
     from ..analysis.seqpoint import format_report, seqpoint_text_set
     from .bert import BertError
+    from .bert.cache import CacheError, CompileCache
     cfg = _config(args.config)
     if args.k < 1:
         raise _UsageError(f"--k must be at least 1, not {args.k}")
     try:
+        cache = None if args.no_cache else CompileCache(args.cache_dir).check()
         report, _ = seqpoint_text_set(args.model, cfg, args.texts, ks=range(1, args.k + 1),
-                                      seed=args.seed, log=_stderr_log(args))
-    except BertError as error:
+                                      seed=args.seed, cache=cache, log=_stderr_log(args))
+    except (BertError, CacheError) as error:
         raise _UsageError(str(error)) from None
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0
@@ -712,9 +714,12 @@ def _parser():
     synth.add_argument("--config", default="8x8", help="a preset or a .json (8x8)")
     synth.add_argument("--target", default="ecp5-85k",
                        help="the FPGA part: ecp5-25k, ecp5-45k, ecp5-85k (ecp5-85k)")
-    synth.add_argument("--design", choices=("core", "mesh", "datapath"), default="core",
+    synth.add_argument("--design", choices=("core", "mesh", "datapath", "store", "handshakes"),
+                       default="core",
                        help="what to place: the core (default); the PE array alone; the "
-                            "execute unit with the scratchpads and the accumulator")
+                            "execute unit with the scratchpads and the accumulator; the store "
+                            "unit and its epilogue behind the controller; the same with only "
+                            "the epilogue's handshakes (the fast timing check)")
     synth.add_argument("--seed", type=int, default=1, help="nextpnr placement seed (1)")
     synth.add_argument("--freq", type=float, default=150.0,
                        help="clock constraint in MHz that nextpnr works towards (150)")
@@ -791,6 +796,10 @@ def _parser():
                                "a line (stdlib)")
     seqpoint.add_argument("--k", type=int, default=10, help="try k = 1 .. K points (10)")
     seqpoint.add_argument("--seed", type=int, default=0, help="seeds random weights (0)")
+    seqpoint.add_argument("--no-cache", action="store_true",
+                          help="compile the model afresh and keep nothing on disk")
+    seqpoint.add_argument("--cache-dir", metavar="D",
+                          help="compile cache folder ($BERTACCEL_CACHE or ~/.cache/bertaccel)")
     seqpoint.add_argument("--json", action="store_true", help="print one JSON object")
     seqpoint.set_defaults(func=_cmd_seqpoint)
 

@@ -3,11 +3,20 @@
 Test files import from here, never from one another.
 """
 
+import dataclasses
+
+import numpy as np
 import torch
 from bertaccel.hw import isa
+from bertaccel.sw.bert import BertProgram, compile_bert
+from bertaccel.sw.bert.quant import SplitB, split_rows
 from bertaccel.sw.cycles import CycleModel
+from bertaccel.sw.multitask.ondevice import base_ints, delta_columns, task_epilogues
+from bertaccel.sw.multitask.rowdelta import (WEIGHT_STAGES, RowDelta, TaskDelta,
+                                             base_fingerprint, stage_shape)
 
-__all__ = ["check_model_cycles", "check_outputs", "load", "matmul", "store", "two_pass_sets", "pass_order"]
+__all__ = ["check_model_cycles", "check_outputs", "load", "matmul", "store", "two_pass_sets",
+           "pass_order", "token_batch", "random_bert", "random_task_delta", "merged_program"]
 
 
 def check_model_cycles(device, program, result, *, what=""):
@@ -85,3 +94,121 @@ def pass_order(rows, two_pass):
         if r + 2 < rows:
             order.append((r + 2, False))
     return order
+
+
+# Multi-task: a random task on a compiled base, and the merged-weight model it must equal.
+
+def token_batch(gen, lengths, vocab):
+    """A padded batch of random token ids, one sequence of each of ``lengths``."""
+    seq = max(lengths)
+    ids = torch.randint(1, vocab, (len(lengths), seq), generator=gen)
+    mask = (torch.arange(seq)[None] < torch.tensor(lengths)[:, None]).long()
+    return {"input_ids": ids * mask, "attention_mask": mask,
+            "token_type_ids": torch.zeros_like(ids)}
+
+
+def random_bert(cfg, *, seed, hidden=40, heads=4, intermediate=72, layers=2, lengths=(11, 6)):
+    """A random ``transformers`` BertModel compiled for ``cfg`` (calibrated on random tokens),
+    and a padded batch of random tokens with ``lengths``: ``(bert, batch)``."""
+    import transformers
+
+    torch.manual_seed(seed)
+    model = transformers.BertModel(transformers.BertConfig(
+        vocab_size=90, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        intermediate_size=intermediate, max_position_embeddings=48, type_vocab_size=2),
+        add_pooling_layer=False).eval()
+    gen = torch.Generator().manual_seed(seed)
+    calibration = [token_batch(gen, [21, 17, 9, 3], 90) for _ in range(3)]
+    bert = compile_bert(model, cfg, calibration=calibration, name="small")
+    return bert, token_batch(gen, list(lengths), 90)
+
+
+def _perturbed(gen, value, spread):
+    value = np.asarray(value, dtype=np.float64)
+    noise = torch.randn(value.shape, generator=gen, dtype=torch.float64).numpy()
+    return value * (1 + spread * noise)
+
+
+def _task_vectors(bert, gen, layer):
+    """The base's epilogue vectors of ``layer``, each moved by a few per cent."""
+    q = bert.layers[layer]
+    w1_bias = np.zeros(bert.spec.intermediate)
+    w1_bias[q.h_keep.numpy()] = q.w1_ep.bias
+    if q.w1_out_ep is not None:
+        w1_bias[q.h.outliers.numpy()] = q.w1_out_ep.bias
+    return {
+        (layer, "qkv"): {"bias": _perturbed(gen, q.qkv_ep.bias, 0.05)},
+        (layer, "wo"): {name: _perturbed(gen, getattr(q.wo_ep, name), 0.05)
+                        for name in ("bias", "gamma", "beta")},
+        (layer, "w1"): {"bias": _perturbed(gen, w1_bias, 0.05)},
+        (layer, "w2"): {name: _perturbed(gen, getattr(q.w2_ep, name), 0.05)
+                        for name in ("bias", "gamma", "beta")},
+    }
+
+
+def random_task_delta(bert, gen, *, fraction=0.1, spread=20, fits=True, vectors=True,
+                      name="random"):
+    """A random task on the compiled ``bert``: ``fraction`` of the K-rows of every weight
+    matrix (at least one) get int8 values of about ``spread``. With ``fits``, the values are
+    cut so that every changed weight ``base_q + value`` stays in ``[-127, 127]`` where
+    ``base_q`` does (the merged weight fits int8); without, some leave it."""
+    rows, vecs = {}, {}
+    for layer in range(bert.spec.layers):
+        for stage in WEIGHT_STAGES:
+            k, n = stage_shape(bert.spec, stage)
+            r = max(1, round(fraction * k))
+            picked = torch.randperm(k, generator=gen)[:r]
+            values = torch.randint(-spread, spread + 1, (r, n), generator=gen)
+            if fits:
+                base = base_ints(bert, layer, stage)[picked]
+                inside = base.abs() <= 127
+                values = torch.where(inside, (base + values).clamp(-127, 127) - base, values)
+            else:
+                values[0, 0] = 127 if int(base_ints(bert, layer, stage)[picked[0], 0]) >= 0 \
+                    else -127
+            rows[(layer, stage)] = RowDelta(rows=picked.numpy().astype(np.int64),
+                                            values=values.numpy().astype(np.int8))
+        if vectors:
+            vecs.update(_task_vectors(bert, gen, layer))
+    return TaskDelta(base=base_fingerprint(bert), config=bert.cfg.tag, rows=rows, vectors=vecs,
+                     name=name)
+
+
+def _in_order(q, columns):
+    """The rows of ``q`` (the float weight's order) in the order of the A columns."""
+    out = torch.empty_like(q)
+    out[columns] = q
+    return out
+
+
+def merged_program(bert, delta):
+    """The reference for a task: the base with the delta added to its integer weights
+    (``base_q + delta``, split into int8 rows as the compiler splits any weight) and the
+    task's epilogue vectors. Returns ``(program, extra)``: ``extra`` counts the rows that
+    splitting the merged weights added beyond the base's own split rows."""
+    layers, extra = [], 0
+    for layer in range(bert.spec.layers):
+        quant = bert.layers[layer]
+        changes = {}
+        for stage in WEIGHT_STAGES:
+            if delta.vectors.get((layer, stage)):
+                changes.update(task_epilogues(quant, stage, delta.vectors[(layer, stage)]))
+            part = delta.rows.get((layer, stage))
+            if part is None:
+                continue
+            base = base_ints(bert, layer, stage)
+            q = base.clone()
+            q[torch.from_numpy(part.rows)] += torch.from_numpy(part.values).long()
+            k = q.shape[0]
+            columns = delta_columns(quant, stage, torch.arange(k))
+            b, index = split_rows(_in_order(q, columns), torch.arange(k))
+            extra += b.shape[0] - split_rows(_in_order(base, columns), torch.arange(k))[0].shape[0]
+            split = getattr(quant, stage)
+            own = split.index < k
+            changes[stage] = SplitB(b=torch.cat([b, split.b[~own]]),
+                                    index=torch.cat([index, split.index[~own]]))
+        layers.append(dataclasses.replace(quant, **changes))
+    program = BertProgram(bert.cfg, bert.spec, layers, x_embed=bert.x_embed,
+                          calibration=bert.calibration, embeddings=bert.embeddings,
+                          tokenizer=bert.tokenizer, name=f"{bert.name} merged {delta.name}")
+    return program, extra

