@@ -1,4 +1,4 @@
-# bertaccel: make setup | test | demo | verilog | fpga | bitstream
+# bertaccel: make setup | test | demo | verilog | fpga | bitstream | multitask
 #
 # Everything runs from a virtual environment (VENV, default .venv) that `setup` makes and
 # keeps current: it is remade when pyproject.toml changes.
@@ -9,7 +9,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.bertaccel-setup
 PRESETS := 2x2 4x4 4x8 8x8 16x16 32x32
 
-.PHONY: all setup test demo verilog fpga bitstream clean
+.PHONY: all setup test demo verilog fpga bitstream multitask clean
 .DEFAULT_GOAL := test
 
 all: test
@@ -52,6 +52,13 @@ fpga: setup
 BITSTREAM_CONFIG ?= 2x2
 bitstream: setup
 	$(BIN)/python bench/ulx3s.py --config $(BITSTREAM_CONFIG) --board 85F
+
+# all-MiniLM-L6-v2 fine-tuned on every task of golden/tasks on the CPU, fully and row-sparsely,
+# and each task's delta file (build/multitask, reused while the data, recipe and base model are
+# the same; 10-30 minutes a fine-tuning on 2 shared cores). Then `bertaccel multitask eval`;
+# the accuracy-against-size curve: python bench/multitask_deltas.py (docs/multitask.md).
+multitask: setup
+	HF_HUB_OFFLINE=1 $(BIN)/bertaccel multitask build
 
 clean:
 	rm -rf build

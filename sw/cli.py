@@ -13,6 +13,9 @@
     bertaccel seqpoint [--model minilm] [--config 8x8] [--k 10] [--json]
     bertaccel sweep --model minilm --seq 32,128 --configs 4x4,8x8 [--synth] [--address A]  # Ray
     bertaccel regress --configs 2x2,4x8,8x8 --programs 200 [--seed S] [--address A]     # Ray
+    bertaccel multitask build [--task T ...]          # fine-tune, compress: docs/multitask.md
+    bertaccel multitask eval [--task T ...] [--json]  # FP32, int8, int8 base+delta accuracy
+    bertaccel multitask run --task T --text "..."     # the label by base + the task's delta
 
 Bad input gives one line on stderr, ``bertaccel: error: ...``, and exit status 2 before
 anything is built, compiled or simulated: an unknown preset, a config file that leaves fields
@@ -555,6 +558,108 @@ def _cmd_seqpoint(args):
     return 0
 
 
+# -- multitask ------------------------------------------------------------------------------------
+
+def _multitask_errors():
+    from ..golden.bert_ref import ModelError
+    from ..golden.tasks import TaskError
+    from .multitask.store import DeltaError
+    from .multitask.suite import SuiteError
+    return (ModelError, TaskError, DeltaError, SuiteError, FileNotFoundError)
+
+
+def _multitask_options(args):
+    from .multitask.suite import check_task
+    for task in args.task or ():
+        check_task(task)
+    return {"out": args.out, "model": args.model}
+
+
+def _cmd_multitask_build(args):
+    _quiet_transformers()
+    from ..golden.tasks import TASKS
+    from .multitask.suite import Base, build_task
+    try:
+        options = _multitask_options(args)
+        check_folder(args.out, what="--out")
+        base = Base(args.model)
+        for task in args.task or TASKS:
+            build_task(task, base=base, log=_log, **options)
+    except _multitask_errors() as error:
+        raise _UsageError(str(error)) from None
+    return 0
+
+
+def _format_multitask(report):
+    lines = [f"int8 path: {report['int8_path']}; storage ratio {report['storage_ratio']:.3f} "
+             f"(base {report['base_bytes'] / 1e6:.2f} MB + deltas, over "
+             f"{report['separate_bytes'] / 1e6:.2f} MB of separate int8 models)",
+             f"{'task':18s} {'fp32':>7s} {'int8':>7s} {'base+delta':>10s} {'delta kB':>9s}"]
+    for task, t in report["tasks"].items():
+        lines.append(f"{task:18s} {t['accuracy_fp32']:7.4f} {t['accuracy_int8_separate']:7.4f} "
+                     f"{t['accuracy_base_delta']:10.4f} {t['delta_bytes'] / 1e3:9.1f}")
+    return "\n".join(lines)
+
+
+def _cmd_multitask_eval(args):
+    _quiet_transformers()
+    from ..golden.tasks import TASKS
+    from .multitask.suite import report
+    try:
+        options = _multitask_options(args)
+        result = report(args.task or TASKS, log=_stderr_log(args) or (lambda text: None),
+                        **options)
+    except _multitask_errors() as error:
+        raise _UsageError(str(error)) from None
+    print(json.dumps(result, indent=2) if args.json else _format_multitask(result))
+    return 0
+
+
+def _cmd_multitask_run(args):
+    _quiet_transformers()
+    from .multitask.suite import predict
+    if not args.text:
+        raise _UsageError("give at least one --text")
+    if len(args.task) > 1:
+        raise _UsageError(f"give one --task, not {len(args.task)}")
+    try:
+        options = _multitask_options(args)
+        predicted = predict(args.task[0], args.text, **options)
+    except _multitask_errors() as error:
+        raise _UsageError(str(error)) from None
+    print(json.dumps(predicted) if args.json else "\n".join(predicted))
+    return 0
+
+
+def _multitask_common(parser, *, one_task=False):
+    parser.add_argument("--task", action="append", metavar="T", required=one_task,
+                        help="a task (golden/tasks)" if one_task
+                        else "a task; may be repeated (default: every task)")
+    parser.add_argument("--out", default="build/multitask", help=argparse.SUPPRESS)
+    parser.add_argument("--model", default=None, help=argparse.SUPPRESS)
+
+
+def _multitask_parser(commands):
+    multitask = commands.add_parser("multitask", help="task models as one shared int8 base "
+                                                      "plus a row-sparse int8 delta each")
+    sub = multitask.add_subparsers(dest="multitask", required=True, parser_class=_Parser)
+    build = sub.add_parser("build", help="check the task data, fine-tune (full and "
+                                         "row-sparse), write the delta files (all cached)")
+    _multitask_common(build)
+    build.set_defaults(func=_cmd_multitask_build)
+    evaluate = sub.add_parser("eval", help="test accuracy of the FP32, int8 and int8 "
+                                           "base+delta models, and the storage")
+    _multitask_common(evaluate)
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.set_defaults(func=_cmd_multitask_eval)
+    run = sub.add_parser("run", help="label texts with the base plus a task's delta")
+    _multitask_common(run, one_task=True)
+    run.add_argument("--text", action="append", metavar="TEXT",
+                     help="a text to label; may be repeated")
+    run.add_argument("--json", action="store_true", help="print a JSON list of labels")
+    run.set_defaults(func=_cmd_multitask_run)
+
+
 def _parser():
     parser = _Parser(prog="bertaccel",
                      description="int8 BERT accelerator generator: Verilog, GEMMs, demo")
@@ -570,6 +675,7 @@ def _parser():
     _add_seqpoint_parser(commands)
     _add_sweep_parser(commands)
     _add_regress_parser(commands)
+    _multitask_parser(commands)
     commands.add_parser("profile", add_help=False,
                         help="PyTorch BERT on this CPU by op class, beside the accelerator's "
                              "cycles (bertaccel profile --help)")

@@ -1,0 +1,205 @@
+"""The multi-task suite behind ``bertaccel multitask``: build, evaluate, run.
+
+``build`` checks each task's data, fine-tunes it fully and row-sparsely (cached checkpoints,
+:mod:`.finetune`) and writes its delta file (:mod:`.store`) to
+``<out>/deltas/<task>-<key>-rows<f>.pt``; ``evaluate`` reports per task the test accuracy of
+the FP32 fine-tuned model, of its int8 model, and of the shared int8 base plus the task's
+delta, with the bytes each stores; ``predict`` labels texts with the base plus a delta.
+
+The int8 accuracies are computed in PyTorch with integer-valued weights
+(:data:`INT8_PATH`): every encoder matrix on its int8 grid (the separate model at its own
+per-output-channel scale; base plus delta at the base's, ``q_b + values`` on the delta's
+K-rows), activations in float32. Every file is written atomically; evaluations are cached in
+``<out>/eval/`` under the delta file's digest.
+"""
+
+import json
+import pathlib
+
+import torch
+
+from ...golden import bert_ref
+from ...golden.tasks import SPLITS, TASKS, labels, load_task, task_dir
+from . import deltas as D
+from . import store
+from .finetune import BUILD, ROWS, Recipe, checkpoint_folder, finetune
+from .finetune import Checkpoint
+from .model import Classifier, accuracy, logits
+
+__all__ = ["INT8_PATH", "SuiteError", "check_task", "check_data", "delta_path", "build_task",
+           "Base", "evaluate_task", "storage", "report", "predict"]
+
+#: How the int8 accuracies are computed (named in ``bertaccel multitask eval --json``).
+INT8_PATH = "torch-int8-weights"
+_INT8_NOTE = ("PyTorch with integer-valued int8 encoder weights (per-output-channel scales) "
+              "and float32 activations; base+delta adds the delta's int8 K-rows to the base's "
+              "integers at the base's scale, the sum the accelerator's extra K-rows make")
+
+
+class SuiteError(ValueError):
+    """Bad input to the suite: an unknown task, bad data, a missing or unusable delta."""
+
+
+def check_task(task):
+    """``task`` if it is a known task, else :class:`SuiteError` naming the choices."""
+    if task not in TASKS:
+        raise SuiteError(f"unknown task {task!r}: choose from {', '.join(TASKS)}")
+    return task
+
+
+def check_data(task):
+    """Check a task's files: every split present and non-empty, labels in range, no text in
+    two splits; :class:`SuiteError` naming the problem."""
+    seen, n = {}, len(labels(task))
+    for split in SPLITS:
+        if not (task_dir(task) / f"{split}.jsonl").is_file():
+            raise SuiteError(f"{task}: missing {split}.jsonl in {task_dir(task)}")
+        texts, targets = load_task(task, split)
+        if not texts:
+            raise SuiteError(f"{task}: {split} split is empty")
+        bad = [t for t in targets if not (isinstance(t, int) and 0 <= t < n)]
+        if bad:
+            raise SuiteError(f"{task}: {split} has label {bad[0]!r}, not in 0..{n - 1}")
+        for text in texts:
+            if seen.setdefault(text, split) != split:
+                raise SuiteError(f"{task}: a text is in both {seen[text]} and {split}")
+
+
+def delta_path(task, *, recipe=Recipe(), out=BUILD, model=None, rows=ROWS):
+    """Where ``task``'s delta file goes: ``<out>/deltas/<row-sparse checkpoint name>.pt``."""
+    name = checkpoint_folder(task, recipe=recipe, out=out, model=model, rows=rows).name
+    return pathlib.Path(out) / "deltas" / f"{name}.pt"
+
+
+class Base:
+    """The shared base model: tokenizer, ``transformers`` config, state dict and its digest.
+
+    Parameters
+    ----------
+    model : str or path, optional
+        The base model (all-MiniLM-L6-v2 by default; see :func:`bertaccel.golden.bert_ref.load`).
+    """
+
+    def __init__(self, model=None):
+        self.model = model
+        self.tokenizer, bert = bert_ref.load(model)
+        self.config = bert.config
+        self.state = {f"bert.{n}": v.clone() for n, v in bert.state_dict().items()}
+        self.digest = store.state_digest(self.state)
+        self._bert = bert
+
+    def classifier(self, state, num_labels):
+        """A :class:`~.model.Classifier` holding ``state``, in eval mode."""
+        classifier = Classifier(self._bert, num_labels)
+        classifier.load_state_dict(state)
+        return classifier.eval()
+
+    def load_delta(self, path):
+        """The delta file at ``path``, checked against this base (:class:`store.DeltaError`)."""
+        return store.load_delta(path, base_digest=self.digest, config=self.config)
+
+
+def build_task(task, *, recipe=Recipe(), out=BUILD, model=None, rows=ROWS, base=None,
+               log=print):
+    """Check ``task``'s data, fine-tune it fully and row-sparsely (cached), write its delta
+    file (atomically; kept when it exists and loads); returns the delta's path."""
+    check_data(check_task(task))
+    path = delta_path(task, recipe=recipe, out=out, model=model, rows=rows)
+    base = base or Base(model)
+    if path.is_file():
+        try:
+            base.load_delta(path)
+            log(f"{task}: delta cached in {path}")
+            return path
+        except store.DeltaError as error:
+            log(f"{task}: remaking the delta ({error})")
+    finetune(task, recipe=recipe, out=out, model=model, log=log)
+    folder = finetune(task, recipe=recipe, out=out, model=model, rows=rows, log=log).folder
+    delta = store.make_delta(task, labels(task), Checkpoint(folder).state_dict(), base.state,
+                             config=base.config)
+    store.save_delta(delta, path)
+    log(f"{task}: delta of {sum(v.shape[0] for v in delta.rows.values())} K-rows, "
+        f"{store.delta_bytes(delta) / 1e3:.1f} kB -> {path}")
+    return path
+
+
+def _accuracy(base, state, task, split="test"):
+    classifier = base.classifier(state, len(labels(task)))
+    return accuracy(classifier, base.tokenizer, *load_task(task, split))
+
+
+def _require(folder, task):
+    if not (folder / "model.pt").is_file():
+        raise SuiteError(f"{task}: no checkpoint in {folder}: run 'bertaccel multitask build'")
+    return Checkpoint(folder).state_dict()
+
+
+def _measure(task, base, delta, path, recipe, out, model):
+    full = _require(checkpoint_folder(task, recipe=recipe, out=out, model=model), task)
+    extra = sum(v.shape[0] * v.shape[1] for v in delta.values.values())
+    gemm = sum(v.numel() for n, v in full.items() if D.param_kind(n, v.shape) == "matrix")
+    return {
+        "accuracy_fp32": _accuracy(base, full, task),
+        "accuracy_int8_separate": _accuracy(base, store.separate_int8_state(full), task),
+        "accuracy_base_delta": _accuracy(base, store.task_state(base.state, delta), task),
+        "test_examples": len(load_task(task, "test")[0]),
+        "delta_bytes": store.delta_bytes(delta),
+        "int8_model_bytes": D.int8_model_bits(full) / 8,
+        "delta_k_rows": sum(v.shape[0] for v in delta.rows.values()),
+        "extra_macs": extra / gemm,
+        "clipped_values": delta.clipped,
+        "delta_file": str(path),
+    }
+
+
+def evaluate_task(task, *, recipe=Recipe(), out=BUILD, model=None, rows=ROWS, base=None,
+                  log=print):
+    """The figures of one task (see the module docstring), cached in ``<out>/eval/``."""
+    check_task(task)
+    base = base or Base(model)
+    path = delta_path(task, recipe=recipe, out=out, model=model, rows=rows)
+    if not path.is_file():
+        raise SuiteError(f"{task}: no delta file {path}: run 'bertaccel multitask build'")
+    delta = base.load_delta(path)
+    digest = torch.load(path, weights_only=True)["digest"][:16]
+    cache = pathlib.Path(out) / "eval" / f"{path.stem}-{digest}.json"
+    if cache.is_file():
+        return json.loads(cache.read_text())
+    log(f"{task}: evaluating the FP32, int8 and base+delta models on test")
+    result = _measure(task, base, delta, path, recipe, out, model)
+    store.atomic_write(cache, lambda tmp: tmp.write_text(json.dumps(result, indent=1) + "\n"))
+    return result
+
+
+def storage(base, tasks):
+    """``{"base_bytes", "separate_bytes", "storage_ratio"}``: the int8 base plus every task's
+    delta over a separate int8 model per task (``tasks``: :func:`evaluate_task` results)."""
+    base_bytes = D.int8_model_bits(base.state) / 8
+    separate = sum(t["int8_model_bytes"] for t in tasks)
+    return {"base_bytes": base_bytes, "separate_bytes": separate,
+            "storage_ratio": (base_bytes + sum(t["delta_bytes"] for t in tasks)) / separate}
+
+
+def report(tasks, *, recipe=Recipe(), out=BUILD, model=None, rows=ROWS, log=print):
+    """The ``bertaccel multitask eval --json`` object of ``tasks``."""
+    base = Base(model)
+    per = {t: evaluate_task(t, recipe=recipe, out=out, model=model, rows=rows, base=base,
+                            log=log) for t in tasks}
+    return {"model": str(model or "sentence-transformers/all-MiniLM-L6-v2"),
+            "int8_path": INT8_PATH,
+            "int8_path_note": _INT8_NOTE,
+            "scheme": {"name": "row-sparse fine-tuning, int8 K-rows in the base's units",
+                       "rows": rows},
+            "split": "test", **storage(base, list(per.values())), "tasks": per}
+
+
+def predict(task, texts, *, recipe=Recipe(), out=BUILD, model=None, rows=ROWS):
+    """The label of each text by the base plus ``task``'s delta."""
+    check_task(task)
+    base = Base(model)
+    path = delta_path(task, recipe=recipe, out=out, model=model, rows=rows)
+    if not path.is_file():
+        raise SuiteError(f"{task}: no delta file {path}: run 'bertaccel multitask build'")
+    delta = base.load_delta(path)
+    classifier = base.classifier(store.task_state(base.state, delta), len(delta.labels))
+    return [delta.labels[i] for i in logits(classifier, base.tokenizer, texts).argmax(1)]
