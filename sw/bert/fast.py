@@ -24,9 +24,9 @@ from .compile import STAGES
 __all__ = ["FastModel", "int_gemm", "batched_int_gemm"]
 
 #: Score elements (batch x heads x L x L) the attention works on at once.
-ATTENTION_ELEMENTS = 1 << 22
+ATTENTION_ELEMENTS = 1 << 20
 #: Elements (rows x columns) an epilogue works on at once.
-EPILOGUE_ELEMENTS = 1 << 21
+EPILOGUE_ELEMENTS = 1 << 19
 
 #: Largest |a . b| partial sum that float32 holds exactly (every integer up to 2**24).
 _F32_EXACT = 1 << 24
@@ -137,12 +137,16 @@ class FastModel:
         per_head = qkv.view(batch, seq, 3, heads, d).permute(2, 0, 3, 1, 4)   # (3, B, A, L, d)
         # The attention's int64 intermediates grow as B * A * L**2: a few batch rows at a time
         # bound them (each row is independent of the others).
+        # The probabilities (int32, B * A * L**2 of them) are kept only for a trace.
         step = max(1, ATTENTION_ELEMENTS // (heads * seq * seq))
-        parts = [self._attention(layer, *per_head[:, lo:lo + step], mask[lo:lo + step])
-                 for lo in range(0, batch, step)]
-        probs = torch.cat([p for p, _ in parts])
-        ctx = torch.cat([c for _, c in parts])
-        out["qk"] = probs
+        probs, ctx = [], []
+        for lo in range(0, batch, step):
+            p, c = self._attention(layer, *per_head[:, lo:lo + step], mask[lo:lo + step])
+            probs += [p] if trace is not None else []
+            ctx.append(c)
+        ctx = torch.cat(ctx)
+        if trace is not None:
+            out["qk"] = torch.cat(probs)
         out["pv"] = ctx = ctx.view(batch, heads, seq, d).permute(0, 2, 1, 3).reshape(-1, hid)
         a = torch.cat([ctx, x], dim=1)[:, quant.wo.index]
         out["wo"] = x1 = self._epilogue(lowered["wo"], int_gemm(a, ops["wo"], high["wo"]), x)
