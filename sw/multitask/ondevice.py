@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...hw.isa import PmemWord
+from ...hw.isa import MATMUL_SHIFT, PmemWord
 from ..bert.compile import BertProgram
 from ..bert.quant import SplitB
 from .rowdelta import WEIGHT_STAGES, stage_shape
@@ -61,13 +61,15 @@ def delta_columns(quant, stage, rows):
 def base_ints(bert, layer, stage):
     """The base's integer weight ``base_q`` ``(K, N)`` int64 of ``stage`` of ``layer``, in the
     float weight's row order: the split rows of the compiled B operand added back together
-    (the rows that carry a LayerNorm residual's outlier channels are not part of it)."""
+    (high digit rows at their weight; the rows that carry a LayerNorm residual's outlier
+    channels are not part of it)."""
     quant = bert.layers[layer]
     split = getattr(quant, stage)
     k, n = stage_shape(bert.spec, stage)
     own = split.index < k
-    summed = torch.zeros((k, n), dtype=torch.int64).index_add_(0, split.index[own],
-                                                               split.b[own].long())
+    rows = split.b.long()
+    rows[:split.k_high] <<= MATMUL_SHIFT              # high digit rows count 2**MATMUL_SHIFT
+    summed = torch.zeros((k, n), dtype=torch.int64).index_add_(0, split.index[own], rows[own])
     if stage != "w2":
         return summed
     return summed[delta_columns(quant, stage, torch.arange(k))]
