@@ -14,7 +14,7 @@
     bertaccel sweep --model minilm --seq 32,128 --configs 4x4,8x8 [--synth] [--address A]  # Ray
     bertaccel regress --configs 2x2,4x8,8x8 --programs 200 [--seed S] [--address A]     # Ray
     bertaccel multitask build [--task T ...]          # fine-tune, compress: docs/multitask.md
-    bertaccel multitask eval [--task T ...] [--json]  # FP32, int8, int8 base+delta accuracy
+    bertaccel multitask eval [--task T ...] [--json]  # FP32, int8, int8 base+delta, cycles
     bertaccel multitask run --task T --text "..."     # the label by base + the task's delta
 
 Bad input gives one line on stderr, ``bertaccel: error: ...``, and exit status 2 before
@@ -563,9 +563,14 @@ def _cmd_seqpoint(args):
 def _multitask_errors():
     from ..golden.bert_ref import ModelError
     from ..golden.tasks import TaskError
+    from ..hw.config import ConfigError
+    from .bert.cache import CacheError
+    from .bert.load import BertError
+    from .multitask.rowdelta import DeltaError as RowDeltaError
     from .multitask.store import DeltaError
     from .multitask.suite import SuiteError
-    return (ModelError, TaskError, DeltaError, SuiteError, FileNotFoundError)
+    return (ModelError, TaskError, DeltaError, RowDeltaError, SuiteError, BertError,
+            ConfigError, CacheError, FileNotFoundError)
 
 
 def _multitask_options(args):
@@ -591,13 +596,20 @@ def _cmd_multitask_build(args):
 
 
 def _format_multitask(report):
+    if "storage_ratio" not in report:
+        return "\n".join(f"{task:18s} cycles base+delta {t['cycles_base_delta']} merged "
+                         f"{t['cycles_merged']} ({t['cycle_overhead']:+.1%}), switch "
+                         f"{t['switch_bytes'] / 1e3:.1f} kB"
+                         for task, t in report["tasks"].items())
     lines = [f"int8 path: {report['int8_path']}; storage ratio {report['storage_ratio']:.3f} "
              f"(base {report['base_bytes'] / 1e6:.2f} MB + deltas, over "
              f"{report['separate_bytes'] / 1e6:.2f} MB of separate int8 models)",
-             f"{'task':18s} {'fp32':>7s} {'int8':>7s} {'base+delta':>10s} {'delta kB':>9s}"]
+             f"{'task':18s} {'fp32':>7s} {'int8':>7s} {'base+delta':>10s} {'delta kB':>9s} "
+             f"{'cycles':>8s} {'switch kB':>9s}"]
     for task, t in report["tasks"].items():
         lines.append(f"{task:18s} {t['accuracy_fp32']:7.4f} {t['accuracy_int8_separate']:7.4f} "
-                     f"{t['accuracy_base_delta']:10.4f} {t['delta_bytes'] / 1e3:9.1f}")
+                     f"{t['accuracy_base_delta']:10.4f} {t['delta_bytes'] / 1e3:9.1f} "
+                     f"{t['cycle_overhead']:+8.1%} {t['switch_bytes'] / 1e3:9.1f}")
     return "\n".join(lines)
 
 
@@ -608,7 +620,7 @@ def _cmd_multitask_eval(args):
     try:
         options = _multitask_options(args)
         result = report(args.task or TASKS, log=_stderr_log(args) or (lambda text: None),
-                        **options)
+                        config=args.config, cycles_only=args.cycles_only, **options)
     except _multitask_errors() as error:
         raise _UsageError(str(error)) from None
     print(json.dumps(result, indent=2) if args.json else _format_multitask(result))
@@ -624,7 +636,7 @@ def _cmd_multitask_run(args):
         raise _UsageError(f"give one --task, not {len(args.task)}")
     try:
         options = _multitask_options(args)
-        predicted = predict(args.task[0], args.text, **options)
+        predicted = predict(args.task[0], args.text, config=args.config, **options)
     except _multitask_errors() as error:
         raise _UsageError(str(error)) from None
     print(json.dumps(predicted) if args.json else "\n".join(predicted))
@@ -637,6 +649,8 @@ def _multitask_common(parser, *, one_task=False):
                         else "a task; may be repeated (default: every task)")
     parser.add_argument("--out", default="build/multitask", help=argparse.SUPPRESS)
     parser.add_argument("--model", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--config", default="8x8",
+                        help="accelerator config: a preset or a JSON file (default 8x8)")
 
 
 def _multitask_parser(commands):
@@ -651,6 +665,8 @@ def _multitask_parser(commands):
                                            "base+delta models, and the storage")
     _multitask_common(evaluate)
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.add_argument("--cycles-only", action="store_true",
+                          help="only the cycles and bytes per task switch (no accuracy)")
     evaluate.set_defaults(func=_cmd_multitask_eval)
     run = sub.add_parser("run", help="label texts with the base plus a task's delta")
     _multitask_common(run, one_task=True)

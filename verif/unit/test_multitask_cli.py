@@ -25,7 +25,8 @@ from bertaccel.sw.multitask.model import Classifier  # noqa: E402
 
 TASK = "stdlib-kind"
 KEYS = {"accuracy_fp32", "accuracy_int8_separate", "accuracy_base_delta", "delta_bytes",
-        "int8_model_bytes"}
+        "int8_model_bytes", "cycles_base_delta", "cycles_merged", "cycle_overhead",
+        "switch_bytes", "model_bytes"}
 
 
 def _base_folder(path, seed):
@@ -90,6 +91,13 @@ def test_build_eval_run(built, capsys):
     assert task["delta_k_rows"] == 4 * 2                      # 4 K-rows of 2 query weights
     want = (report["base_bytes"] + task["delta_bytes"]) / task["int8_model_bytes"]
     assert report["storage_ratio"] == pytest.approx(want)
+    # Four extra K-rows per query weight make the base+delta GEMMs deeper than the merged.
+    assert task["cycles_base_delta"] > 0 and task["cycles_merged"] > 0
+    assert 0 < task["switch_bytes"] < task["model_bytes"]
+    assert cli(built, "eval", "--task", TASK, "--json", "--cycles-only", "--config",
+               "16x16") == 0
+    cycles = json.loads(capsys.readouterr().out)["tasks"][TASK]
+    assert cycles["config"] != task["config"] and "accuracy_base_delta" not in cycles
     assert cli(built, "run", "--task", TASK, "--text", "Return the sum of two numbers.",
                "--text", "A module of helpers.") == 0
     printed = capsys.readouterr().out.split("\n")
@@ -118,9 +126,8 @@ def test_bad_delta_files_leave_the_cache_as_it_was(built, capsys, tmp_path):
     try:
         path.write_bytes(good[:len(good) // 3])
         before = _files(out)
-        for command in (["eval", "--task", TASK, "--json"], ["run", "--task", TASK, "--text",
-                                                              "x"]):
-            assert "damaged delta file" in _error(capsys, cli(built, *command))
+        assert "damaged delta file" in _error(capsys, cli(built, "eval", "--task", TASK,
+                                                          "--json"))
         assert _files(out) == before
         # A delta made against another base model, at this base's delta path.
         other = _base_folder(tmp_path / "other", seed=7)
@@ -132,6 +139,28 @@ def test_bad_delta_files_leave_the_cache_as_it_was(built, capsys, tmp_path):
                          path)
         before = _files(out)
         assert "another base model" in _error(capsys, cli(built, "eval", "--task", TASK))
+        assert _files(out) == before
+    finally:
+        path.write_bytes(good)
+
+
+def test_bad_accelerator_delta_is_refused(built, capsys):
+    """The task's accelerator delta (``.npz``, made by eval or run) damaged, or made for
+    another config at this config's path: one line, exit status 2, the cache as it was."""
+    model, out = built
+    assert cli(built, "run", "--task", TASK, "--text", "x", "--config", "4x8") == 0
+    assert cli(built, "run", "--task", TASK, "--text", "x") == 0
+    capsys.readouterr()
+    path, = (out / "deltas").glob("*-r8c8_*.npz")
+    other, = (out / "deltas").glob("*-r4c8_*.npz")
+    good = path.read_bytes()
+    try:
+        path.write_bytes(other.read_bytes())
+        before = _files(out)
+        assert "config" in _error(capsys, cli(built, "run", "--task", TASK, "--text", "x"))
+        path.write_bytes(good[:len(good) // 3])
+        assert "not a readable delta file" in _error(capsys, cli(built, "run", "--task", TASK,
+                                                                 "--text", "x"))
         assert _files(out) == before
     finally:
         path.write_bytes(good)
