@@ -348,9 +348,11 @@ def test_ctrl_c_stops_the_whole_run(tmp_path, tiny_model):
          "--text-file", str(texts), "--output", str(out), "--config", "4x4", "--batch-size",
          "1", "--no-cache", "--no-fp32"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
         text=True, start_new_session=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
-    for line in run.stderr:
-        if "texts/s" in line:                   # the run is under way
-            break
+    seen = ""                                   # the bar redraws with \r: read by character
+    while "texts/s" not in seen:                # the run is under way
+        char = run.stderr.read(1)
+        assert char, f"the run ended before it showed progress: {seen}"
+        seen += char
     os.killpg(run.pid, signal.SIGINT)
     rest = run.stderr.read()
     assert run.wait(timeout=120) == 130, rest
