@@ -135,9 +135,9 @@ class FastModel:
         out["qkv"] = qkv = self._epilogue(lowered["qkv"], int_gemm(x[:, quant.qkv.index],
                                                                    ops["qkv"], high["qkv"]))
         per_head = qkv.view(batch, seq, 3, heads, d).permute(2, 0, 3, 1, 4)   # (3, B, A, L, d)
-        # The attention's int64 intermediates grow as B * A * L**2: a few batch rows at a time
-        # bound them (each row is independent of the others).
-        # The probabilities (int32, B * A * L**2 of them) are kept only for a trace.
+        # The attention's intermediates grow as B * A * L**2: a few batch rows at a time bound
+        # them (each row is independent of the others), and the int32 probabilities are kept
+        # only for a trace.
         step = max(1, ATTENTION_ELEMENTS // (heads * seq * seq))
         probs, ctx = [], []
         for lo in range(0, batch, step):
