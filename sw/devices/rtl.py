@@ -237,9 +237,7 @@ class RtlDevice(Device):
         session.tmpdir = tempfile.mkdtemp(prefix="bertaccel-")  # short: sun_path has 108 bytes
         path = os.path.join(session.tmpdir, "sock")
         number = next(_devices)
-        logs = sorted(self.build.build_dir.glob("rtl_server-*.log"), key=os.path.getmtime)
-        for old in logs[:-20]:  # keep the latest few simulator logs
-            old.unlink(missing_ok=True)
+        _prune_logs(self.build.build_dir, keep=20)
         self.log_file = session.log_file = (self.build.build_dir
                                             / f"rtl_server-{os.getpid()}-{number}.log")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -408,3 +406,19 @@ class RtlDevice(Device):
         sim = self.simulator + (f" -g{self.icarus_std}" if self.icarus_std else "")
         return (f"<RtlDevice {self.cfg.name} ({self.cfg.tag}) {sim} seed={self.seed} "
                 f"src_idle={self.src_idle} sink_stall={self.sink_stall} {state}>")
+
+
+def _mtime(path):
+    """``path``'s modification time; 0 once it is gone (another process pruned it)."""
+    try:
+        return os.path.getmtime(path)
+    except FileNotFoundError:
+        return 0.0
+
+
+def _prune_logs(folder, *, keep):
+    """Delete all but the latest ``keep`` simulator logs in ``folder``; processes sharing the
+    build prune at once, so a log may vanish between the listing and its turn."""
+    logs = sorted(folder.glob("rtl_server-*.log"), key=_mtime)
+    for old in logs[:-keep]:
+        old.unlink(missing_ok=True)

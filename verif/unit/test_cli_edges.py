@@ -347,9 +347,12 @@ def test_ctrl_c_stops_the_whole_run(tmp_path, tiny_model):
         [sys.executable, "-m", "bertaccel.sw.cli", "run", "--model", str(tiny_model),
          "--text-file", str(texts), "--output", str(out), "--config", "4x4", "--batch-size",
          "1", "--no-cache", "--no-fp32"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-        text=True, start_new_session=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
-    seen = ""                                   # the bar redraws with \r: read by character
-    while "texts/s" not in seen:                # the run is under way
+        text=True, start_new_session=True, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        # A terminal's child takes SIGINT: undo an ignored SIGINT this process may hand down
+        # (Ray's driver, started by other tests, ignores it).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen = ""                       # by character: a line iterator reads ahead and blocks
+    while not ("texts/s" in seen and seen.endswith("\n")):     # a whole line of progress
         char = run.stderr.read(1)
         assert char, f"the run ended before it showed progress: {seen}"
         seen += char
