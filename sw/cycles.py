@@ -129,8 +129,7 @@ __all__ = ["CycleModel", "CycleReport", "CycleStepper", "TIMED_FIELDS", "timing_
 BREAKDOWN = ("compute", "zero_slots", "preload", "load_wait", "store_wait", "dispatch",
              "acc_hazard", "mesh_drain", "store_drain")
 
-#: The op classes of :mod:`bertaccel.analysis.profile` (restated: that module pulls in the
-#: profiler).
+#: The op classes of the cycle breakdown, which :mod:`bertaccel.analysis.profile` imports.
 OP_CLASSES = ("gemm", "attn_matmul", "softmax", "layernorm", "gelu", "dropout", "other")
 
 #: The op class of a STORE's epilogue: the cycles a STORE of these ops exposes are charged to
