@@ -39,6 +39,7 @@ from bertaccel.sw import SoftwareDevice  # noqa: E402
 from bertaccel.sw.bert import compile_bert, embed_texts  # noqa: E402
 from bertaccel.sw.bert.fast import FastModel  # noqa: E402
 from bertaccel.sw.bert.quant import BUDGET, CALIBRATION_METHODS, OUTLIERS  # noqa: E402
+from _record import record  # noqa: E402  (bench/ is on sys.path)
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "minilm_accuracy.json"
 COSINE_MIN = 0.99
@@ -216,10 +217,7 @@ def main(argv=None):
     report["environment"] = {"python": platform.python_version(), "torch": torch.__version__,
                              "transformers": transformers.__version__,
                              "threads": torch.get_num_threads()}
-    report["command"] = " ".join(["python", "bench/minilm_accuracy.py",
-                                  *(sys.argv[1:] if argv is None else argv)])
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    record(report, args.output, __file__, argv)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0 if report["pass"] else 1

@@ -29,6 +29,7 @@ from bertaccel.hw.config import ConfigError, load_config  # noqa: E402
 from bertaccel.sw import SoftwareDevice  # noqa: E402
 from bertaccel.sw.bert import TextProgress, compile_bert, run_bert  # noqa: E402
 from bertaccel.sw.devices.rtl import RtlDevice  # noqa: E402
+from _record import record  # noqa: E402  (bench/ is on sys.path)
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "minilm_rtl.json"
 
@@ -126,10 +127,7 @@ def main(argv=None):
     report["environment"] = {"python": platform.python_version(), "torch": torch.__version__,
                              "transformers": transformers.__version__,
                              "cpus": os.cpu_count(), "threads": torch.get_num_threads()}
-    report["command"] = " ".join(["python", "bench/minilm_rtl.py",
-                                  *(sys.argv[1:] if argv is None else argv)])
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    record(report, args.output, __file__, argv)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0 if report["bit_exact"] else 1

@@ -33,6 +33,7 @@ from bertaccel.golden import bert_ref  # noqa: E402
 from bertaccel.hw.config import PRESETS  # noqa: E402
 from bertaccel.sw.bert import compile_bert, model_macs  # noqa: E402
 from bertaccel.sw.bert.timing import StageTimer  # noqa: E402
+from _record import record  # noqa: E402  (bench/ is on sys.path)
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "model_utilization.json"
 #: (what, seq) of the utilization figures, and the sequence lengths of the attention figures.
@@ -89,10 +90,7 @@ def main(argv=None):
         base = compile_shape("bert-base", cfg)
         report["configs"][name] = measure(cfg, minilm, base, log)
     report["wall_s"] = time.perf_counter() - start
-    report["command"] = " ".join(["python", "bench/model_utilization.py",
-                                  *(sys.argv[1:] if argv is None else argv)])
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    record(report, args.output, __file__, argv)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -42,6 +42,7 @@ from bertaccel.golden import accuracy, bert_ref, intops  # noqa: E402
 from bertaccel.hw.config import preset  # noqa: E402
 from bertaccel.sw.bert import compile_bert  # noqa: E402
 from bertaccel.sw.bert.fast import FastModel  # noqa: E402
+from _record import record  # noqa: E402  (bench/ is on sys.path)
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "softmax_formats.json"
 FORMATS = ("float", "p127", "p255", "max255", "p1023", "p4095", "p32767")
@@ -209,10 +210,7 @@ def main(argv=None):
     log(f"integer softmax against float at {max(lengths)} keys (LSB = 1/4095):")
     report["precision"] = precision(model, tokenizer, texts, max(lengths), log)
     report["wall_s"] = time.perf_counter() - start
-    report["command"] = " ".join(["python", "bench/softmax_formats.py",
-                                  *(sys.argv[1:] if argv is None else argv)])
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    record(report, args.output, __file__, argv)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
