@@ -123,6 +123,19 @@ def random_bert(cfg, *, seed, hidden=40, heads=4, intermediate=72, layers=2, len
     return bert, token_batch(gen, list(lengths), 90)
 
 
+def random_float_model(bert, *, seed):
+    """The float model :func:`random_bert` compiled into ``bert`` with ``seed``, rebuilt."""
+    import transformers
+
+    torch.manual_seed(seed)
+    s = bert.spec
+    return transformers.BertModel(transformers.BertConfig(
+        vocab_size=s.vocab_size, hidden_size=s.hidden, num_hidden_layers=s.layers,
+        num_attention_heads=s.heads, intermediate_size=s.intermediate,
+        max_position_embeddings=s.max_positions, type_vocab_size=s.type_vocab_size),
+        add_pooling_layer=False).eval()
+
+
 def _perturbed(gen, value, spread):
     value = np.asarray(value, dtype=np.float64)
     noise = torch.randn(value.shape, generator=gen, dtype=torch.float64).numpy()

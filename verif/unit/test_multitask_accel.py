@@ -18,23 +18,12 @@ from bertaccel.sw import SoftwareDevice
 from bertaccel.sw.bert import run_bert
 from bertaccel.sw.multitask import accel
 from bertaccel.sw.multitask.rowdelta import DeltaError
-from verif.helpers import random_bert, token_batch
+from verif.helpers import random_bert, random_float_model, token_batch
 
 transformers = pytest.importorskip("transformers")
 
 SEED = 41
 LABELS = 3
-
-
-def _float_model(bert):
-    """The float model ``bert`` was compiled from (the random model, rebuilt by its seed)."""
-    torch.manual_seed(SEED)
-    s = bert.spec
-    return transformers.BertModel(transformers.BertConfig(
-        vocab_size=s.vocab_size, hidden_size=s.hidden, num_hidden_layers=s.layers,
-        num_attention_heads=s.heads, intermediate_size=s.intermediate,
-        max_position_embeddings=s.max_positions, type_vocab_size=s.type_vocab_size),
-        add_pooling_layer=False).eval()
 
 
 def _row_sparse_state(model, gen):
@@ -59,7 +48,7 @@ def task():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     bert, batch = random_bert(PRESETS["8x8"], seed=SEED)
-    model = _float_model(bert)
+    model = random_float_model(bert, seed=SEED)
     state = _row_sparse_state(model, torch.Generator().manual_seed(SEED))
     yield bert, batch, model, state
     torch.set_num_threads(threads)

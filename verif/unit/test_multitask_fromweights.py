@@ -19,7 +19,7 @@ from bertaccel.sw.bert.fast import FastModel
 from bertaccel.sw.multitask.fromweights import delta_from_model, stage_weight, weight_grid
 from bertaccel.sw.multitask.ondevice import apply_task, base_ints
 from bertaccel.sw.multitask.rowdelta import WEIGHT_STAGES, DeltaError, stage_shape
-from verif.helpers import random_bert
+from verif.helpers import random_bert, random_float_model
 
 transformers = pytest.importorskip("transformers")
 
@@ -33,17 +33,6 @@ def base():
     bert, batch = random_bert(PRESETS["8x8"], seed=SEED)
     yield bert, batch
     torch.set_num_threads(threads)
-
-
-def _float_model(bert):
-    """The float model ``bert`` was compiled from (the random model, rebuilt by its seed)."""
-    torch.manual_seed(SEED)
-    s = bert.spec
-    return transformers.BertModel(transformers.BertConfig(
-        vocab_size=s.vocab_size, hidden_size=s.hidden, num_hidden_layers=s.layers,
-        num_attention_heads=s.heads, intermediate_size=s.intermediate,
-        max_position_embeddings=s.max_positions, type_vocab_size=s.type_vocab_size),
-        add_pooling_layer=False).eval()
 
 
 def _rows(bert, gen, fraction):
@@ -93,7 +82,7 @@ def _error(got, want):
 
 def test_unchanged_model_gives_zero_delta_and_the_base(base):
     bert, batch = base
-    model = _float_model(bert)
+    model = random_float_model(bert, seed=SEED)
     rows = _rows(bert, torch.Generator().manual_seed(1), 0.1)
     delta, report = delta_from_model(bert, model, rows, name="same")
     assert report == {"clipped": 0}
@@ -113,7 +102,7 @@ def test_delta_rows_hold_the_task_weights(base):
     bert, _ = base
     gen = torch.Generator().manual_seed(2)
     rows = _rows(bert, gen, 0.1)
-    base_model = _float_model(bert)
+    base_model = random_float_model(bert, seed=SEED)
     task_model = _finetuned(base_model, rows, gen, part="rows")
     delta, report = delta_from_model(bert, task_model, rows, name="rows")
     assert report["clipped"] == 0
@@ -136,7 +125,7 @@ def test_delta_vectors_bring_the_task_model(base):
     bert, batch = base
     gen = torch.Generator().manual_seed(3)
     rows = _rows(bert, gen, 0.1)
-    base_model = _float_model(bert)
+    base_model = random_float_model(bert, seed=SEED)
     task_model = _finetuned(base_model, rows, gen, part="vectors")
     delta, _ = delta_from_model(bert, task_model, {}, name="vectors")
     # What the task changes, in float and on the accelerator.
@@ -151,7 +140,7 @@ def test_delta_vectors_bring_the_task_model(base):
 
 def test_bad_requests_refused(base):
     bert, _ = base
-    model = _float_model(bert)
+    model = random_float_model(bert, seed=SEED)
     with pytest.raises(DeltaError, match="no weight matrix 'ffn' in layer 0"):
         delta_from_model(bert, model, {(0, "ffn"): [1]})
     with pytest.raises(DeltaError, match="no weight matrix 'wo' in layer 9"):
@@ -169,7 +158,7 @@ def test_bad_requests_refused(base):
 
 def test_stage_weight_shapes(base):
     bert, _ = base
-    layer = _float_model(bert).encoder.layer[0]
+    layer = random_float_model(bert, seed=SEED).encoder.layer[0]
     for stage in WEIGHT_STAGES:
         weight, bias = stage_weight(layer, stage)
         assert tuple(weight.shape) == stage_shape(bert.spec, stage)
