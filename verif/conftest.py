@@ -91,6 +91,18 @@ def compile_cache(tmp_path_factory):
     patch.undo()
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """torch on one intra-op thread for a module: its tensors are small, and extra threads
+    only add synchronisation, which costs seconds on a loaded machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def sim_root(request):
     """``<repo>/build/sim``."""

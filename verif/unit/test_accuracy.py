@@ -20,15 +20,6 @@ BATCH = 4
 
 
 @pytest.fixture(scope="module")
-def one_thread():
-    # Small tensors: extra intra-op threads only add synchronisation on a loaded machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
 def model(one_thread):
     return accuracy.load_model()
 

@@ -36,12 +36,7 @@ SEED = 2024
 INTERLEAVINGS = [None, "load-first", "store-last", *range(8)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # -- the model spec ---------------------------------------------------------------------------

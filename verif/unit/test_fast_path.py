@@ -19,12 +19,7 @@ transformers = pytest.importorskip("transformers")
 SEED = 7
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _token_batch(gen, lengths, vocab):

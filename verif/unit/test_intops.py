@@ -24,14 +24,7 @@ INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
 LOG2E = math.log2(math.e)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # The tensors here are tiny: extra intra-op threads only add synchronisation, which costs
-    # seconds on a loaded machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def rows(values):

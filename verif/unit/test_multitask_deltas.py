@@ -16,13 +16,7 @@ from bertaccel.sw.multitask import deltas as D
 SEED = 1234
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny tensors: extra intra-op threads only add synchronisation on a loaded machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_state(seed=SEED, scale=1.0):

@@ -22,13 +22,7 @@ from bertaccel.sw.multitask.probe import PENALTIES, fit_probe, train_probe  # no
 RECIPE = F.Recipe(lr=2e-3, epochs=10, batch_size=8, threads=1, seed=5)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny tensors: extra intra-op threads only add synchronisation on a loaded machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
