@@ -1,8 +1,10 @@
 """Bit-exact integer references of the epilogue ops (requantise, GELU, softmax, LayerNorm).
 
 These functions define the arithmetic the hardware performs; the RTL and the software device must
-equal them bit for bit. All arithmetic is on int64 tensors, vectorised over rows; no value here
-exceeds 2**62. The lookup tables are built once, here, and the gateware reads them from this module.
+equal them bit for bit. The arithmetic is exact integer arithmetic, vectorised over rows, carried
+in int32, int64 or float64 tensors (float64 for the wide products: it holds every integer below
+2**53, and no value it carries here reaches 2**52). The lookup tables are built once, here, and
+the gateware reads them from this module.
 
 Conventions
 -----------
@@ -39,7 +41,8 @@ softmax : ``a = sat32(x + mask)``; ``t = clamp24(rshift_round(a * mul, shift))``
     accelerator adds with the high plane's shifted left by :data:`PROB_DIGIT_BITS`.
 layernorm : ``v = sat16(rshift_round((x + bias) * xmul + r * rmul, vshift))`` where ``r`` is the
     int8 residual, ``xmul`` a 16-bit and ``rmul`` a 32-bit unsigned multiplier (the residual's
-    scale is often thousands of times the accumulator's). Over the ``row_len`` valid columns ``S1 = sum(v)``, ``S2 = sum(v*v)``; then
+    scale is often thousands of times the accumulator's). Over the ``row_len`` valid columns
+    ``S1 = sum(v)``, ``S2 = sum(v*v)``; then
     ``D = N*S2 - S1**2 + eps_n2`` (``eps_n2`` = eps in v units squared, times N**2) is exact.
     ``D = m * 4**j`` with ``m`` in [256, 1024) and ``RSQRT_TABLE[m - 256]`` (= 2**23 / sqrt(m))
     give ``z = rshift_round((N*v - S1) * rsq, 11 + j)``, the normalised value with 12 fraction
@@ -47,6 +50,7 @@ layernorm : ``v = sat16(rshift_round((x + bias) * xmul + r * rmul, vshift))`` wh
     an int16 in units of 2**(12 - gshift) output LSBs and ``beta`` an int16 in 1/256 output LSBs.
 """
 
+import functools
 import math
 
 import torch
@@ -133,67 +137,145 @@ def rshift_round(v, s):
 
     The half is formed as ``2**(s-1)``, never as ``2**s``, which would wrap in int64 at
     ``s == 63`` (the hardware computes ``((2v >> s) + 1) >> 1``, the same value)."""
-    return _rshift_round_(v.clone() if isinstance(v, torch.Tensor) else _i64(v), s)
-
-
-def _rshift_round_(v, s):
-    """:func:`rshift_round` in place on the int64 tensor ``v`` (a temporary): ``v``."""
+    v = v.clone() if isinstance(v, torch.Tensor) else _i64(v)
     if not isinstance(s, torch.Tensor):
         s = int(s)
         v += (1 << s) >> 1
-        v >>= s
-        return v
+        return v >> s
     s = _i64(s)
     v += torch.where(s > 0, torch.ones_like(s) << (s - 1).clamp(min=0), torch.zeros_like(s))
-    v >>= s
+    return v >> s
+
+
+def _shift_f_(v, s):
+    """:func:`rshift_round` in place on the float64 tensor ``v`` of integers below 2**51 in
+    magnitude: ``v``. ``s`` is an int or a tensor that broadcasts against ``v``.
+
+    Exact: ``v + 2**(s-1)`` stays an integer below 2**52, multiplying by ``2**-s`` and taking
+    the floor are exact, and from a shift of 52 up every such ``v`` rounds to 0, as at 52.
+    Float64 carries the epilogues' wide products because CPUs multiply it in vector lanes, and
+    int64 they do not."""
+    if isinstance(s, torch.Tensor):
+        s = s.to(torch.float64).clamp(max=_F64_SHIFT_MAX)
+        half = torch.where(s > 0, torch.pow(2.0, s - 1), 0.0)
+        return v.add_(half).mul_(torch.pow(2.0, -s)).floor_()
+    s = min(int(s), _F64_SHIFT_MAX)
+    if s:
+        v.add_(2.0 ** (s - 1)).mul_(2.0 ** -s).floor_()
     return v
 
 
-def _clamp(v, bits):
-    return v.clamp(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+#: The largest shift :func:`_shift_f_` needs: every integer below 2**51 rounds to 0 from here.
+_F64_SHIFT_MAX = 52
 
 
-def _clamp_(v, bits):
-    return v.clamp_(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+def _sat(v, bits):
+    """``v`` (float64, in place) saturated to a signed ``bits``-bit integer, as int32."""
+    return v.clamp_(-(1 << (bits - 1)), (1 << (bits - 1)) - 1).to(torch.int32)
 
 
 def _check_rows(x):
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise ValueError(f"x must be a 2-D tensor of accumulator rows, not {type(x).__name__}"
                          f"{tuple(x.shape) if isinstance(x, torch.Tensor) else ''}")
-    return x.to(torch.int64)
 
 
-def _vector(v, n, name):
-    v = _i64(v)
-    if v.dim() == 0:
-        return v.expand(n)
+def _rows(x):
+    """The accumulator rows ``x`` (int32 values) as a new float64 tensor."""
+    _check_rows(x)
+    return x.to(torch.float64, copy=True)
+
+
+def _column(v, n, name):
+    """A per-column operand: a Python number for a scalar, else a float64 ``(n,)`` tensor."""
+    if not isinstance(v, torch.Tensor) or v.dim() == 0:
+        return float(v)
     if v.shape != (n,):
         raise ValueError(f"{name} must be a scalar or have shape ({n},), not {tuple(v.shape)}")
-    return v
+    return v.to(torch.float64)
 
 
 def requant(x, *, bias=0, mul, shift):
     """int8 of ``(x + bias) * mul / 2**shift``, rounded half up and saturated."""
-    x = _check_rows(x)
+    x = _rows(x)
     n = x.shape[1]
-    v = (x + _vector(bias, n, "bias")).mul_(_vector(mul, n, "mul"))
-    shift = int(shift) if isinstance(shift, int) else _vector(shift, n, "shift")
-    return _clamp_(_rshift_round_(v, shift), 8).to(torch.int32)
+    v = x.add_(_column(bias, n, "bias")).mul_(_column(mul, n, "mul"))
+    if isinstance(shift, torch.Tensor) and shift.dim():
+        _column(shift, n, "shift")
+    return _sat(_shift_f_(v, shift), 8)
 
 
 #: golden's PHI lookup with its two saturations folded in: index clamp(t + 257, 0, 513) reads 0
 #: (t < -256), PHI_TABLE[t + 256], or 2**16 (t >= 256).
-_PHI_ROM = torch.tensor([0, *PHI_TABLE, 1 << 16], dtype=torch.int64)
+_PHI_ROM = torch.tensor([0, *PHI_TABLE, 1 << 16], dtype=torch.float64)
 
 
 def gelu(x, *, bias=0, gmul, gshift, omul, oshift):
     """int8 GELU (erf form) of ``x + bias``; see the module docstring for the scales."""
-    x = _check_rows(x) + _vector(bias, x.shape[1], "bias")
-    t = _rshift_round_(x * gmul, gshift)
-    phi = _PHI_ROM[t.add_(257).clamp_(0, 513)]
-    z = _clamp_(_rshift_round_(x.mul_(omul), oshift), 24)
-    return _clamp_(_rshift_round_(z.mul_(phi), 24), 8).to(torch.int32)
+    _check_rows(x)
+    bias = _column(bias, x.shape[1], "bias")
+    lo, table = _gelu_table(gmul, gshift, omul, oshift)
+    offset = torch.as_tensor(bias - lo if table is not None else 0.0, dtype=torch.float64)
+    if table is None or offset.abs().max() > _INDEX_OFFSET_MAX:
+        return _gelu_of(_rows(x).add_(bias), gmul, gshift, omul, oshift)
+    # The table index clamp(x + bias - lo, 0, len - 1), in int32: with |bias - lo| at most
+    # 2**29 and x clamped to +-2**30 first, every index that was past an end still is.
+    index = x.to(torch.int32).clamp(-(1 << 30), 1 << 30).add_(offset.to(torch.int32))
+    index.clamp_(0, table.numel() - 1)
+    return table.index_select(0, index.view(-1)).view(x.shape)
+
+
+#: The largest ``|bias - lo|`` that :func:`gelu`'s int32 table index takes.
+_INDEX_OFFSET_MAX = 1 << 29
+
+
+def _gelu_of(x, gmul, gshift, omul, oshift):
+    """GELU of ``x' = x + bias`` (float64 integers, overwritten), as int32."""
+    t = _shift_f_(x * gmul, gshift).add_(257).clamp_(0, 513).to(torch.int32)
+    phi = _PHI_ROM.index_select(0, t.view(-1)).view(x.shape)
+    z = _shift_f_(x.mul_(omul), oshift).clamp_(-(1 << 23), (1 << 23) - 1)
+    return _sat(_shift_f_(z.mul_(phi), 24), 8)
+
+
+#: The widest GELU table :func:`_gelu_table` builds (entries, int32).
+GELU_TABLE_MAX = 1 << 20
+#: ``x' = x + bias`` of an int32 accumulator and an int32 bias.
+_X_RANGE = (-(1 << 32), (1 << 32) - 2)
+
+
+@functools.lru_cache(maxsize=64)
+def _gelu_table(gmul, gshift, omul, oshift):
+    """``(lo, table)``: GELU of every ``x'`` from ``lo`` on, ``table[i] = y(lo + i)``, such that
+    every ``x'`` below ``lo`` gives ``table[0]`` and every one past the end the last entry;
+    ``(None, None)`` where that takes more than :data:`GELU_TABLE_MAX` entries.
+
+    Below the first ``x'`` whose index ``t`` reaches -256, phi is 0 and so is ``y``. From the
+    first whose ``t`` reaches 256 on, phi is 2**16 and ``y`` a non-decreasing function of ``x'``
+    (``z`` is, ``omul`` being unsigned), so past the first ``x'`` where it equals its value at
+    the top of the range it stays there. Both ends are found by bisection.
+    """
+    def y(value):
+        return int(_gelu_of(torch.tensor([[float(value)]], dtype=torch.float64),
+                            gmul, gshift, omul, oshift))
+
+    def t(value):
+        return int(_shift_f_(torch.tensor([float(value) * gmul]), gshift))
+
+    def first(low, high, reached):
+        while low < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if reached(middle) else (middle + 1, high)
+        return low
+
+    bottom, top = _X_RANGE
+    lo = first(bottom, top, lambda v: t(v) >= -256) - 1
+    start = first(bottom, top, lambda v: t(v) >= 256)
+    y_top = y(top)
+    hi = first(start, top, lambda v: y(v) == y_top)
+    if lo < bottom or hi - lo + 1 > GELU_TABLE_MAX:
+        return None, None
+    span = torch.arange(lo, hi + 1, dtype=torch.float64).unsqueeze(0)
+    return lo, _gelu_of(span, gmul, gshift, omul, oshift).view(-1)
 
 
 def _bit_length(v):
@@ -201,20 +283,44 @@ def _bit_length(v):
     return ((v.unsqueeze(-1) >> torch.arange(63)) > 0).sum(dim=-1)
 
 
-#: The tables as tensors, for lookups.
-_EXP2 = torch.tensor(EXP2_TABLE, dtype=torch.int64)
 _RECIP = torch.tensor(RECIP_TABLE, dtype=torch.int64)
 _RSQRT = torch.tensor(RSQRT_TABLE, dtype=torch.int64)
+#: The exponential of every ``u = 4096 * M - t``, the table read, guard bits and rounded shift
+#: folded in: ``rshift_round(EXP2_TABLE[u & 4095] << EXP2_GUARD, u >> 12)`` below the cutoff
+#: and 0 at ``_U_CUTOFF`` (which every larger ``u`` reads).
+_U_CUTOFF = EXP2_CUTOFF << SOFTMAX_FRAC
+_EXP2_OF_U = torch.cat([
+    rshift_round(torch.tensor(EXP2_TABLE * EXP2_CUTOFF) << EXP2_GUARD,
+                 torch.arange(_U_CUTOFF) >> SOFTMAX_FRAC),
+    torch.zeros(1, dtype=torch.int64)]).to(torch.int32)
 
 
-def _exp2(t, m, valid):
-    """``rshift_round(EXP2_TABLE[u & 4095] << EXP2_GUARD, u >> 12)`` for ``u = 4096 * m - t``,
-    0 from a shift of EXP2_CUTOFF and in the columns that are not ``valid``."""
+def _exp2(t, m):
+    """The exponentials of the logits ``t`` against the maxima ``m`` (int32, broadcast), by
+    one lookup of ``u = 4096 * m - t`` (at least 0 wherever ``m`` covers ``t``)."""
     u = (m << SOFTMAX_FRAC) - t
-    q = u >> SOFTMAX_FRAC
-    e = _rshift_round_(_EXP2[u & ((1 << SOFTMAX_FRAC) - 1)] << EXP2_GUARD,
-                       q.clamp(max=EXP2_CUTOFF))
-    return e.masked_fill_((q >= EXP2_CUTOFF) | ~valid, 0)
+    return _EXP2_OF_U.index_select(0, u.clamp_(max=_U_CUTOFF).view(-1)).view(u.shape)
+
+
+def _logits(x, mask, mul, shift):
+    """``t = clamp24(rshift_round(sat32(x + mask) * mul, shift))``, int32."""
+    rows, n = x.shape
+    x = _rows(x)
+    mask = mask.to(torch.float64) if isinstance(mask, torch.Tensor) and mask.shape == (rows, n) \
+        else _column(mask, n, "mask")
+    a = x.add_(mask).clamp_(-(1 << 31), (1 << 31) - 1).mul_(mul)
+    return _shift_f_(a, shift).clamp_(-(1 << 23), (1 << 23) - 1).to(torch.int32)
+
+
+def _row_sums(e, m):
+    """The running sums ``S = (S >> dM) + sum(e)`` over the beats of each row, int64: ``e``
+    ``(rows, beats, cols)`` against the running maxima ``m`` ``(rows, beats + 1)``."""
+    beat_sums = e.sum(dim=2)
+    grow = (m[:, 1:] - m[:, :-1]).clamp_(max=63)
+    total = beat_sums[:, 0]
+    for beat in range(1, e.shape[1]):
+        total = (total >> grow[:, beat]) + beat_sums[:, beat]
+    return total
 
 
 def softmax(x, *, mask=0, mul, shift, cols, row_len=None):
@@ -225,40 +331,37 @@ def softmax(x, *, mask=0, mul, shift, cols, row_len=None):
     ``mask`` is a scalar, one value a column, or one row a row (``(rows, N)``: rows of programs
     with masks of their own, stacked).
     """
-    x = _check_rows(x)
+    _check_rows(x)
     rows, n = x.shape
     row_len = n if row_len is None else row_len
     if not 1 <= row_len <= min(n, MAX_ROW):
         raise ValueError(f"row_len must be from 1 to {min(n, MAX_ROW)}, not {row_len!r}")
-    mask = _i64(mask)
-    a = _clamp_(x + (mask if mask.shape == (rows, n) else _vector(mask, n, "mask")), 32)
-    t = _clamp_(_rshift_round_(a.mul_(mul), shift), 24)
+    t = _logits(x, mask, mul, shift)
     # Beats of ``cols`` columns: the last one is filled with padding, which the hardware's
     # narrower last beat does not have but which changes no maximum and adds no exponential.
     beats = -(-n // cols)
-    valid = torch.arange(beats * cols) < row_len
     t = torch.nn.functional.pad(t, (0, beats * cols - n))
-    t.masked_fill_(~valid, -(1 << 23))
-    t, valid = t.view(rows, beats, cols), valid.view(beats, cols)
+    t[:, row_len:] = -(1 << 23)
+    t = t.view(rows, beats, cols)
     # The running maximum after each beat, then the sum of each beat's exponentials against
-    # it, then the sum rescaled beat by beat: S = (S >> dM) + sum(e).
-    first = torch.full((rows, 1), -(1 << 15), dtype=torch.int64)
+    # it, then the sum rescaled beat by beat.
+    first = torch.full((rows, 1), -(1 << 15), dtype=torch.int32)
     one = 1 << SOFTMAX_FRAC
     m = torch.cummax(torch.cat([first, (t.amax(dim=2) + one - 1) >> SOFTMAX_FRAC], dim=1),
                      dim=1).values
-    beat_sums = _exp2(t, m[:, 1:].unsqueeze(2), valid).sum(dim=2)
-    grow = (m[:, 1:] - m[:, :-1]).clamp_(max=63)
-    total = torch.zeros(rows, dtype=torch.int64)
-    for beat in range(beats):
-        total = (total >> grow[:, beat]) + beat_sums[:, beat]
+    e = _exp2(t, m[:, 1:].unsqueeze(2))
+    e.view(rows, -1)[:, row_len:] = 0
+    total = _row_sums(e, m)
     # S holds the row's largest exponential, above 2**20, so k >= RECIP_BITS: the mantissa is
-    # S shifted right.
-    k = _bit_length(total) - 1
+    # S shifted right (S < 2**32: its float64 exponent is its bit length).
+    k = torch.frexp(total.to(torch.float64)).exponent.to(torch.int64) - 1
     mant = torch.where(k >= RECIP_BITS, total >> (k - RECIP_BITS).clamp(min=0),
                        total << (RECIP_BITS - k).clamp(min=0))
     recip = _RECIP[mant - (1 << RECIP_BITS)]
-    e = _exp2(t, m[:, -1:].unsqueeze(2), valid).view(rows, -1)
-    y = _rshift_round_(e.mul_(recip.unsqueeze(1)), (RECIP_SHIFT + k).unsqueeze(1))
+    e = _exp2(t, m[:, -1:].unsqueeze(2)).view(rows, -1)
+    e[:, row_len:] = 0
+    y = _shift_f_(e.to(torch.float64).mul_(recip.to(torch.float64).unsqueeze(1)),
+                  (RECIP_SHIFT + k).unsqueeze(1))
     return y.clamp_(0, PROB_SCALE)[:, :n].to(torch.int32)
 
 
@@ -274,6 +377,15 @@ def prob_digits(y):
             (y & ((1 << PROB_DIGIT_BITS) - 1)).to(torch.int8))
 
 
+def _rsqrt(d):
+    """``(rsq, j)`` of each row's ``D`` (int64): ``D = m * 4**j`` with ``m`` in [256, 1024) and
+    ``rsq = RSQRT_TABLE[m - 256]``; both 0 where ``D <= 0``."""
+    j = torch.div(_bit_length(d) - 9, 2, rounding_mode="floor")
+    m = torch.where(j >= 0, d >> (2 * j).clamp(min=0), d << (-2 * j).clamp(min=0))
+    rsq = _RSQRT[(m - 256).clamp(0, 767)]
+    return torch.where(d > 0, rsq, 0), torch.where(d > 0, j, 0)
+
+
 def layernorm(x, *, bias=0, residual=None, xmul, rmul=0, vshift, gamma, beta, gshift, eps_n2,
               row_len=None):
     """int8 LayerNorm of ``(x + bias) + residual`` over each row, with per-column gamma, beta.
@@ -281,29 +393,31 @@ def layernorm(x, *, bias=0, residual=None, xmul, rmul=0, vshift, gamma, beta, gs
     Columns at or past ``row_len`` (default: all ``N``) are padding: they take no part in the
     statistics and their outputs are 0.
     """
-    x = _check_rows(x)
+    x = _rows(x)
     rows, n = x.shape
     row_len = n if row_len is None else row_len
     if not 1 <= row_len <= min(n, MAX_ROW):
         raise ValueError(f"row_len must be from 1 to {min(n, MAX_ROW)}, not {row_len!r}")
     if not 8 <= gshift <= GSHIFT_MAX:
         raise ValueError(f"gshift must be from 8 to {GSHIFT_MAX}, not {gshift!r}")
-    r = torch.zeros_like(x) if residual is None else _i64(residual)
-    if r.shape != x.shape:
-        raise ValueError(f"residual must have shape {tuple(x.shape)}, not {tuple(r.shape)}")
-    valid = torch.arange(n) < row_len
-    v = _clamp(rshift_round((x + _vector(bias, n, "bias")) * xmul + r * rmul, vshift), 16)
-    v = torch.where(valid, v, torch.zeros_like(v))
+    if residual is not None and tuple(residual.shape) != (rows, n):
+        raise ValueError(f"residual must have shape {(rows, n)}, not {tuple(residual.shape)}")
+    v = x.add_(_column(bias, n, "bias")).mul_(xmul)
+    if residual is not None and rmul:
+        v.add_(residual.to(torch.float64).mul_(rmul))
+    v = _shift_f_(v, vshift).clamp_(-(1 << 15), (1 << 15) - 1)
+    v[:, row_len:] = 0
     s1 = v.sum(dim=1)
     s2 = (v * v).sum(dim=1)
-    d = row_len * s2 - s1 * s1 + int(eps_n2)
-    bits = _bit_length(d)
-    j = torch.div(bits - 9, 2, rounding_mode="floor")
-    m = torch.where(j >= 0, d >> (2 * j).clamp(min=0), d << (-2 * j).clamp(min=0))
-    rsq = _RSQRT[(m - 256).clamp(0, 767)]
-    rsq = torch.where(d > 0, rsq, torch.zeros_like(rsq))
-    j = torch.where(d > 0, j, torch.zeros_like(j))
-    z = rshift_round((row_len * v - s1.unsqueeze(1)) * rsq.unsqueeze(1), (11 + j).unsqueeze(1))
-    g, b = _vector(gamma, n, "gamma"), _vector(beta, n, "beta")
-    y = _clamp(rshift_round(z * g + (b << (gshift - 8)), gshift), 8)
-    return torch.where(valid, y, torch.zeros_like(y)).to(torch.int32)
+    d = row_len * s2.to(torch.int64) - s1.to(torch.int64) ** 2 + int(eps_n2)
+    rsq, j = _rsqrt(d)
+    z = _shift_f_(v.mul_(row_len).sub_(s1.unsqueeze(1)).mul_(rsq.to(torch.float64).unsqueeze(1)),
+                  (11 + j).unsqueeze(1))
+    # rshift_round(z * gamma + beta * 2**(gshift - 8), gshift), whose addend can pass 2**53:
+    # with z * gamma = q * 2**(gshift - 8) + r (0 <= r < 2**(gshift - 8)) the sum is
+    # (q + beta + 128) * 2**(gshift - 8) + r, and r cannot carry it past a multiple of 2**gshift.
+    q = z.mul_(_column(gamma, n, "gamma")).mul_(2.0 ** (8 - gshift)).floor_()
+    y = q.add_(_column(beta, n, "beta")).add_(128).mul_(2.0 ** -8).floor_()
+    y = _sat(y, 8)
+    y[:, row_len:] = 0
+    return y

@@ -64,7 +64,7 @@ def gemm(a, b, *, k_high=0):
         raise ValueError(f"k_high must be an int from 0 to k = {k}, not {k_high!r}")
     if k_high:
         high = gemm(a[:, :k_high], b[:k_high])
-        return torch.bitwise_left_shift(high, PROB_DIGIT_BITS) + gemm(a[:, k_high:], b[k_high:])
+        return high.bitwise_left_shift_(PROB_DIGIT_BITS).add_(gemm(a[:, k_high:], b[k_high:]))
     if m == 0 or n == 0 or k == 0:
         return torch.zeros((m, n), dtype=torch.int32)
     # torch._int_mm accumulates in int32 and so wraps exactly like the hardware.
