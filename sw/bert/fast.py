@@ -57,6 +57,22 @@ def _mask_bias(in_scale, valid, cfg, k):
     return torch.from_numpy(lowered.bias[:seq].copy())
 
 
+class _Kept(dict):
+    """A dict that forgets everything once it holds :data:`KEPT` entries."""
+
+    def get_or_make(self, key, make):
+        value = self.get(key)
+        if value is None:
+            if len(self) >= KEPT:
+                self.clear()
+            value = self[key] = make()
+        return value
+
+
+#: Lowerings per sequence length and padding masks per batch row that a FastModel keeps.
+KEPT = 4096
+
+
 class FastModel:
     """A :class:`~bertaccel.sw.bert.compile.BertProgram` run stage by stage at the tensor level.
 
@@ -87,6 +103,7 @@ class FastModel:
             if n_out:
                 stages["w1_out"] = lower(q.w1_out_ep, self.cfg, n=n_out, k=k["w1"])
             self._lowered.append(stages)
+        self._kept = _Kept()        # the lowerings and masks of batch shapes met
 
     def _epilogue(self, lowered, c, r=None):
         # Rows are independent: a block of them at a time bounds the int64 intermediates.
@@ -105,13 +122,17 @@ class FastModel:
         heads, d = bert.spec.heads, bert.spec.head_dim
         scores = batched_int_gemm(q.reshape(-1, seq, d), k.reshape(-1, seq, d).transpose(1, 2))
         scores = scores.view(batch, heads * seq, seq)
-        masks = torch.stack([_mask_bias(quant.qk_scale, mask[b], cfg, d) for b in range(batch)])
-        softmax = lower(Softmax(in_scale=quant.qk_scale), cfg, n=seq, k=d)
+        kept = self._kept.get_or_make
+        masks = torch.stack([kept(("mask", quant.qk_scale, mask[b].numpy().tobytes()),
+                                  lambda: _mask_bias(quant.qk_scale, mask[b], cfg, d))
+                             for b in range(batch)])
+        softmax = kept(("softmax", layer, seq),
+                       lambda: lower(Softmax(in_scale=quant.qk_scale), cfg, n=seq, k=d))
         bias = masks.unsqueeze(1).expand(batch, heads * seq, seq).reshape(-1, seq)
         probs = apply_registers(EpOp.SOFTMAX, scores.reshape(-1, seq), regs=dict(softmax.sets),
                                 bias=bias, p1=None, p2=None, lanes=self.lanes).to(torch.int32)
         probs = probs.view(batch * heads, seq, seq)
-        pv = lower(quant.pv_ep, cfg, n=d, k=2 * seq)
+        pv = kept(("pv", layer, seq), lambda: lower(quant.pv_ep, cfg, n=d, k=2 * seq))
         # The digit planes' products, each exact, added as the accumulator does (mod 2**32).
         high, low = (batched_int_gemm(plane, v.reshape(-1, seq, d)).to(torch.int64)
                      for plane in prob_digits(probs))
