@@ -1059,7 +1059,9 @@ def main(argv=None):
         print(f"bertaccel: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("bertaccel: interrupted", file=sys.stderr)
+        # On a terminal a progress bar may hold the line (and the ^C after it): start afresh.
+        fresh = "\n" if sys.stderr.isatty() else ""
+        print(f"{fresh}bertaccel: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 - a device or build failure: report, exit 1
         from ..cluster.connect import ClusterError
