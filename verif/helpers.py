@@ -160,16 +160,20 @@ def _task_vectors(bert, gen, layer):
 
 
 def random_task_delta(bert, gen, *, fraction=0.1, spread=20, fits=True, vectors=True,
-                      name="random"):
+                      uneven=False, name="random"):
     """A random task on the compiled ``bert``: ``fraction`` of the K-rows of every weight
     matrix (at least one) get int8 values of about ``spread``. With ``fits``, the values are
     cut so that every changed weight ``base_q + value`` stays in ``[-127, 127]`` where
-    ``base_q`` does (the merged weight fits int8); without, some leave it."""
+    ``base_q`` does (the merged weight fits int8); without, some leave it. With ``uneven``,
+    the layers' fractions rise from half of ``fraction`` in the first layer to one and a half
+    times it in the last, so the layers' GEMM depths differ."""
     rows, vecs = {}, {}
-    for layer in range(bert.spec.layers):
+    layers = bert.spec.layers
+    for layer in range(layers):
+        share = 0.5 + layer / max(1, layers - 1) if uneven else 1.0
         for stage in WEIGHT_STAGES:
             k, n = stage_shape(bert.spec, stage)
-            r = max(1, round(fraction * k))
+            r = max(1, round(fraction * share * k))
             picked = torch.randperm(k, generator=gen)[:r]
             values = torch.randint(-spread, spread + 1, (r, n), generator=gen)
             if fits:

@@ -73,10 +73,12 @@ from ..tiler import compile_gemm, plan_gemm, rebind
 from .load import MINILM, BertError, BertSpec, bert_model, check_tokens, load_bert
 from .quant import BUDGET, OUTLIERS, act_quant, calibrate, quantize_layer
 
-__all__ = ["BertProgram", "compile_bert", "model_macs", "STAGES"]
+__all__ = ["BertProgram", "compile_bert", "model_macs", "STAGES", "WEIGHT_STAGES"]
 
 #: The stages of an encoder layer, in order.
 STAGES = ("qkv", "qk", "pv", "wo", "w1", "w2")
+#: The stages whose B operand is a weight matrix.
+WEIGHT_STAGES = ("qkv", "wo", "w1", "w2")
 
 _STAGE_TEXT = {
     "qkv": "Q, K, V projections + bias, per-channel requantise",
@@ -100,7 +102,8 @@ class BertProgram:
     cfg : AccelConfig
     spec : BertSpec
     layers : list of bert_quant.QuantLayer
-        The quantised layers; every layer's B operand of a stage has the same rows (``k``).
+        The quantised layers. With :attr:`one_depth`, every layer's B operand of a stage has
+        the same rows (``k``); without, each layer keeps its own (:meth:`depth`).
     x_embed : bert_quant.ActQuant
         Scales of the int8 embedding output (the first layer's input).
     calibration : dict
@@ -112,13 +115,19 @@ class BertProgram:
     name : str
     k : dict
         The GEMM depth of each weight stage (``qkv``, ``wo``, ``w1``, ``w2``), with the rows
-        that channel splitting adds.
+        that channel splitting adds: the deepest layer's (every layer's with
+        :attr:`one_depth`).
     k_high : dict
         The high rows of each weight stage's depth (the digits of split rows, see
-        :func:`bertaccel.sw.bert.quant.split_rows`).
+        :func:`bertaccel.sw.bert.quant.split_rows`), the most of any layer.
     max_seq : int
         The longest sequence the config and the model take.
     """
+
+    #: Pad every layer of a weight stage to the deepest layer's depth: one GEMM shape a stage,
+    #: compiled once and rebound to each layer's epilogue. Worth it where the layers' depths
+    #: differ by a few split rows; a class whose layers differ by more keeps each its own.
+    one_depth = True
 
     def __init__(self, cfg, spec, layers, *, x_embed, calibration, embeddings, tokenizer=None,
                  name="bert"):
@@ -129,16 +138,17 @@ class BertProgram:
         self.embeddings = embeddings
         self.tokenizer = tokenizer
         self.name = name
-        weights = ("qkv", "wo", "w1", "w2")
         self.k_high = {stage: max(getattr(layer, stage).k_high for layer in layers)
-                       for stage in weights}
+                       for stage in WEIGHT_STAGES}
         self.k = {stage: self.k_high[stage] + max(getattr(layer, stage).k
                                                   - getattr(layer, stage).k_high
                                                   for layer in layers)
-                  for stage in weights}
-        self.layers = [dataclasses.replace(layer, **{
-            stage: getattr(layer, stage).padded(self.k_high[stage], k)
-            for stage, k in self.k.items()}) for layer in layers]
+                  for stage in WEIGHT_STAGES}
+        self.layers = list(layers)
+        if self.one_depth:
+            self.layers = [dataclasses.replace(layer, **{
+                stage: getattr(layer, stage).padded(self.k_high[stage], k)
+                for stage, k in self.k.items()}) for layer in self.layers]
         self.operands = [self._layer_operands(number, layer)
                          for number, layer in enumerate(self.layers)]
         self._base = {}       # (stage, m, k, n) -> the first program compiled for that shape
@@ -150,6 +160,12 @@ class BertProgram:
         s = self.spec
         return (f"<BertProgram {self.name}: {s.layers} layers, hidden {s.hidden}, {s.heads} "
                 f"heads, intermediate {s.intermediate}; for {self.cfg.name} ({self.cfg.tag})>")
+
+    def depth(self, layer, stage):
+        """``(k, k_high)``: the GEMM depth of weight stage ``stage`` of ``layer`` (with the
+        rows that channel splitting adds) and its high rows."""
+        split = getattr(self.layers[layer], stage)
+        return split.k, split.k_high
 
     def _layer_operands(self, number, layer):
         """The B operands of layer ``number`` (its padded :class:`QuantLayer` ``layer``) by
@@ -163,7 +179,8 @@ class BertProgram:
     # -- what runs where ----------------------------------------------------------------------
 
     def describe(self):
-        """The stages of a layer, one line each, with their GEMM shapes for ``B x L`` tokens."""
+        """The stages of a layer, one line each, with their GEMM shapes for ``B x L`` tokens
+        (the deepest layer's depths)."""
         s, k = self.spec, self.k
         n_out = max(layer.h.outliers.numel() for layer in self.layers)
         rows = [("qkv", f"BL x {k['qkv']} x {3 * s.hidden}"),
@@ -208,7 +225,7 @@ class BertProgram:
         return self._weight_gemms(layer, stage, batch * seq)
 
     def _weight_gemms(self, layer, stage, m):
-        s, q, k, high = self.spec, self.layers[layer], self.k[stage], self.k_high[stage]
+        s, q, (k, high) = self.spec, self.layers[layer], self.depth(layer, stage)
         if stage == "w1":
             n_out = q.h.outliers.numel()
             gemms = [("w1", m, k, s.intermediate - n_out, q.w1_ep, high)]

@@ -324,11 +324,11 @@ class RunStats:
 def _macs_run(bert, batch, seq):
     """The MACs the stage programs run for ``batch`` sequences of ``seq`` tokens: the model's,
     plus the rows that channel splitting adds and P V's second digit plane."""
-    s, k = bert.spec, bert.k
-    tokens = batch * seq
-    weights = tokens * (k["qkv"] * 3 * s.hidden + k["wo"] * s.hidden
-                        + k["w1"] * s.intermediate + k["w2"] * s.hidden)
+    s = bert.spec
+    columns = {"qkv": 3 * s.hidden, "wo": s.hidden, "w1": s.intermediate, "w2": s.hidden}
+    weights = batch * seq * sum(bert.depth(layer, stage)[0] * n for layer in range(s.layers)
+                                for stage, n in columns.items())
     # Q K^T once, P V twice (its two digit planes).
     attention = 3 * batch * s.heads * seq * seq * s.head_dim
-    return s.layers * (weights + attention)
+    return weights + s.layers * attention
 

@@ -19,7 +19,7 @@ from ...golden.intops import prob_digits
 from ...golden.ops import gemm
 from ...hw.isa import MATMUL_SHIFT, EpOp
 from ..epilogue import Softmax, apply_integer, apply_registers, lower
-from .compile import STAGES
+from .compile import STAGES, WEIGHT_STAGES
 
 __all__ = ["FastModel", "int_gemm", "batched_int_gemm"]
 
@@ -90,10 +90,11 @@ class FastModel:
         self.bert = bert
         self.cfg = bert.cfg
         self.lanes = bert.cfg.ep_lanes
-        spec, k = bert.spec, bert.k
+        spec = bert.spec
         self._lowered = []
-        for q in bert.layers:
+        for number, q in enumerate(bert.layers):
             n_out = q.h.outliers.numel()
+            k = {stage: bert.depth(number, stage)[0] for stage in WEIGHT_STAGES}
             stages = {
                 "qkv": lower(q.qkv_ep, self.cfg, n=3 * spec.hidden, k=k["qkv"]),
                 "wo": lower(q.wo_ep, self.cfg, n=spec.hidden, k=k["wo"]),
@@ -150,7 +151,7 @@ class FastModel:
                                self._lowered[layer])
         batch, seq = mask.shape
         heads, d, hid = spec.heads, spec.head_dim, spec.hidden
-        high = self.bert.k_high
+        high = {stage: self.bert.depth(layer, stage)[1] for stage in WEIGHT_STAGES}
         x = x.to(torch.int8)
         out = {}
         out["qkv"] = qkv = self._epilogue(lowered["qkv"], int_gemm(x[:, quant.qkv.index],

@@ -179,7 +179,7 @@ def layer_programs(bert, layer, mask):
             program = bert.weight_program(layer, stage, m)
             if stage == "w1":
                 n_out = bert.layers[layer].h.outliers.numel()
-                k = bert.k["w1"]
+                k, _ = bert.depth(layer, "w1")
                 parts = [bert._base[("w1", m, k, bert.spec.intermediate - n_out)]]
                 if n_out:
                     parts.append(bert._base[("w1_out", m, k, n_out)])

@@ -5,9 +5,11 @@ shapes: the batch size ``B`` and the padded sequence length ``L`` (the padding m
 weights change values that the programs carry, never their instructions). So
 :class:`StageTimer` times the six stage programs of a layer once per ``(B, L)`` and remembers
 them, in memory (by layer) and, given a :class:`~bertaccel.sw.bert.cache.CompileCache`, on
-disk. Every layer of a compiled model has the same stage shapes (the compiler pads each weight
-stage to one depth), except the columns the FFN's outlier GEMM takes and the SETs of the
-epilogues: the key holds every GEMM's timing key (:meth:`bertaccel.sw.timing.GemmTimer.key`).
+disk. The layers of a compiled model mostly share their stage shapes (the compiler pads each
+weight stage to one depth), but not the columns the FFN's outlier GEMM takes, the SETs of the
+epilogues, or a task's depths (:class:`~bertaccel.sw.multitask.ondevice.TaskProgram`: each
+layer its own): the key holds every GEMM's timing key
+(:meth:`bertaccel.sw.timing.GemmTimer.key`).
 
 It times them with :class:`bertaccel.sw.timing.GemmTimer`: the cycles the cycle model
 (:class:`bertaccel.sw.cycles.CycleModel`, equal to the RTL) counts on the stage programs that

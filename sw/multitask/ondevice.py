@@ -13,7 +13,9 @@ gathers the columns of A, because channel splitting repeats some (see
 Both sums add into the same int32 accumulator tile, so the result is the integer GEMM of the
 task's weight ``base_q + delta`` exactly (integer addition does not care about the order), and
 the epilogue that follows is unchanged. The host never adds the delta to a weight: the merged
-matrix exists nowhere. One program a stage, as for the base; the GEMM is ``r`` rows deeper.
+matrix exists nowhere. One program a stage, as for the base; the GEMM is ``r`` rows deeper, ``r``
+the rows of that layer's delta (each layer its own depth, not the deepest layer's). The delta's
+rows are low rows after the base's, so the first of them fill the base's last K tile.
 
 On the device the B operand of a stage is ``[base rows | delta rows]``: the base rows are the
 same for every task, so switching tasks rewrites only the delta rows and the epilogue
@@ -85,7 +87,7 @@ class StackedB:
     base : SplitB
         The base's operand (padded as the base program pads it).
     rows : torch.Tensor
-        ``(r, n)`` int8: the delta's values (and zero rows where the program pads).
+        ``(r, n)`` int8: the delta's values.
     columns : torch.Tensor
         ``(r,)`` int64: the A column each of ``rows`` multiplies.
     index : torch.Tensor
@@ -112,19 +114,6 @@ class StackedB:
     def b(self):
         """``(k, n)`` int8, stacked when read (for a device call, then dropped)."""
         return torch.cat([self.base.b, self.rows])
-
-    def padded(self, k_high, k):
-        """The same operand with zero rows (after the delta's) up to ``k`` rows; the delta's
-        rows are low rows, after the base's high ones, which stay ``k_high``."""
-        if k_high != self.k_high:
-            raise ValueError(f"a task keeps its base's {self.k_high} high rows, not {k_high}")
-        extra = k - self.k
-        if extra <= 0:
-            return self
-        n = self.rows.shape[1]
-        return StackedB(self.base, torch.cat([self.rows, torch.zeros((extra, n),
-                                                                     dtype=torch.int8)]),
-                        torch.cat([self.columns, torch.zeros(extra, dtype=torch.int64)]))
 
 
 class TaskOperands(Mapping):
@@ -199,6 +188,10 @@ class TaskProgram(BertProgram):
     BertError
         The deeper GEMMs do not fit the config.
     """
+
+    # Each layer keeps its own depth: the base's rows and that layer's delta rows. Padding
+    # every layer to the deepest would cost the deepest layer's delta in every layer.
+    one_depth = False
 
     def __init__(self, base, delta):
         delta.check(base)

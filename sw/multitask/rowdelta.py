@@ -35,11 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..bert.compile import WEIGHT_STAGES
+
 __all__ = ["WEIGHT_STAGES", "VECTOR_FIELDS", "FORMAT", "DeltaError", "RowDelta", "TaskDelta",
            "base_fingerprint", "stage_shape", "load_delta"]
 
-#: The weight stages of an encoder layer whose B operands a task changes.
-WEIGHT_STAGES = ("qkv", "wo", "w1", "w2")
 #: The epilogue fields a task may replace, per stage.
 VECTOR_FIELDS = {"qkv": ("bias",), "wo": ("bias", "gamma", "beta"), "w1": ("bias",),
                  "w2": ("bias", "gamma", "beta")}

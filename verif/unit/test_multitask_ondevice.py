@@ -55,7 +55,7 @@ def _fast(bert, batch):
 def test_task_equals_merged_on_device_and_fast_path(small, fits):
     bert, batch = small
     gen = torch.Generator().manual_seed(SEED + fits)
-    delta = random_task_delta(bert, gen, fits=fits)
+    delta = random_task_delta(bert, gen, fits=fits, uneven=True)
     task = apply_task(bert, delta)
     for number, (base_q, task_q) in enumerate(zip(bert.layers, task.layers)):
         for stage in ("qkv", "wo", "w1", "w2"):
@@ -63,9 +63,18 @@ def test_task_equals_merged_on_device_and_fast_path(small, fits):
             # rows; a device call reads them stacked, the base's rows first.
             stacked = getattr(task_q, stage)
             assert stacked.base.b is getattr(base_q, stage).b
-            assert stacked.rows.shape[0] == task.k[stage] - bert.k[stage] >= 1
+            assert stacked.rows.shape[0] == delta.rows[(number, stage)].rows.size >= 1
             assert torch.equal(stacked.b[:bert.k[stage]], stacked.base.b)
         assert task.operands[number].base is bert.operands[number]
+    # Each layer runs at its own depth: the base's plus its own delta rows, not the deepest's.
+    for stage in ("qkv", "wo", "w1", "w2"):
+        depths = [task.depth(number, stage) for number in range(bert.spec.layers)]
+        assert depths == [(bert.k[stage] + delta.rows[(number, stage)].rows.size,
+                           bert.k_high[stage]) for number in range(bert.spec.layers)]
+        assert len(set(depths)) > 1, f"{stage}: the random task must make the depths differ"
+        for number in range(bert.spec.layers):
+            gemms = task.stage_gemms(number, stage, batch["attention_mask"].bool())
+            assert {gemm[2] for gemm in gemms} == {depths[number][0]}
     device = run_bert(SoftwareDevice(bert.cfg), task, **batch, trace=True)
     out, trace = _fast(task, batch)
     for key, want in device.trace.items():
