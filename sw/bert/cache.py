@@ -12,6 +12,7 @@ The folder is ``$BERTACCEL_CACHE`` when set, else ``$XDG_CACHE_HOME/bertaccel`` 
 ``~/.cache/bertaccel``).
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ import torch
 
 from ..paths import PathError, check_folder
 
-__all__ = ["CompileCache", "default_root", "CacheError"]
+__all__ = ["CompileCache", "default_root", "CacheError", "code_digest"]
 
 #: The sources whose change invalidates a compiled entry (relative to the package's parent).
 _COMPILER_SOURCES = ("sw/bert/compile.py", "sw/bert/quant.py", "sw/bert/load.py",
@@ -69,6 +70,15 @@ def _sources_digest(names):
     digest = hashlib.sha256()
     _hash_files(digest, [root / name for name in names], root)
     return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest():
+    """sha256 of every Python source of the packages that compute results (``golden``, ``hw``,
+    ``sw``): the key part of a cached result that any change of the code must invalidate."""
+    root = _source_root()
+    return _sources_digest(sorted(str(path.relative_to(root)) for package in ("golden", "hw", "sw")
+                                  for path in (root / package).rglob("*.py")))
 
 
 class CompileCache:

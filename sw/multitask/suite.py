@@ -27,7 +27,7 @@ import torch
 from ...golden import bert_ref
 from ...golden.tasks import SPLITS, TASKS, labels, load_task, task_dir
 from ...hw.config import AccelConfig, load_config
-from ..bert.cache import CompileCache
+from ..bert.cache import CompileCache, code_digest
 from ..bert.encoder import load_compiled
 from ..bert.load import MINILM
 from . import accel
@@ -224,7 +224,8 @@ def _measure(task, base, acc, delta, path, recipe, out, model, rows, cycles_only
 def evaluate_task(task, *, recipe=Recipe(), out=BUILD, model=None, rows=ROWS, base=None,
                   acc=None, config="8x8", cycles_only=False, log=print):
     """The figures of one task (see the module docstring), cached in ``<out>/eval/`` under
-    the delta file's digest, the config and the compiled base's fingerprint."""
+    the delta file's digest, the config, the compiled base's fingerprint and the code's
+    digest."""
     check_task(task)
     base = base or Base(model)
     acc = acc or Accelerator(base, config, out=out)
@@ -235,7 +236,8 @@ def evaluate_task(task, *, recipe=Recipe(), out=BUILD, model=None, rows=ROWS, ba
     digest = torch.load(path, weights_only=True)["digest"][:16]
     kind = "cycles" if cycles_only else "eval"
     cache = (pathlib.Path(out) / "eval"
-             / f"{path.stem}-{digest}-{acc.cfg.tag}-{acc.fingerprint[:16]}-{kind}.json")
+             / f"{path.stem}-{digest}-{acc.cfg.tag}-{acc.fingerprint[:16]}-"
+               f"{code_digest()[:12]}-{kind}.json")
     if cache.is_file():
         return json.loads(cache.read_text())
     log(f"{task}: evaluating the FP32, int8 separate and int8 base+delta models on "
