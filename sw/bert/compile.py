@@ -476,7 +476,7 @@ def compile_bert(model, cfg, *, tokenizer=None, calibration=None, method="percen
     for number, layer in enumerate(bert.encoder.layer):
         quant = quantize_layer(layer, cal, number, x, head_dim=spec.head_dim, eps=spec.eps,
                                method=method, percentile=percentile, outliers=outliers,
-                               budget=budget)
+                               budget=budget, tile=cfg.rows)
         layers.append(quant)
         x = quant.x2
     facts = {"method": method, "percentile": percentile if method == "percentile" else None,
