@@ -30,10 +30,13 @@ docs/bert.md has the reasoning and the measurements; in short:
   row ``q mod 64`` (centred, from -32 to 31) and a high row ``(q - low) / 64``, itself split in
   equal parts when beyond 127, whose products the accelerator shifts left by 6 before adding
   them (the MATMUL ``shift`` of the high K tiles, :mod:`bertaccel.sw.tiler`'s high rows): a row
-  of outlier weights 17 times the range (all-MiniLM-L6-v2's FFN2) takes 2 rows, not 17. A
-  LayerNorm residual whose outlier channels have their own scale is corrected the same way: the
-  residual port adds ``r * base``, and rows of B holding ``(scale_k - base) / acc_unit`` (on
-  output column ``k`` only) add the rest of ``r_k * scale_k`` through the GEMM.
+  of outlier weights 17 times the range (all-MiniLM-L6-v2's FFN2) takes 2 rows, not 17. The
+  high rows are K tiles of their own, so a row of two halves is split in halves only while the
+  low rows' last K tile has room, and in digits (one high row) after that: the split rows then
+  take the fewest K tiles, with the same products. A LayerNorm residual whose outlier channels
+  have their own scale is corrected the same way: the residual port adds ``r * base``, and rows
+  of B holding ``(scale_k - base) / acc_unit`` (on output column ``k`` only) add the rest of
+  ``r_k * scale_k`` through the GEMM.
 * Biases stay real and become int32 accumulator units in the epilogue. LayerNorm's int16
   pre-normalisation sum is sized by the calibrated bound of ``|dense + bias + residual|`` with a
   factor 2 of headroom.
