@@ -12,6 +12,12 @@ Every cycle count is the cycle model's (equal to the RTL's), from
   it runs on) over ``rows * cols * cycles``, for all-MiniLM-L6-v2 (real weights, all 6 layers) at
   seq 32 and for a random-weight BERT-base (:func:`bertaccel.analysis.perf.compile_shape`, layer
   0 counted 12 times) at seq 128, batch 1;
+* **where the cycles go**, per stage: the cycles the model's own MACs take at one MAC per PE
+  a cycle (``ideal``), the cycles of the same GEMMs without the rows that channel splitting
+  adds (``without_splits``: every weight stage at the model's own depth, no high rows), and of
+  P V on one digit plane (``pv_one_plane``: ``L x L x d``). ``cycles - without_splits`` is
+  what the split rows cost, ``pv - pv_one_plane`` the probabilities' second plane, and the
+  rest over ``ideal`` the fixed costs of the tiles (loads, drains, edge tiles);
 * **attention**: the cycles of BERT-base's two attention stages (``qk``: ``Q K^T`` fused with
   SOFTMAX, ``pv``: ``P V`` fused with REQUANT) summed over its 12 layers, at seq 128 and 512.
 
@@ -28,11 +34,13 @@ import time
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
+import torch  # noqa: E402
 from bertaccel.analysis.perf import compile_shape  # noqa: E402
 from bertaccel.golden import bert_ref  # noqa: E402
 from bertaccel.hw.config import PRESETS  # noqa: E402
-from bertaccel.sw.bert import compile_bert, model_macs  # noqa: E402
+from bertaccel.sw.bert import STAGES, compile_bert, model_macs, stage_macs  # noqa: E402
 from bertaccel.sw.bert.timing import StageTimer  # noqa: E402
+from bertaccel.sw.timing import GemmTimer  # noqa: E402
 from _record import record  # noqa: E402  (bench/ is on sys.path)
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "model_utilization.json"
@@ -51,6 +59,33 @@ def _cycles(timer, bert, seq, every_layer):
     return sum(stages.values()), stages
 
 
+def _unsplit(bert, stage, gemms):
+    """``gemms`` (:meth:`BertProgram.stage_gemms`) at the model's own depth, without high rows
+    (P V keeps its two digit planes)."""
+    if stage not in bert.k:
+        return [gemm[1:] for gemm in gemms]
+    depth = bert.spec.intermediate if stage == "w2" else bert.spec.hidden
+    return [(m, depth, n, epilogue, 0) for _, m, _, n, epilogue, _ in gemms]
+
+
+def breakdown(bert, seq, every_layer):
+    """Where the cycles go, per stage: ``{"ideal", "without_splits", "pv_one_plane"}`` summed
+    over the layers (layer 0 counted for each unless ``every_layer``)."""
+    timer, spec = GemmTimer(bert.cfg), bert.spec
+    mask = torch.ones((1, seq), dtype=torch.bool)
+    layers = range(spec.layers) if every_layer else [0] * spec.layers
+    ideal = {stage: spec.layers * macs / bert.cfg.macs_per_cycle
+             for stage, macs in stage_macs(spec, seq).items()}
+    unsplit, one_plane = dict.fromkeys(STAGES, 0), 0
+    for layer in layers:
+        for stage in STAGES:
+            gemms = bert.stage_gemms(layer, stage, mask)
+            unsplit[stage] += timer.concat(_unsplit(bert, stage, gemms))
+            if stage == "pv":
+                one_plane += timer.concat([(m, seq, n, ep, 0) for _, m, _, n, ep, _ in gemms])
+    return {"ideal": ideal, "without_splits": unsplit, "pv_one_plane": one_plane}
+
+
 def measure(cfg, minilm, base, log):
     """The figures of one config: ``{"utilization": [...], "attention": [...]}``."""
     out = {"utilization": [], "attention": []}
@@ -59,11 +94,14 @@ def measure(cfg, minilm, base, log):
         total, stages = _cycles(timer, bert, seq, every_layer=what != "bert-base")
         macs = model_macs(bert.spec, seq)
         share = macs / (cfg.macs_per_cycle * total)
+        parts = breakdown(bert, seq, every_layer=what != "bert-base")
+        unsplit = sum(parts["without_splits"].values())
         out["utilization"].append({"model": what, "seq": seq, "cycles": total, "macs": macs,
                                    "utilization": share, "stages": stages,
-                                   "k": dict(bert.k)})
+                                   "k": dict(bert.k), "k_high": dict(bert.k_high), **parts})
         log(f"  {cfg.name}: {what} seq {seq}: {total:,} cycles, {share:.1%} of the array on "
-            f"the model's {macs:,} MACs")
+            f"the model's {macs:,} MACs; without split rows {unsplit:,} cycles "
+            f"({macs / (cfg.macs_per_cycle * unsplit):.1%})")
     timer = StageTimer(base)
     for seq in ATTENTION_SEQS:
         _, stages = _cycles(timer, base, seq, every_layer=False)

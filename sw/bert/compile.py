@@ -73,7 +73,8 @@ from ..tiler import compile_gemm, plan_gemm, rebind
 from .load import MINILM, BertError, BertSpec, bert_model, check_tokens, load_bert
 from .quant import BUDGET, OUTLIERS, act_quant, calibrate, quantize_layer
 
-__all__ = ["BertProgram", "compile_bert", "model_macs", "STAGES", "WEIGHT_STAGES"]
+__all__ = ["BertProgram", "compile_bert", "model_macs", "stage_macs", "STAGES",
+           "WEIGHT_STAGES"]
 
 #: The stages of an encoder layer, in order.
 STAGES = ("qkv", "qk", "pv", "wo", "w1", "w2")
@@ -493,7 +494,7 @@ def compile_bert(model, cfg, *, tokenizer=None, calibration=None, method="percen
     for number, layer in enumerate(bert.encoder.layer):
         quant = quantize_layer(layer, cal, number, x, head_dim=spec.head_dim, eps=spec.eps,
                                method=method, percentile=percentile, outliers=outliers,
-                               budget=budget)
+                               budget=budget, tile=cfg.rows)
         layers.append(quant)
         x = quant.x2
     facts = {"method": method, "percentile": percentile if method == "percentile" else None,
@@ -505,11 +506,16 @@ def compile_bert(model, cfg, *, tokenizer=None, calibration=None, method="percen
     return program
 
 
+def stage_macs(spec, seq, batch=1):
+    """The MACs of each stage of one encoder layer of ``spec`` on ``batch`` sequences of ``seq``
+    tokens (the model's own: no rows that channel splitting adds, P V once), ``{stage:
+    macs}`` in :data:`STAGES` order."""
+    tokens, h, i = batch * seq, spec.hidden, spec.intermediate
+    return {"qkv": tokens * h * 3 * h, "qk": tokens * seq * h, "pv": tokens * seq * h,
+            "wo": tokens * h * h, "w1": tokens * h * i, "w2": tokens * i * h}
+
+
 def model_macs(spec, seq, batch=1):
     """The MACs of ``spec``'s encoder on ``batch`` sequences of ``seq`` tokens (the model's own,
-    without the rows that channel splitting adds)."""
-    return batch * seq * spec.layers * (4 * spec.hidden * spec.hidden
-                                        + 2 * spec.hidden * spec.intermediate
-                                        + 2 * seq * spec.hidden)
-
-
+    without the rows that channel splitting adds): :func:`stage_macs` over every layer."""
+    return spec.layers * sum(stage_macs(spec, seq, batch).values())

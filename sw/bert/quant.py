@@ -30,10 +30,13 @@ docs/bert.md has the reasoning and the measurements; in short:
   row ``q mod 64`` (centred, from -32 to 31) and a high row ``(q - low) / 64``, itself split in
   equal parts when beyond 127, whose products the accelerator shifts left by 6 before adding
   them (the MATMUL ``shift`` of the high K tiles, :mod:`bertaccel.sw.tiler`'s high rows): a row
-  of outlier weights 17 times the range (all-MiniLM-L6-v2's FFN2) takes 2 rows, not 17. A
-  LayerNorm residual whose outlier channels have their own scale is corrected the same way: the
-  residual port adds ``r * base``, and rows of B holding ``(scale_k - base) / acc_unit`` (on
-  output column ``k`` only) add the rest of ``r_k * scale_k`` through the GEMM.
+  of outlier weights 17 times the range (all-MiniLM-L6-v2's FFN2) takes 2 rows, not 17. The
+  high rows are K tiles of their own, so a row of two halves is split in halves only while the
+  low rows' last K tile has room, and in digits (one high row) after that: the split rows then
+  take the fewest K tiles, with the same products. A LayerNorm residual whose outlier channels
+  have their own scale is corrected the same way: the residual port adds ``r * base``, and rows
+  of B holding ``(scale_k - base) / acc_unit`` (on output column ``k`` only) add the rest of
+  ``r_k * scale_k`` through the GEMM.
 * Biases stay real and become int32 accumulator units in the epilogue. LayerNorm's int16
   pre-normalisation sum is sized by the calibrated bound of ``|dense + bias + residual|`` with a
   factor 2 of headroom.
@@ -284,13 +287,26 @@ def _parts(row):
     return [torch.div(row + j, t, rounding_mode="floor") for j in range(t)]
 
 
-def split_rows(q, source):
+def split_rows(q, source, *, room=None):
     """Split integer rows of B beyond int8 into rows that add up to them, exactly.
 
     Row ``i`` of ``q`` (input column ``source[i]``) becomes ``t = ceil(max |q_i| / 127)`` rows
-    ``floor((q_i + j) / t)``, ``j < t``, each in ``[-127, 127]``, that sum to ``q_i``; or, where
-    that takes more rows, its digits: the low row ``l = ((q_i + 32) mod 64) - 32`` and the high
-    row ``h = (q_i - l) / 64`` split that way, ``q_i = 64 h + l``.
+    ``floor((q_i + j) / t)``, ``j < t``, each in ``[-127, 127]``, that sum to ``q_i``; or its
+    digits: the low row ``l = ((q_i + 32) mod 64) - 32`` and the high row ``h = (q_i - l) /
+    64`` split that way, ``q_i = 64 h + l``. Digits are taken where they make fewer rows, and
+    for a row of two halves once the low rows have no ``room`` left: halves add a low row,
+    digits a high row, and the high rows are K tiles of their own (:mod:`bertaccel.sw.tiler`),
+    so the low rows' room in their last K tile is where a split costs no tile.
+
+    Parameters
+    ----------
+    q : torch.Tensor
+        ``(k, n)`` int64.
+    source : torch.Tensor
+        ``(k,)`` int64, the input column of each row.
+    room : int, optional
+        The low rows that halves may add (``None``: no limit, a row of two halves is always
+        split in halves).
 
     Returns
     -------
@@ -300,15 +316,17 @@ def split_rows(q, source):
     """
     high, low, high_index, low_index = [], [], [], []
     shift = 1 << MATMUL_SHIFT
+    room = math.inf if room is None else room
     for i in range(q.shape[0]):
         parts = _parts(q[i])
-        if len(parts) > 2:
+        if len(parts) > 2 or (len(parts) == 2 and room < 1):
             digit = torch.remainder(q[i] + shift // 2, shift) - shift // 2
             tops = _parts(torch.div(q[i] - digit, shift, rounding_mode="floor"))
-            if len(tops) + 1 < len(parts):
+            if len(tops) + 1 < len(parts) or len(parts) == 2:
                 high += tops
                 high_index += [int(source[i])] * len(tops)
                 parts = [digit]
+        room -= len(parts) - 1
         low += parts
         low_index += [int(source[i])] * len(parts)
     rows = high + low
@@ -363,9 +381,16 @@ class SplitB:
                       k_high=k_high)
 
 
-def _split(parts):
-    """``SplitB`` of ``[(q, source), ...]`` stacked: every part's high rows, then the low."""
-    splits = [split_rows(q, source) for q, source in parts]
+def _split(parts, tile=None):
+    """``SplitB`` of ``[(q, source), ...]`` stacked: every part's high rows, then the low.
+    With ``tile`` (the K tile's rows), halves fill only the room the low rows leave in their
+    last K tile (see :func:`split_rows`)."""
+    room = None if tile is None else -sum(q.shape[0] for q, _ in parts) % tile
+    splits = []
+    for q, source in parts:
+        splits.append(split_rows(q, source, room=room))
+        if room is not None:
+            room -= splits[-1].k - splits[-1].k_high - q.shape[0]
     high = [(s.b[:s.k_high], s.index[:s.k_high]) for s in splits]
     low = [(s.b[s.k_high:], s.index[s.k_high:]) for s in splits]
     return SplitB(b=torch.cat([b for b, _ in high + low]),
@@ -427,7 +452,7 @@ class QuantLayer:
 
 
 def quantize_layer(layer, cal, number, x, *, head_dim, eps, method="max", percentile=99.99,
-                   outliers=OUTLIERS, budget=BUDGET):
+                   outliers=OUTLIERS, budget=BUDGET, tile=None):
     """Quantise one ``transformers`` ``BertLayer``.
 
     Parameters
@@ -443,6 +468,9 @@ def quantize_layer(layer, cal, number, x, *, head_dim, eps, method="max", percen
         LayerNorm epsilon.
     method, percentile, outliers, budget
         See :func:`tensor_range`, :func:`act_quant` and :func:`weight_ints`.
+    tile : int, optional
+        The rows of the array's K tiles, which the split rows are packed for (see
+        :func:`split_rows`; the products are the same whatever it is).
     """
     attn = layer.attention
     hidden = attn.self.query.weight.shape[0]
@@ -470,7 +498,7 @@ def quantize_layer(layer, cal, number, x, *, head_dim, eps, method="max", percen
     wv, bv = linear(attn.self.value)
     w_qkv, b_qkv = torch.cat([wq, wk, wv], dim=1), torch.cat([bq, bk, bv])
     q, s_w = weight_ints(w_qkv, x.factors, per_channel=True)
-    qkv = _split([(q, torch.arange(hidden))])
+    qkv = _split([(q, torch.arange(hidden))], tile)
     s_out = torch.cat([torch.full((hidden,), s) for s in (s_q, s_k, s_v)])
     qkv_ep = Requant(scale=x.base, bias=(b_qkv / (x.base * s_w)).numpy(),
                      per_channel_scale=(s_w / s_out).numpy())
@@ -489,14 +517,14 @@ def quantize_layer(layer, cal, number, x, *, head_dim, eps, method="max", percen
     q, s_wo = weight_ints(wo, torch.ones(hidden), per_channel=False, budget=budget)
     acc = s_ctx * s_wo
     corr, channels = correction_ints(x, acc, hidden)
-    wo_b = _split([(q, torch.arange(hidden)), (corr, hidden + channels)])
+    wo_b = _split([(q, torch.arange(hidden)), (corr, hidden + channels)], tile)
     wo_ep = layernorm(ln1, acc, x1, x.base, bo, float(site("sum1").abs().max()))
     info["wo"] = {"w_scale": s_wo, "extra_rows": wo_b.k - hidden}
 
     # (5) X1 @ W1 + b1, GELU: the outlier columns of H are a second GEMM.
     w1, b1 = linear(layer.intermediate.dense)
     q, s_w1 = weight_ints(w1, x1.factors, per_channel=False, budget=budget)
-    w1_b = _split([(q, torch.arange(hidden))])
+    w1_b = _split([(q, torch.arange(hidden))], tile)
     inter = w1.shape[1]
     keep = torch.ones(inter, dtype=torch.bool)
     keep[h.outliers] = False
@@ -514,7 +542,7 @@ def quantize_layer(layer, cal, number, x, *, head_dim, eps, method="max", percen
     q, s_w2 = weight_ints(w2[order], h.factors[order], per_channel=False, budget=budget)
     acc = h.base * s_w2
     corr, channels = correction_ints(x1, acc, hidden)
-    w2_b = _split([(q, torch.arange(inter)), (corr, inter + channels)])
+    w2_b = _split([(q, torch.arange(inter)), (corr, inter + channels)], tile)
     w2_ep = layernorm(ln2, acc, x2, x1.base, b2, float(site("sum2").abs().max()))
     info["w2"] = {"w_scale": s_w2, "extra_rows": w2_b.k - inter}
 

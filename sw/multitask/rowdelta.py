@@ -129,13 +129,15 @@ class TaskDelta:
         """Raise :class:`DeltaError` unless this delta fits ``bert`` (a compiled
         :class:`~bertaccel.sw.bert.compile.BertProgram`): its base and config, every layer,
         stage, row index and shape."""
+        # The config first: the base's split rows are packed for the config's K tile, so a
+        # delta for another config has another base fingerprint too.
+        if self.config != bert.cfg.tag:
+            raise DeltaError(f"task {self.name!r} was made for config {self.config}, not "
+                             f"{bert.cfg.tag}")
         if self.base != base_fingerprint(bert):
             raise DeltaError(f"task {self.name!r} was made for another base model (fingerprint "
                              f"{self.base[:12]}, not {base_fingerprint(bert)[:12]} of "
                              f"{bert.name})")
-        if self.config != bert.cfg.tag:
-            raise DeltaError(f"task {self.name!r} was made for config {self.config}, not "
-                             f"{bert.cfg.tag}")
         spec = bert.spec
         for (layer, stage), delta in self.rows.items():
             where = _where(self.name, layer, stage, spec)

@@ -251,6 +251,22 @@ def test_split_rows_is_exact():
         split.padded(high - 1, b.shape[0])
 
 
+def test_split_rows_room():
+    # Rows of two halves take the low rows' room first, then become digits (a high row each);
+    # rows of three parts or more are digits whatever the room. Every split is exact.
+    gen = torch.Generator().manual_seed(SEED)
+    q = torch.randint(-127, 128, (20, 7), generator=gen, dtype=torch.int64)
+    q[[2, 5, 8], 1] = torch.tensor([200, -254, 130])               # two halves each
+    q[11, 3] = 1000                                                 # digits
+    a = torch.randint(-128, 128, (9, 20), generator=gen, dtype=torch.int8)
+    want = (a.long() @ q).to(torch.int32)
+    for room, k_high, k in ((None, 1, 24), (5, 1, 24), (2, 2, 24), (0, 4, 24), (-3, 4, 24)):
+        split = split_rows(q, torch.arange(20), room=room)
+        assert (split.k_high, split.k) == (k_high, k), room
+        assert split.k - split.k_high == 20 + (3 - (k_high - 1))
+        assert torch.equal(golden.gemm(a[:, split.index], split.b, k_high=split.k_high), want)
+
+
 def test_act_quant_outliers():
     gen = torch.Generator().manual_seed(SEED)
     values = torch.randn(500, 128, generator=gen)
