@@ -27,7 +27,6 @@ of every ``ref`` embedding with FP32. Results go to ``bench/results/runtime.json
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -79,10 +78,9 @@ def peak_memory(texts, count, batch_size, cache_dir):
                    "--output", str(Path(folder) / "out.npy"), "--no-fp32", "--quiet",
                    "--batch-size", str(batch_size), "--cache-dir", str(cache_dir), "--json"]
         begin = time.perf_counter()
-        _child(command)
+        usage = _child(command)
         wall = time.perf_counter() - begin
         rows = np.load(Path(folder) / "out.npy", mmap_mode="r").shape[0]
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_maxrss / 1024, wall, rows
 
 
@@ -112,11 +110,17 @@ def _wall(command):
 
 
 def _child(command):
-    """Run ``command`` with one thread; its stderr in the error when it fails."""
-    done = subprocess.run(command, capture_output=True, text=True,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
-    if done.returncode:
-        raise SystemExit(f"{' '.join(command[:4])} ... failed: {done.stderr.strip()}")
+    """Run ``command`` with one thread: its own resource usage (not that of the other children
+    this process has run); its stderr in the error when it fails."""
+    with tempfile.TemporaryFile("w+") as errors:
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, text=True,
+                                 env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode:
+            errors.seek(0)
+            raise SystemExit(f"{' '.join(command[:4])} ... failed: {errors.read().strip()}")
+    return usage
 
 
 def cli_walls(texts, cache_dir):
