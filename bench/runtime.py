@@ -78,10 +78,10 @@ def peak_memory(texts, count, batch_size, cache_dir):
                    "--output", str(Path(folder) / "out.npy"), "--no-fp32", "--quiet",
                    "--batch-size", str(batch_size), "--cache-dir", str(cache_dir), "--json"]
         begin = time.perf_counter()
-        usage = _child(command)
+        peak = _child(command)
         wall = time.perf_counter() - begin
         rows = np.load(Path(folder) / "out.npy", mmap_mode="r").shape[0]
-    return usage.ru_maxrss / 1024, wall, rows
+    return peak, wall, rows
 
 
 #: What a user would write to embed a text file in FP32 (sentence-transformers' mean pooling).
@@ -109,18 +109,22 @@ def _wall(command):
     return time.perf_counter() - begin
 
 
+#: Runs a command and prints its peak resident memory (KiB). A child forked from this process
+#: would count this process's memory as its own until it execs (Linux copies the RSS into the
+#: fork), so the command is started from this small process instead.
+_PEAK = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "
+         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)")
+
+
 def _child(command):
-    """Run ``command`` with one thread: its own resource usage (not that of the other children
-    this process has run); its stderr in the error when it fails."""
-    with tempfile.TemporaryFile("w+") as errors:
-        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, text=True,
-                                 env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
-        if child.returncode:
-            errors.seek(0)
-            raise SystemExit(f"{' '.join(command[:4])} ... failed: {errors.read().strip()}")
-    return usage
+    """Run ``command`` with one thread: its peak resident memory in MiB; its stderr in the error
+    when it fails."""
+    done = subprocess.run([sys.executable, "-c", _PEAK, *command], capture_output=True,
+                          text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    if done.returncode:
+        raise SystemExit(f"{' '.join(command[:4])} ... failed: {done.stderr.strip()}")
+    return int(done.stdout.split()[-1]) / 1024
 
 
 def cli_walls(texts, cache_dir):
