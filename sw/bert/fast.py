@@ -107,7 +107,7 @@ class FastModel:
         self._kept = _Kept()        # the lowerings and masks of batch shapes met
 
     def _epilogue(self, lowered, c, r=None):
-        # Rows are independent: a block of them at a time bounds the int64 intermediates.
+        # Rows are independent: a block of them at a time bounds the 8-byte intermediates.
         step = max(1, EPILOGUE_ELEMENTS // c.shape[1])
         return torch.cat([apply_integer(lowered, c[lo:lo + step],
                                         None if r is None else r[lo:lo + step],
