@@ -215,8 +215,8 @@ def gelu(x, *, bias=0, gmul, gshift, omul, oshift):
     _check_rows(x)
     bias = _column(bias, x.shape[1], "bias")
     lo, table = _gelu_table(gmul, gshift, omul, oshift)
-    offset = torch.as_tensor(bias - lo if table is not None else 0.0, dtype=torch.float64)
-    if table is None or offset.abs().max() > _INDEX_OFFSET_MAX:
+    offset = None if table is None else torch.as_tensor(bias - lo, dtype=torch.float64)
+    if offset is None or offset.abs().max() > _INDEX_OFFSET_MAX:
         return _gelu_of(_rows(x).add_(bias), gmul, gshift, omul, oshift)
     # The table index clamp(x + bias - lo, 0, len - 1), in int32: with |bias - lo| at most
     # 2**29 and x clamped to +-2**30 first, every index that was past an end still is.
