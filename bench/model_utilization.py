@@ -65,7 +65,7 @@ def _unsplit(bert, stage, gemms):
     if stage not in bert.k:
         return [gemm[1:] for gemm in gemms]
     depth = bert.spec.intermediate if stage == "w2" else bert.spec.hidden
-    return [(m, depth, n, epilogue, 0) for _, m, _, n, epilogue, _ in gemms]
+    return [(m, depth, n, epilogue, 0, batch) for _, m, _, n, epilogue, _, batch in gemms]
 
 
 def breakdown(bert, seq, every_layer):
@@ -82,7 +82,8 @@ def breakdown(bert, seq, every_layer):
             gemms = bert.stage_gemms(layer, stage, mask)
             unsplit[stage] += timer.concat(_unsplit(bert, stage, gemms))
             if stage == "pv":
-                one_plane += timer.concat([(m, seq, n, ep, 0) for _, m, _, n, ep, _ in gemms])
+                one_plane += timer.concat([(m, seq, n, ep, 0, batch)
+                                           for _, m, _, n, ep, _, batch in gemms])
     return {"ideal": ideal, "without_splits": unsplit, "pv_one_plane": one_plane}
 
 

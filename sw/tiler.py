@@ -40,6 +40,14 @@ B[k_high:]``): the high digits of 12-bit softmax probabilities (attention's P V 
 others are tiled into K tiles of their own (``ceil(k_high / rows) + ceil((k - k_high) / rows)``
 of them), and the MATMULs of the high K tiles have ``shift`` set.
 
+Batches. ``batch`` independent GEMMs of one shape and epilogue (attention's heads) compile into
+one program: member ``i``'s steps follow member ``i - 1``'s, numbered on (steps, C tiles and
+operand halves count across members), so the tokens above overlap one member's drain with the
+next one's loads and compute as they do a GEMM's own tiles; a barrier between them
+(:func:`~bertaccel.sw.sequence.concat`) would leave each member's loads, compute and drain in
+turn. The epilogue's SETs and PMEM are shared: they are loaded once. Member ``i``'s operands and
+results are rows ``i * m ...`` of ``A`` and ``C`` (and the residual) and ``i * k ...`` of ``B``.
+
 Epilogues. With an epilogue (:mod:`bertaccel.sw.epilogue`) every STORE applies its op, and the
 program carries the op's integers: SETs of the store unit's registers at the start (the store
 unit runs SETs and STOREs in program order, so they precede every STORE in any interleaving),
@@ -146,6 +154,10 @@ class TilePlan:
     taper : int
         Blocks of ``tail * 2**taper`` down to ``2 * tail`` rows before the tail (0: none): the
         rows before them are cut into blocks of ``mb``.
+    batch : int
+        Independent GEMMs of this shape run as one (see "Batches" in the module docstring):
+        each is cut as above, one after the other; :attr:`n_steps`, :attr:`n_tiles` and
+        :attr:`est_cycles` count them all.
     """
 
     m: int
@@ -163,6 +175,7 @@ class TilePlan:
     op: str = "RAW"
     k_high: int = 0
     taper: int = 0
+    batch: int = 1
 
     @property
     def ends(self):
@@ -172,12 +185,14 @@ class TilePlan:
     @property
     def utilization(self):
         """Useful MACs over the MACs the array could do in :attr:`est_cycles`."""
-        return self.m * self.k * self.n / (self.macs_per_cycle * self.est_cycles)
+        return (self.batch * self.m * self.k * self.n
+                / (self.macs_per_cycle * self.est_cycles))
 
 
 @dataclass(frozen=True)
 class _Step:
     index: int
+    member: int
     tile: int
     m0: int
     mlen: int
@@ -313,7 +328,7 @@ class _MBlocks:
 
 
 #: The columns of a :class:`_StepTable`, as the fields of :class:`_Step` name them.
-_STEP_COLUMNS = ("tile", "m0", "mlen", "kt0", "ktlen", "nt0", "ntlen", "load_a", "a_half",
+_STEP_COLUMNS = ("member", "tile", "m0", "mlen", "kt0", "ktlen", "nt0", "ntlen", "load_a", "a_half",
                  "load_b", "b_half", "first_k", "last_k")
 
 
@@ -337,8 +352,9 @@ class _StepTable:
 
 
 def _step_table(plan, cfg):
-    """The steps of ``plan``: C tiles in ``plan.order``, K blocks inside. An operand is loaded
-    when its block differs from the one the step before used, into the other half."""
+    """The steps of ``plan``: the members of a batch one after the other, in each C tiles in
+    ``plan.order``, K blocks inside. An operand is loaded when its block (or member) differs
+    from the one the step before used, into the other half."""
     kt_total = _k_tiles(cfg.rows, plan.k, plan.k_high)
     nt_total = -(-plan.n // cfg.cols)
     m0, mlen = _m_blocks(plan.m, plan.mb, plan.ends)
@@ -350,22 +366,27 @@ def _step_table(plan, cfg):
         mi, ni = np.divmod(tiles, n_nb)
     else:
         ni, mi = np.divmod(tiles, n_mb)
-    mi, ni = np.repeat(mi, n_kb), np.repeat(ni, n_kb)
-    ki = np.tile(np.arange(n_kb, dtype=np.int64), len(tiles))
+    batch = plan.batch
+    mi, ni = np.tile(np.repeat(mi, n_kb), batch), np.tile(np.repeat(ni, n_kb), batch)
+    ki = np.tile(np.arange(n_kb, dtype=np.int64), len(tiles) * batch)
+    member = np.repeat(np.arange(batch, dtype=np.int64), len(tiles) * n_kb)
 
     def loads(first, second):
         changed = np.ones(len(first), dtype=bool)
-        changed[1:] = (first[1:] != first[:-1]) | (second[1:] != second[:-1])
+        changed[1:] = ((first[1:] != first[:-1]) | (second[1:] != second[:-1])
+                       | (member[1:] != member[:-1]))
         return changed, (np.cumsum(changed) - 1) % 2
 
     load_a, a_half = loads(mi, ki)
     load_b, b_half = loads(ki, ni)
-    columns = {"tile": np.repeat(tiles, n_kb), "m0": m0[mi], "mlen": mlen[mi], "kt0": kt0[ki],
+    columns = {"member": member,
+               "tile": member * len(tiles) + np.tile(np.repeat(tiles, n_kb), batch),
+               "m0": m0[mi], "mlen": mlen[mi], "kt0": kt0[ki],
                "ktlen": ktlen[ki], "nt0": nt0[ni], "ntlen": ntlen[ni], "load_a": load_a,
                "a_half": a_half, "load_b": load_b, "b_half": b_half, "first_k": ki == 0,
                "last_k": ki == n_kb - 1}
     return _StepTable({name: np.asarray(value, dtype=np.int64)
-                       for name, value in columns.items()}, len(tiles))
+                       for name, value in columns.items()}, len(tiles) * batch)
 
 
 def _store_cycles(cfg, passes, beats):
@@ -427,16 +448,17 @@ def _layout(cfg, plan, ep):
         return _Layout(b_half=half_spad, slots=0, res_base=0, res_rows=0, pmem_whole=True,
                        pmem_rows=0)
     return _layout_of(cfg, _k_tiles(cfg.rows, plan.k, plan.k_high), plan.n,
-                      _MBlocks.of(plan.m, plan.mb, plan.tail, plan.taper), plan.kb, plan.nb, ep)
+                      _MBlocks.of(plan.m, plan.mb, plan.tail, plan.taper), plan.kb, plan.nb, ep,
+                      plan.batch)
 
 
-def _layout_of(cfg, kt_total, n, m_blocks, kb, nb, ep):
+def _layout_of(cfg, kt_total, n, m_blocks, kb, nb, ep, batch=1):
     """The :class:`_Layout` of the blocking ``m_blocks`` (:class:`_MBlocks`), ``kb``, ``nb``
     of a B of ``kt_total`` K tiles and ``n`` columns for epilogue ``ep`` (ints, or arrays for
-    many blockings)."""
+    many blockings), in a batch of ``batch``."""
     nt_total = -(-n // cfg.cols)
     n_kb = -(-kt_total // kb)
-    n_tiles = m_blocks.count * -(-nt_total // nb)
+    n_tiles = batch * m_blocks.count * -(-nt_total // nb)
     slots = _aux_slots(n_kb, n_tiles)
     pmem_whole = nt_total <= cfg.pmem_depth
     res_rows = m_blocks.biggest * nb if ep.residual else 0
@@ -560,7 +582,7 @@ def _sizes(total, cap, extra=10):
     return tuple(sorted(out))
 
 
-def _plan_plain(cfg, m, k, n, k_high):
+def _plan_plain(cfg, m, k, n, k_high, batch):
     """The plain GEMM's plan (see :func:`plan_gemm`)."""
     rows = cfg.rows
     kt_total = _k_tiles(rows, k, k_high)
@@ -592,8 +614,9 @@ def _plan_plain(cfg, m, k, n, k_high):
     chosen = set(heapq.nsmallest(_TIMED_CANDIDATES, candidates))
     chosen.update(heapq.nsmallest(_TIMED_CANDIDATES, near, key=lambda c: (c[1], c[0])))
     return _pick(cfg, [TilePlan(m=m, k=k, n=n, mb=-mb, kb=-kb, nb=-nb, order=order,
-                                n_steps=n_steps, n_tiles=n_tiles, est_cycles=cycles,
-                                macs_per_cycle=cfg.macs_per_cycle, k_high=k_high)
+                                n_steps=batch * n_steps, n_tiles=batch * n_tiles,
+                                est_cycles=batch * cycles, macs_per_cycle=cfg.macs_per_cycle,
+                                k_high=k_high, batch=batch)
                        for cycles, n_steps, mb, nb, kb, order, n_tiles in sorted(chosen)])
 
 
@@ -609,6 +632,12 @@ def _pick(cfg, plans, ep=None):
                key=lambda plan: (plan.n_steps, plan.est_cycles))
 
 
+def _check_batch(batch):
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise ValueError(f"batch must be an int of at least 1, not {batch!r}")
+    return int(batch)
+
+
 def _check_k_high(k_high, k):
     if isinstance(k_high, bool) or not isinstance(k_high, (int, np.integer)) \
             or not 0 <= k_high <= k:
@@ -616,7 +645,7 @@ def _check_k_high(k_high, k):
     return int(k_high)
 
 
-def plan_gemm(cfg, m, k, n, *, epilogue=None, k_high=0):
+def plan_gemm(cfg, m, k, n, *, epilogue=None, k_high=0, batch=1):
     """Choose the blocking of ``(m x k) @ (k x n)`` for ``cfg``.
 
     Parameters
@@ -631,6 +660,8 @@ def plan_gemm(cfg, m, k, n, *, epilogue=None, k_high=0):
         scratchpad B; the plan is chosen with those costs and limits.
     k_high : int
         The high rows of ``K`` (see "High rows" in the module docstring).
+    batch : int
+        Independent GEMMs of this shape run as one (see "Batches" in the module docstring).
 
     Returns
     -------
@@ -649,10 +680,10 @@ def plan_gemm(cfg, m, k, n, *, epilogue=None, k_high=0):
     if not isinstance(cfg, AccelConfig):
         raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
     m, k, n = _check_dim("m", m), _check_dim("k", k), _check_dim("n", n)
-    k_high = _check_k_high(k_high, k)
+    k_high, batch = _check_k_high(k_high, k), _check_batch(batch)
     if epilogue is None:
-        return _plan_plain(cfg, m, k, n, k_high)
-    return _plan_epilogue(cfg, m, k, n, _Epilogue.of(epilogue), k_high)
+        return _plan_plain(cfg, m, k, n, k_high, batch)
+    return _plan_epilogue(cfg, m, k, n, _Epilogue.of(epilogue), k_high, batch)
 
 
 def _tails(cfg, m, ep):
@@ -669,7 +700,7 @@ def _tails(cfg, m, ep):
                        if (t << (taper + 1)) - t < m]
 
 
-def _plan_epilogue(cfg, m, k, n, ep, k_high):
+def _plan_epilogue(cfg, m, k, n, ep, k_high, batch):
     """The plan for a GEMM with epilogue ``ep`` (see :func:`plan_gemm`)."""
     rows, cols = cfg.rows, cfg.cols
     kt_total = _k_tiles(rows, k, k_high)
@@ -703,7 +734,7 @@ def _plan_epilogue(cfg, m, k, n, ep, k_high):
                 kb_cap = min(kt_total, half_spad // max([mb] + ends))
                 blockings.extend((tail, taper, nb, mb, kb)
                                  for kb in _sizes(kt_total, kb_cap, extra=3))
-    candidates = _score_blockings(cfg, m, kt_total, n, ep, blockings)
+    candidates = _score_blockings(cfg, m, kt_total, n, ep, blockings, batch)
     if not candidates:
         raise ProgramError(f"config {cfg.tag} cannot hold one tile of a {m}x{k}x{n} GEMM with "
                            f"{name}: scratchpad B must hold two weight blocks"
@@ -714,23 +745,24 @@ def _plan_epilogue(cfg, m, k, n, ep, k_high):
     chosen = set(heapq.nsmallest(2 * _TIMED_CANDIDATES, candidates))
     chosen.update(heapq.nsmallest(_TIMED_CANDIDATES, near, key=lambda c: (c[1], c[0])))
     return _pick(cfg, [TilePlan(m=m, k=k, n=n, mb=-mb, kb=-kb, nb=-nb, order=order,
-                                n_steps=n_steps, n_tiles=n_tiles, est_cycles=cycles,
-                                macs_per_cycle=cfg.macs_per_cycle, tail=tail, op=name,
-                                k_high=k_high, taper=taper)
+                                n_steps=batch * n_steps, n_tiles=batch * n_tiles,
+                                est_cycles=cycles, macs_per_cycle=cfg.macs_per_cycle,
+                                tail=tail, op=name, k_high=k_high, taper=taper, batch=batch)
                        for cycles, n_steps, mb, nb, kb, order, tail, taper, n_tiles
                        in sorted(chosen)], ep)
 
 
-def _score_blockings(cfg, m, kt_total, n, ep, blockings):
+def _score_blockings(cfg, m, kt_total, n, ep, blockings, batch):
     """The candidates of :func:`_plan_epilogue`, scored all at once: ``(cycles, n_steps, -mb,
     -nb, -kb, order, tail, taper, n_tiles)`` of each blocking ``(tail, taper, nb, mb, kb)``
-    that fits, in each order it may take."""
+    that fits a batch of ``batch`` (the figures are one member's), in each order it may
+    take."""
     if not blockings:
         return []
     tail, taper, nb, mb, kb = np.array(blockings, dtype=np.int64).T
     nt_total = -(-n // cfg.cols)
     blocks = _MBlocks.of(m, mb, tail, taper)
-    layout = _layout_of(cfg, kt_total, n, blocks, kb, nb, ep)
+    layout = _layout_of(cfg, kt_total, n, blocks, kb, nb, ep, batch)
     fits = kb * nb * cfg.rows <= layout.b_half
     if not layout.pmem_whole:
         fits &= layout.slots * nb <= cfg.pmem_depth
@@ -739,16 +771,18 @@ def _score_blockings(cfg, m, kt_total, n, ep, blockings):
         keep = fits if order == "m" else fits & (nb != nt_total)
         cycles, n_steps, n_tiles = (np.broadcast_to(value, keep.shape)[keep].tolist() for value
                                     in _score_epilogue(cfg, blocks, kt_total, nt_total, kb,
-                                                       nb, order, ep))
+                                                       nb, order, ep, batch))
         candidates.extend(zip(cycles, n_steps, (-mb[keep]).tolist(), (-nb[keep]).tolist(),
                               (-kb[keep]).tolist(), [order] * len(cycles), tail[keep].tolist(),
                               taper[keep].tolist(), n_tiles))
     return candidates
 
 
-def _score_epilogue(cfg, blocks, kt_total, nt_total, kb, nb, order, ep):
+def _score_epilogue(cfg, blocks, kt_total, nt_total, kb, nb, order, ep, batch=1):
     """Closed-form estimate of a blocking with an epilogue, for M blocks ``blocks``
-    (:class:`_MBlocks`): ``(cycles, n_steps, n_tiles)``."""
+    (:class:`_MBlocks`), in a batch of ``batch``: ``(cycles, n_steps, n_tiles)`` (the cycles
+    the whole batch's, the counts one member's). Only the first loads and the last drains are
+    exposed, once a batch."""
     rows = cfg.rows
     m = blocks.full * blocks.mb + blocks.rest + blocks.tail
     n_mb = blocks.count
@@ -770,7 +804,8 @@ def _score_epilogue(cfg, blocks, kt_total, nt_total, kb, nb, order, ep):
     last = _store_cycles(cfg, ep.passes, blocks.last * last_n)
     before = _store_cycles(cfg, ep.passes, blocks.before_last * last_n)
     last = last + _max(0, before - _matmul_cycles(cfg, blocks.last) * kt_total * last_n)
-    cycles = (first + _max(_max(compute, a_beats + b_beats + aux - first), stored)
+    cycles = (first + _max(_max(batch * compute, batch * (a_beats + b_beats + aux) - first),
+                           batch * stored)
               + last + cfg.mesh_latency + _EPILOGUE_LATENCY)
     return cycles, n_steps, n_mb * n_nb
 
@@ -787,6 +822,8 @@ def _check_plan(cfg, plan, ep=None):
             or not 0 <= plan.k_high <= plan.k:
         raise ProgramError(f"plan k_high must be an int from 0 to k = {plan.k}, "
                            f"not {plan.k_high!r}")
+    if isinstance(plan.batch, bool) or not isinstance(plan.batch, int) or plan.batch < 1:
+        raise ProgramError(f"plan batch must be an int of at least 1, not {plan.batch!r}")
     if isinstance(plan.tail, bool) or not isinstance(plan.tail, int) \
             or not 0 <= plan.tail < plan.m:
         raise ProgramError(f"plan tail must be an int from 0 to m - 1 = {plan.m - 1}, "
@@ -820,7 +857,7 @@ def _check_plan(cfg, plan, ep=None):
                                f"do not fit PMEM ({cfg.pmem_depth} rows)")
 
 
-def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None, k_high=0):
+def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None, k_high=0, batch=1):
     """Compile ``C = A @ B`` for ``A`` of ``m x k`` and ``B`` of ``k x n`` int8, with an optional
     fused epilogue on the drain.
 
@@ -839,13 +876,17 @@ def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None, k_high=0):
     k_high : int
         The first ``k_high`` rows of ``K`` are high rows, whose products count ``2**6`` times
         (see "High rows" in the module docstring).
+    batch : int
+        Compile ``batch`` independent GEMMs of this shape and epilogue as one program (see
+        "Batches" in the module docstring): the operands and results of member ``i`` are rows
+        ``i * m ...`` of ``a``, ``r`` and ``c`` and ``i * k ...`` of ``b``.
 
     Returns
     -------
     Program
-        Inputs ``{"a": (m, k), "b": (k, n)}`` plus, for LayerNorm, the residual
-        ``"r": (m, n)``; outputs ``{"c": (m, n)}`` (int32 values; int8 values with an
-        epilogue); constants ``{"params": ...}`` (the PMEM bytes) with an epilogue;
+        Inputs ``{"a": (batch * m, k), "b": (batch * k, n)}`` plus, for LayerNorm, the
+        residual ``"r": (batch * m, n)``; outputs ``{"c": (batch * m, n)}`` (int32 values;
+        int8 values with an epilogue); constants ``{"params": ...}`` (the PMEM bytes) with an epilogue;
         ``meta["plan"]`` is the :class:`TilePlan`, ``meta["epilogue"]`` the
         :class:`~bertaccel.sw.epilogue.Lowered` integers and ``meta["layout"]`` where the
         epilogue data lives.
@@ -860,7 +901,8 @@ def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None, k_high=0):
         If ``cfg`` cannot hold one tile, ``plan`` does not fit ``cfg`` or the GEMM, or a row-wise
         epilogue's row is longer than the hardware supports.
     """
-    writer = _GemmWriter(GemmGroups(cfg, m, k, n, plan=plan, epilogue=epilogue, k_high=k_high))
+    writer = _GemmWriter(GemmGroups(cfg, m, k, n, plan=plan, epilogue=epilogue, k_high=k_high,
+                                    batch=batch))
     writer.write()
     return writer.program()
 
@@ -882,23 +924,25 @@ def program_size(cfg, plan, *, epilogue=None):
     n_mb = len(_m_blocks(m, plan.mb, plan.ends)[0])
     n_kb = -(-kt_total // plan.kb)
     n_nb = -(-nt_total // plan.nb)
-    n_tiles = n_mb * n_nb
+    batch = plan.batch
+    n_tiles = batch * n_mb * n_nb
     a_beats, b_beats = _operand_beats(m, kt_total, nt_total * rows, n_mb, n_kb, n_nb,
                                       plan.order)
     loads = _operand_loads(n_mb, n_kb, n_nb, plan.order)
-    instructions = n_mb * kt_total * nt_total + sum(loads) + n_tiles
-    data_beats = a_beats + b_beats
+    matmuls = batch * n_mb * kt_total * nt_total
+    instructions = matmuls + batch * sum(loads) + n_tiles
+    data_beats = batch * (a_beats + b_beats)
     if epilogue is not None:
         ep = _Epilogue.of(epilogue)
         per_row = cfg.pmem_beats_per_row
         whole = nt_total <= cfg.pmem_depth
-        data_beats += nt_total * per_row * (1 if whole else n_mb)
+        data_beats += nt_total * per_row * (1 if whole else batch * n_mb)
         instructions += (1 if whole else n_tiles) + len(lower(epilogue, cfg, n=n, k=k).sets)
         if ep.residual:
-            data_beats += m * nt_total
+            data_beats += batch * m * nt_total
             instructions += n_tiles
-    return {"instructions": instructions, "matmuls": n_mb * kt_total * nt_total,
-            "data_beats": data_beats, "out_beats": m * nt_total}
+    return {"instructions": instructions, "matmuls": matmuls, "data_beats": data_beats,
+            "out_beats": batch * m * nt_total}
 
 
 def _operand_loads(n_mb, n_kb, n_nb, order):
@@ -1010,7 +1054,7 @@ class GemmGroups:
 
     Parameters
     ----------
-    cfg, m, k, n, plan, epilogue, k_high
+    cfg, m, k, n, plan, epilogue, k_high, batch
         As for :func:`compile_gemm` (and checked the same way).
     lowered : Lowered, optional
         ``lower(epilogue, cfg, n=n, k=k)`` when the caller has it.
@@ -1032,23 +1076,28 @@ class GemmGroups:
     PLACEMENT = ("a_addr", "b_addr", "pmem_addr", "res_addr", "a_base", "b_base",
                  "param_addr", "aux_addr")
 
-    def __init__(self, cfg, m, k, n, *, plan=None, epilogue=None, lowered=None, k_high=0):
+    def __init__(self, cfg, m, k, n, *, plan=None, epilogue=None, lowered=None, k_high=0,
+                 batch=1):
         if not isinstance(cfg, AccelConfig):
             raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
         m, k, n = _check_dim("m", m), _check_dim("k", k), _check_dim("n", n)
-        k_high = _check_k_high(k_high, k)
+        k_high, batch = _check_k_high(k_high, k), _check_batch(batch)
         self.cfg = cfg
         self.lowered = ep = None
         if epilogue is not None:
             self.lowered = lowered or lower(epilogue, cfg, n=n, k=k)
             ep = _Epilogue.of(epilogue)
         if plan is None:
-            plan = plan_gemm(cfg, m, k, n, epilogue=epilogue, k_high=k_high)
-        elif (plan.m, plan.k, plan.n, plan.k_high) != (m, k, n, k_high):
+            plan = plan_gemm(cfg, m, k, n, epilogue=epilogue, k_high=k_high, batch=batch)
+        elif (plan.m, plan.k, plan.n, plan.k_high, plan.batch) != (m, k, n, k_high, batch):
+            def shape(m, k, n, batch):
+                return (f"{batch} x " if batch != 1 else "") + f"{m}x{k}x{n}"
+
             def high(rows):
                 return f" with {rows} high rows" if rows else ""
-            raise ProgramError(f"plan is for a {plan.m}x{plan.k}x{plan.n} GEMM"
-                               f"{high(plan.k_high)}, not {m}x{k}x{n}{high(k_high)}")
+            raise ProgramError(f"plan is for a {shape(plan.m, plan.k, plan.n, plan.batch)} GEMM"
+                               f"{high(plan.k_high)}, not {shape(m, k, n, batch)}"
+                               f"{high(k_high)}")
         if ep is not None and ep.passes == 2 and n > MAX_ROW:
             raise ProgramError(f"a {ep.op.name} row of n = {n} columns is longer than the "
                                f"hardware supports ({MAX_ROW} columns)")
@@ -1166,12 +1215,12 @@ class _GemmWriter:
         lowered = groups.lowered
         # (nt_total, cols * 8) uint8
         self.params = params = None if lowered is None else pmem_bytes(lowered, cfg.cols)
-        m, k, n = plan.m, plan.k, plan.n
-        self.a_off, self.b_off = 0, m * k
-        self.r_off = m * k + k * n
-        self.p_off = self.r_off + (m * n if ep is not None and ep.residual else 0)
+        m, k, n, batch = plan.m, plan.k, plan.n, plan.batch
+        self.a_off, self.b_off = 0, batch * m * k
+        self.r_off = batch * (m * k + k * n)
+        self.p_off = self.r_off + (batch * m * n if ep is not None and ep.residual else 0)
         self.pad = self.p_off + (params.size if params is not None else 0)
-        self.discard = m * n
+        self.discard = batch * m * n
         self.lane = np.arange(cfg.lanes)
         self.beat_bytes = min(cfg.lanes, cfg.cols * 8)
         self.instrs, self.pack_parts, self.unpack_parts = [], [], []
@@ -1202,8 +1251,8 @@ class _GemmWriter:
     def program(self):
         """The :class:`~bertaccel.sw.program.Program` written."""
         plan, ep, params = self.plan, self.ep, self.params
-        m, k, n = plan.m, plan.k, plan.n
-        inputs = {"a": (m, k), "b": (k, n)}
+        m, k, n = plan.batch * plan.m, plan.k, plan.n
+        inputs = {"a": (m, k), "b": (plan.batch * k, n)}
         if ep is not None and ep.residual:
             inputs["r"] = (m, n)
         constants = {}
@@ -1228,7 +1277,7 @@ class _GemmWriter:
         mi = np.arange(step.mlen)[None, :, None]
         first, end, _ = _k_rows(rows, plan.k, plan.k_high, step.kt0 + kt)
         col = first + lane
-        index = self.a_off + (step.m0 + mi) * plan.k + col
+        index = self.a_off + (step.member * plan.m + step.m0 + mi) * plan.k + col
         self._pack((lane < rows) & (col < end), index)
 
     def b_pack(self, step):
@@ -1242,7 +1291,7 @@ class _GemmWriter:
         first, end, _ = _k_rows(rows, k, self.plan.k_high, step.kt0 + kt)
         brow = first + r
         bcol = (step.nt0 + nt) * cols + lane
-        index = self.b_off + brow * n + bcol
+        index = self.b_off + (step.member * k + brow) * n + bcol
         self._pack((lane < cols) & (brow < end) & (bcol < n), index)
 
     def pmem_pack(self, strip0, n_strips):
@@ -1261,7 +1310,7 @@ class _GemmWriter:
         nt = np.arange(step.ntlen)[:, None, None]
         mi = np.arange(step.mlen)[None, :, None]
         col = (step.nt0 + nt) * cols + lane
-        index = self.r_off + (step.m0 + mi) * n + col
+        index = self.r_off + (step.member * self.plan.m + step.m0 + mi) * n + col
         self._pack((lane < cols) & (col < n), index)
 
     # -- the unpack rows of the STOREs -----------------------------------------------------------
@@ -1272,7 +1321,7 @@ class _GemmWriter:
         mi = np.arange(step.mlen)[:, None, None]
         nt = np.arange(step.ntlen)[None, :, None]
         col = (step.nt0 + nt) * cols + np.arange(cols)
-        index = (step.m0 + mi) * n + col
+        index = (step.member * self.plan.m + step.m0 + mi) * n + col
         self.unpack_parts.append(np.where(col < n, index, self.discard).reshape(-1, cols))
 
 

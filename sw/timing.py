@@ -108,26 +108,29 @@ class _Part:
     """One part of a program, as the walk needs it: a GEMM (its key, and its groups and their
     keys, made on the part's first miss) or a given :class:`~bertaccel.sw.program.Program`."""
 
-    def __init__(self, timer, m=None, k=None, n=None, epilogue=None, k_high=0, *, part=None):
+    def __init__(self, timer, m=None, k=None, n=None, epilogue=None, k_high=0, batch=1, *,
+                 part=None):
         self.timer, self.program = timer, part
         if part is not None:
             self.key = ("program", tuple(timing_view(instr) for instr in part.instrs))
             return
-        self.shape = (m, k, n, epilogue, k_high)
+        self.shape = (m, k, n, epilogue, k_high, batch)
         # The shape and op decide the plan, and with the SETs every instruction's timing view.
         self.lowered = None if epilogue is None else timer.lowered(epilogue, n, k)
-        self.key = ("gemm", m, k, n, k_high, None) if epilogue is None else \
-            ("gemm", m, k, n, k_high, self.lowered.op,
+        self.key = ("gemm", m, k, n, k_high, batch, None) if epilogue is None else \
+            ("gemm", m, k, n, k_high, batch, self.lowered.op,
              tuple(index for index, _ in self.lowered.sets))
         self._groups = None
 
     def groups(self):
         """``(GemmGroups, [group key id of each group])``."""
         if self._groups is None:
-            m, k, n, epilogue, k_high = self.shape
+            m, k, n, epilogue, k_high, batch = self.shape
             timer = self.timer
-            groups = GemmGroups(timer.cfg, m, k, n, plan=timer.plan(m, k, n, epilogue, k_high),
-                                epilogue=epilogue, lowered=self.lowered, k_high=k_high)
+            groups = GemmGroups(timer.cfg, m, k, n,
+                                plan=timer.plan(m, k, n, epilogue, k_high, batch),
+                                epilogue=epilogue, lowered=self.lowered, k_high=k_high,
+                                batch=batch)
             distinct, inverse = _unique_rows(np.ascontiguousarray(groups.codes[:, _TIMED]))
             op = groups.ep.op if groups.ep is not None else isa.EpOp.RAW
             sets = tuple(instr.index for instr in groups.sets)
@@ -185,8 +188,9 @@ class GemmTimer:
         Parameters
         ----------
         parts : sequence
-            Each a GEMM ``(m, k, n, epilogue)`` or ``(m, k, n, epilogue, k_high)`` (compiled
-            with :func:`~bertaccel.sw.tiler.compile_gemm`; ``epilogue`` may be ``None``) or a
+            Each a GEMM ``(m, k, n, epilogue)``, ``(m, k, n, epilogue, k_high)`` or ``(m, k,
+            n, epilogue, k_high, batch)`` (compiled with
+            :func:`~bertaccel.sw.tiler.compile_gemm`; ``epilogue`` may be ``None``) or a
             :class:`~bertaccel.sw.program.Program`.
 
         Returns
@@ -209,13 +213,13 @@ class GemmTimer:
         equal cycles."""
         return tuple(part.key for part in self._parts(parts))
 
-    def plan(self, m, k, n, epilogue, k_high=0):
+    def plan(self, m, k, n, epilogue, k_high=0, batch=1):
         """:func:`~bertaccel.sw.tiler.plan_gemm`'s plan (kept: it depends on the op only)."""
-        key = (m, k, n, None if epilogue is None else epilogue.op, k_high)
+        key = (m, k, n, None if epilogue is None else epilogue.op, k_high, batch)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = plan_gemm(self.cfg, m, k, n, epilogue=epilogue,
-                                                k_high=k_high)
+                                                k_high=k_high, batch=batch)
         return plan
 
     def lowered(self, epilogue, n, k):
@@ -258,10 +262,11 @@ class GemmTimer:
                                      f"{self.cfg.tag}")
                 out.append(_Part(self, part=part))
                 continue
-            m, k, n, epilogue, k_high = (*part, 0) if len(part) == 4 else part
-            identity = (m, k, n, id(epilogue), k_high)
+            m, k, n, epilogue, k_high, batch = (*part, 0, 1)[:6] if len(part) == 4 else \
+                (*part, 1)[:6]
+            identity = (m, k, n, id(epilogue), k_high, batch)
             if identity not in made:
-                made[identity] = _Part(self, m, k, n, epilogue, k_high)
+                made[identity] = _Part(self, m, k, n, epilogue, k_high, batch)
             out.append(made[identity])
         if not out:
             raise ValueError("concat needs at least one part")

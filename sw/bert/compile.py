@@ -22,10 +22,12 @@ embedding LayerNorm                       to int8 with calibrated scales
                                           (per column: per-channel weight scales and the Q,
                                           K, V output scales)
 split heads, K^T per head                 host (slicing and a transpose of int8 tensors)
-(2) S = Q_bh K_bh^T, scale, mask, softmax accelerator: ``B A`` GEMMs ``L x d x L`` joined into
-                                          one program, fused SOFTMAX (scale ``s_q s_k /
+(2) S = Q_bh K_bh^T, scale, mask, softmax accelerator: per sequence, one batch of ``A`` GEMMs
+                                          ``L x d x L`` (the heads), the ``B`` batches joined
+                                          into one program, fused SOFTMAX (scale ``s_q s_k /
                                           sqrt d``, the attention mask as the PMEM mask)
-(3) context_bh = P_bh V_bh                accelerator: ``B A`` GEMMs ``L x 2L x d`` joined,
+(3) context_bh = P_bh V_bh                accelerator: per sequence, one batch of ``A`` GEMMs
+                                          ``L x 2L x d``, joined,
                                           fused REQUANT: the 12-bit probabilities as two int8
                                           digit planes ``[P_high | P_low]`` times ``[V; V]``,
                                           the high plane's products shifted (``k_high = L``)
@@ -47,7 +49,9 @@ channel splitting repeats a few columns). Every add, multiply, scale, bias, mask
 normalisation and GELU of an encoder layer runs on the accelerator.
 
 Each stage is one compiled program (stages 2, 3 and 5 join their GEMMs with
-:func:`bertaccel.sw.sequence.concat`), so a layer is six device calls. Every program is tiled
+:func:`bertaccel.sw.sequence.concat`), so a layer is six device calls. A sequence's heads are one
+batched GEMM (``batch`` of :func:`~bertaccel.sw.tiler.compile_gemm`): the heads overlap their
+loads, compute and drains as tiles of one GEMM do, where joined GEMMs would run each in turn. Every program is tiled
 for the device's :class:`~bertaccel.hw.config.AccelConfig` by :func:`compile_gemm`: a model
 larger than the memories streams through them. The quantisation scheme is in
 :mod:`bertaccel.sw.bert.quant` and docs/bert.md.
@@ -195,31 +199,34 @@ class BertProgram:
 
     # -- compiling ---------------------------------------------------------------------------
 
-    def _compile(self, stage, m, k, n, epilogue, what, k_high=0):
-        """The program of a ``m x k x n`` GEMM with ``epilogue`` (and ``k_high`` high rows):
-        compiled once per shape, then rebound to the other layers' epilogues."""
+    def _compile(self, stage, m, k, n, epilogue, what, k_high=0, batch=1):
+        """The program of a ``m x k x n`` GEMM with ``epilogue`` (and ``k_high`` high rows), a
+        batch of ``batch``: compiled once per shape, then rebound to the other layers'
+        epilogues."""
         key = (stage, m, k, n)
         base = self._base.get(key)
         try:
             if base is None:
                 base = self._base[key] = compile_gemm(self.cfg, m, k, n, epilogue=epilogue,
-                                                      k_high=k_high)
+                                                      k_high=k_high, batch=batch)
                 return base
             return rebind(base, epilogue, k, n) or compile_gemm(
-                self.cfg, m, k, n, epilogue=epilogue, k_high=k_high)
+                self.cfg, m, k, n, epilogue=epilogue, k_high=k_high, batch=batch)
         except ProgramError as error:
+            shape = f"{m} x {k} x {n}" if batch == 1 else f"{batch} x {m} x {k} x {n}"
             raise BertError(f"{self.name} on {self.cfg.name} ({self.cfg.tag}): {what} "
-                            f"({m} x {k} x {n}): {error}") from None
+                            f"({shape}): {error}") from None
 
     def stage_gemms(self, layer, stage, mask):
         """The GEMMs of stage ``stage`` of ``layer`` for a batch with the valid-token ``mask``
-        (``(B, L)`` bool), in program order: ``[(name, m, k, n, epilogue, k_high), ...]``.
-        The stage's program is their :func:`~bertaccel.sw.sequence.concat` for ``qk``,
-        ``pv`` and ``w1`` (``w1``: ``"w1"`` on the kept columns, then ``"w1_out"`` on the
-        outlier columns when there are any), the one GEMM for the others. ``qk`` and ``pv``
-        have one GEMM per sequence and head, sequence-major; the heads of a sequence share one
-        epilogue object. ``pv`` is ``L x 2L x d`` with ``k_high = L`` (the probabilities' two
-        digit planes). The weight stages read only the token count ``B * L``."""
+        (``(B, L)`` bool), in program order: ``[(name, m, k, n, epilogue, k_high, batch),
+        ...]`` (``batch``: that many GEMMs of the shape as one, see
+        :func:`~bertaccel.sw.tiler.compile_gemm`). The stage's program is their
+        :func:`~bertaccel.sw.sequence.concat` for ``qk``, ``pv`` and ``w1`` (``w1``: ``"w1"``
+        on the kept columns, then ``"w1_out"`` on the outlier columns when there are any), the
+        one GEMM for the others. ``qk`` and ``pv`` have one batch of the heads per sequence.
+        ``pv`` is ``L x 2L x d`` with ``k_high = L`` (the probabilities' two digit planes). The
+        weight stages read only the token count ``B * L``."""
         batch, seq = mask.shape
         if stage in ("qk", "pv"):
             return self._attention_gemms(layer, stage, mask)
@@ -229,12 +236,13 @@ class BertProgram:
         s, q, (k, high) = self.spec, self.layers[layer], self.depth(layer, stage)
         if stage == "w1":
             n_out = q.h.outliers.numel()
-            gemms = [("w1", m, k, s.intermediate - n_out, q.w1_ep, high)]
+            gemms = [("w1", m, k, s.intermediate - n_out, q.w1_ep, high, 1)]
             if n_out:
-                gemms.append(("w1_out", m, k, n_out, q.w1_out_ep, high))
+                gemms.append(("w1_out", m, k, n_out, q.w1_out_ep, high, 1))
             return gemms
         n = 3 * s.hidden if stage == "qkv" else s.hidden
-        return [(stage, m, k, n, {"qkv": q.qkv_ep, "wo": q.wo_ep, "w2": q.w2_ep}[stage], high)]
+        return [(stage, m, k, n, {"qkv": q.qkv_ep, "wo": q.wo_ep, "w2": q.w2_ep}[stage], high,
+                 1)]
 
     def _attention_gemms(self, layer, stage, mask):
         s, q = self.spec, self.layers[layer]
@@ -242,22 +250,19 @@ class BertProgram:
         d = s.head_dim
         if stage == "pv":
             # The probabilities' two digit planes [P_high | P_low] times [V; V].
-            return [("pv", seq, 2 * seq, d, q.pv_ep, seq)] * (batch * s.heads)
-        gemms = []
-        for b in range(batch):
-            softmax = Softmax(in_scale=q.qk_scale, mask=~mask[b].numpy())
-            gemms.extend([("qk", seq, d, seq, softmax, 0)] * s.heads)
-        return gemms
+            return [("pv", seq, 2 * seq, d, q.pv_ep, seq, s.heads)] * batch
+        return [("qk", seq, d, seq, Softmax(in_scale=q.qk_scale, mask=~mask[b].numpy()), 0,
+                 s.heads) for b in range(batch)]
 
     def _compile_all(self, layer, stage, gemms):
         """The programs of ``gemms``: each distinct GEMM (its name, shape and epilogue
         object) compiled once."""
         what = f"layer {layer} stage {stage}"
         programs, last = [], None
-        for name, m, k, n, epilogue, k_high in gemms:
+        for name, m, k, n, epilogue, k_high, batch in gemms:
             if last is None or last[0] != (name, m, k, n, id(epilogue)):
                 last = ((name, m, k, n, id(epilogue)),
-                        self._compile(name, m, k, n, epilogue, what, k_high))
+                        self._compile(name, m, k, n, epilogue, what, k_high, batch))
             programs.append(last[1])
         return programs
 
@@ -282,10 +287,13 @@ class BertProgram:
         return program
 
     def attention_programs(self, layer, mask):
-        """The joined per-head programs of stages ``qk`` and ``pv`` of ``layer`` for a batch
-        with ``mask`` (``(B, L)`` bool, True on valid tokens): ``(qk, pv, prefixes)``."""
+        """The programs of stages ``qk`` and ``pv`` of ``layer`` for a batch with ``mask``
+        (``(B, L)`` bool, True on valid tokens), each the sequences' batches of heads joined:
+        ``(qk, pv, prefixes)``. Sequence ``b``'s inputs and output are prefixed
+        ``prefixes[b]``, its heads stacked along their rows (head ``h``'s ``a`` rows
+        ``h * L ...``)."""
         batch, _ = mask.shape
-        prefixes = [f"b{b}h{h}." for b in range(batch) for h in range(self.spec.heads)]
+        prefixes = [f"b{b}." for b in range(batch)]
         return tuple(concat(self._compile_all(layer, stage,
                                               self._attention_gemms(layer, stage, mask)),
                             prefixes=prefixes) for stage in ("qk", "pv")) + (prefixes,)

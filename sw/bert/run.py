@@ -88,7 +88,7 @@ def _figures(program):
     if "figures" in program.meta:
         return program.meta["figures"]
     plan = program.meta["plan"]
-    return plan.m * plan.k * plan.n, plan.est_cycles
+    return plan.batch * plan.m * plan.k * plan.n, plan.est_cycles
 
 
 def _joined(program, parts):
@@ -203,7 +203,7 @@ def run_layer(device, bert, layer, x, mask, *, programs=None, runner=None, trace
         runner = Runner(device)
     q, ops = bert.layers[layer], bert.operands[layer]
     hid, heads, d = s.hidden, s.heads, s.head_dim
-    prefixes = [f"b{b}h{h}." for b in range(batch) for h in range(heads)]
+    prefixes = [f"b{b}." for b in range(batch)]
 
     def stage(name, **inputs):
         return runner.run(programs[name], f"layer {layer + 1}/{s.layers} {name}", **inputs)
@@ -219,23 +219,23 @@ def run_layer(device, bert, layer, x, mask, *, programs=None, runner=None, trace
     keep("qkv", qkv)
     heads_of = qkv.view(batch, seq, 3, heads, d)
     qh, kh, vh = heads_of[:, :, 0], heads_of[:, :, 1], heads_of[:, :, 2]     # (B, L, A, d)
-    # (2) softmax(Q K^T) per head: B = K^T
+    # (2) softmax(Q K^T) per head: B = K^T; a sequence's heads are one batch, stacked by rows
     inputs = {}
-    for number, prefix in enumerate(prefixes):
-        b, h = divmod(number, heads)
-        inputs[prefix + "a"] = qh[b, :, h]
-        inputs[prefix + "b"] = kh[b, :, h].t()
+    for b, prefix in enumerate(prefixes):
+        inputs[prefix + "a"] = qh[b].transpose(0, 1).reshape(heads * seq, d)
+        inputs[prefix + "b"] = kh[b].permute(1, 2, 0).reshape(heads * d, seq)
     out = stage("qk", **inputs)
-    probs = keep("qk", torch.stack([out[p + "c"] for p in prefixes]).to(torch.int32))
+    probs = keep("qk", torch.stack([out[p + "c"] for p in prefixes]).to(torch.int32)
+                 .view(batch * heads, seq, seq))
     # (3) P V per head: [P_high | P_low] @ [V; V], the high plane's products shifted
     high, low = prob_digits(probs)
-    inputs = {}
-    for number, prefix in enumerate(prefixes):
-        b, h = divmod(number, heads)
-        inputs[prefix + "a"] = torch.cat([high[number], low[number]], dim=1)
-        inputs[prefix + "b"] = torch.cat([vh[b, :, h], vh[b, :, h]])
-    out = stage("pv", **inputs)
-    ctx = torch.stack([out[p + "c"] for p in prefixes]).to(torch.int8)     # (B*A, L, d)
+    a = torch.cat([high, low], dim=2).view(batch, heads * seq, 2 * seq)
+    v = vh.permute(0, 2, 1, 3)                                              # (B, A, L, d)
+    v = torch.cat([v, v], dim=2).reshape(batch, heads * 2 * seq, d)
+    out = stage("pv", **{name: value for b, prefix in enumerate(prefixes)
+                         for name, value in ((prefix + "a", a[b]), (prefix + "b", v[b]))})
+    ctx = torch.stack([out[p + "c"] for p in prefixes]).to(torch.int8).view(
+        batch * heads, seq, d)
     ctx = ctx.view(batch, heads, seq, d).permute(0, 2, 1, 3).reshape(-1, hid)
     keep("pv", ctx)
     # (4) LayerNorm(ctx Wo + bo + X)

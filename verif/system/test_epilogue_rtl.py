@@ -10,6 +10,9 @@ shared with other tests of the same config and settings. Seeds are printed; reru
 over rows of 512 keys, then P V with the probabilities' two digit planes, on the 2x2 array (with
 an accumulator deep enough for such rows) and on 8x8, free-running and stalled.
 
+``test_batched_gemm`` runs batches of three GEMMs compiled as one (attention's heads), each op,
+free-running and stalled: every member bit for bit with golden on its own operands.
+
 ``test_fusion_ratios`` records, on 8x8, the cycles of the fused programs of the three acceptance
 shapes against the plain GEMM of the same shape, prints the ratios and checks each is at most
 1.05.
@@ -44,24 +47,35 @@ def devices(request, rtl_device):
                  for index, (name, (idle, stall)) in enumerate(STALLS.items())}
 
 
-def _case(cfg, m, k, n, op, gen):
-    a = torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8)
-    b = torch.randint(-128, 128, (k, n), generator=gen, dtype=torch.int8)
+def _case(cfg, m, k, n, op, gen, batch=1, k_high=0):
+    a = torch.randint(-128, 128, (batch * m, k), generator=gen, dtype=torch.int8)
+    b = torch.randint(-128, 128, (batch * k, n), generator=gen, dtype=torch.int8)
     epilogue = ep_mod.random_epilogue(op, k=k, n=n, generator=gen)
     inputs = {"a": a, "b": b}
     if epilogue.op == isa.EpOp.LAYERNORM:
-        inputs["r"] = torch.randint(-128, 128, (m, n), generator=gen, dtype=torch.int8)
-    return compile_gemm(cfg, m, k, n, epilogue=epilogue), inputs
+        inputs["r"] = torch.randint(-128, 128, (batch * m, n), generator=gen, dtype=torch.int8)
+    return compile_gemm(cfg, m, k, n, epilogue=epilogue, batch=batch, k_high=k_high), inputs
+
+
+def _golden(cfg, program, inputs):
+    """Golden's result of ``program`` on ``inputs``: each member of a batch on its own rows."""
+    plan, lowered = program.meta["plan"], program.meta["epilogue"]
+    batch = plan.batch
+    members = []
+    for a, b, r in zip(inputs["a"].chunk(batch), inputs["b"].chunk(batch),
+                       inputs["r"].chunk(batch) if "r" in inputs else [None] * batch):
+        c = golden.gemm(a, b, k_high=plan.k_high)
+        members.append(c if lowered is None else ep_mod.apply_integer(lowered, c, r,
+                                                                      cols=cfg.ep_lanes))
+    return torch.cat(members)
 
 
 def _check(cfg, device, program, inputs):
     """RTL == software device == golden; returns the RTL result."""
     rtl = device.run(program, **inputs)
     ref = SoftwareDevice(cfg).run(program, **inputs)
-    c = golden.gemm(inputs["a"], inputs["b"], k_high=program.meta["plan"].k_high)
+    want = _golden(cfg, program, inputs)
     lowered = program.meta["epilogue"]
-    want = c if lowered is None else ep_mod.apply_integer(lowered, c, inputs.get("r"),
-                                                          cols=cfg.ep_lanes)
     (m, k), n = program.inputs["a"], program.inputs["b"][1]
     what = (f"{lowered.op.name if lowered else 'RAW'} {m}x{k}x{n} on {cfg.name}, plan "
             f"{program.meta['plan']}")
@@ -112,6 +126,23 @@ def test_fused_gemm(devices, op, stall):
         shapes = shapes[1:4]
     for m, k, n in shapes:
         program, inputs = _case(cfg, m, k, n, op, gen)
+        _check(cfg, devs[stall], program, inputs)
+
+
+@pytest.mark.parametrize("stall", list(STALLS))
+def test_batched_gemm(devices, stall):
+    """Three GEMMs of one shape as one program, each op (REQUANT with high rows, as attention's
+    P V): the members overlap and each equals golden on its own rows."""
+    cfg, devs = devices
+    seed = 400 + 10 * CONFIGS.index(cfg.name) + (5 if stall == "stalled" else 0)
+    print(f"seed {seed}")
+    gen = torch.Generator().manual_seed(seed)
+    r, c = cfg.rows, cfg.cols
+    for op in OPS:
+        m, k, n = 2 * r + 3, 2 * r + 1, 2 * c + 1
+        program, inputs = _case(cfg, m, k, n, op, gen, batch=3,
+                                k_high=r + 1 if op == "requant" else 0)
+        assert program.meta["plan"].batch == 3
         _check(cfg, devs[stall], program, inputs)
 
 

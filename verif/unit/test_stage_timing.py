@@ -123,6 +123,23 @@ def test_joined_programs(config):
         assert timer.concat(mixed) == _model_cycles(concat([program, other, program, program]))
 
 
+@pytest.mark.parametrize("config", CONFIGS)
+def test_batches(config):
+    """Batches of GEMMs as one program (attention's heads), alone and joined."""
+    cfg = PRESETS[config]
+    rng = random.Random(f"{SEED}batch{config}")
+    gen = torch.Generator().manual_seed(SEED)
+    timer = GemmTimer(cfg)
+    for m, k, n in _shapes(rng, 3) + [(32, 32, 32)]:
+        op, batch = rng.choice(OPS), rng.randint(2, 12)
+        epilogue = _epilogue(op, k, n, gen)
+        k_high = rng.randint(0, k) if op in (None, "requant") else 0
+        program = compile_gemm(cfg, m, k, n, epilogue=epilogue, k_high=k_high, batch=batch)
+        part = (m, k, n, epilogue, k_high, batch)
+        assert timer.concat([part]) == _model_cycles(program), (m, k, n, op, batch)
+        assert timer.concat([part] * 2) == _model_cycles(concat([program] * 2))
+
+
 @pytest.mark.parametrize("config", ["2x2", "8x8"])
 def test_high_rows(config):
     """GEMMs with high rows (attention's P V on two digit planes): the high rows are tiled

@@ -272,3 +272,37 @@ def test_bad_plans_are_refused():
         compile_gemm(cfg, 8, 8, 8, plan=dataclasses.replace(plan, order="k"))
     with pytest.raises(ProgramError, match="plan kb must be an int of at least 1, not 0"):
         compile_gemm(cfg, 8, 8, 8, plan=dataclasses.replace(plan, kb=0))
+
+
+@pytest.mark.parametrize("name", ["2x2", "4x8"])
+def test_batches_equal_their_members(name):
+    """A batch of GEMMs compiled as one (small memories: many steps and tiles per member, every
+    token channel crossing from member to member) equals each member compiled alone, under
+    interleavings of the units; its program is no bigger than the members' together."""
+    cfg = small(name)
+    gen = torch.Generator().manual_seed(SEED + 3)
+    for m, k, n, batch, k_high in [(37, 50, 29, 3, 0), (5, 9, 3, 4, 4), (1, 1, 1, 2, 0)]:
+        a = torch.randint(-128, 128, (batch * m, k), generator=gen, dtype=torch.int8)
+        b = torch.randint(-128, 128, (batch * k, n), generator=gen, dtype=torch.int8)
+        program = compile_gemm(cfg, m, k, n, batch=batch, k_high=k_high)
+        program.validate()
+        plan = program.meta["plan"]
+        assert plan.batch == batch and program.inputs == {"a": (batch * m, k),
+                                                          "b": (batch * k, n)}
+        want = torch.cat([golden.gemm(a_i, b_i, k_high=k_high)
+                          for a_i, b_i in zip(a.chunk(batch), b.chunk(batch))])
+        for interleave in (None, "load-first", "store-last", SEED):
+            got = SoftwareDevice(cfg, interleave=interleave).run(program, a=a, b=b)
+            assert torch.equal(got.outputs["c"], want), (name, m, k, n, batch, interleave)
+        alone = compile_gemm(cfg, m, k, n, k_high=k_high)
+        assert plan.n_steps == batch * alone.meta["plan"].n_steps
+        assert len(program.instrs) <= batch * len(alone.instrs)
+
+
+def test_bad_batch_is_refused():
+    for batch in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="batch must be an int of at least 1"):
+            compile_gemm(PRESETS["4x4"], 4, 8, 4, batch=batch)
+    plan = plan_gemm(PRESETS["4x4"], 4, 8, 4, batch=3)
+    with pytest.raises(ProgramError, match="plan is for a 3 x 4x8x4 GEMM, not 2 x 4x8x4"):
+        compile_gemm(PRESETS["4x4"], 4, 8, 4, batch=2, plan=plan)
