@@ -83,11 +83,15 @@ pops before the tile's last MATMUL pushes ``e2s``. So:
 
 Choosing the blocking. :func:`plan_gemm` searches ``(Mb, Kb, Nb, order)`` under
 ``Mb*Kb <= spad_depth/2``, ``Kb*Nb*rows <= spad_depth/2``, ``Mb*Nb <= acc_depth/2`` and
-``Mb <= isa.FIELD_MAX`` and keeps, of the plans within 1% of the fewest estimated cycles, the
-one with fewest steps (so fewest instructions). The estimate: the data stream moves one
+``Mb <= isa.FIELD_MAX``. A closed-form score ranks all candidates (the data stream moves one
 beat a cycle concurrently with compute, a MATMUL costs ``max(m_len, rows)`` cycles, the first
-step's loads and the last tile's store are exposed. A closed-form score ranks all candidates and a
-step-by-step timeline ranks the best few.
+step's loads and the last tile's store are exposed), and the best few are timed: where their
+programs are small (:data:`_EXACT_MAX_INSTRUCTIONS` instructions in all) each is run on the cycle
+model (:class:`~bertaccel.sw.cycles.CycleStepper`, the instructions only) and the fastest kept;
+otherwise a step-by-step timeline estimates each, and of those within 1% of the fewest
+estimated cycles the one with fewest steps (so fewest instructions) is kept. The exact run
+matters most where the estimate is coarsest, on small GEMMs: the heads of attention and the
+weight GEMMs of a short sequence, whose first loads and per-step hand-overs are a large share.
 """
 
 import dataclasses
@@ -102,6 +106,7 @@ import torch
 from ..golden.intops import MAX_ROW
 from ..hw import isa
 from ..hw.config import AccelConfig
+from .cycles import CycleStepper
 from .epilogue import lower, pmem_bytes
 from .program import Program, ProgramError
 
@@ -115,6 +120,8 @@ _TIMED_CANDIDATES = 6
 _CYCLES_SLACK = 0.01
 #: Above this many steps the step-by-step timeline is skipped (the closed form is used).
 _TIMED_MAX_STEPS = 20000
+#: Candidates whose programs hold this many instructions in all are run on the cycle model.
+_EXACT_MAX_INSTRUCTIONS = 60_000
 
 
 @dataclass(frozen=True)
@@ -139,7 +146,8 @@ class TilePlan:
     n_tiles : int
         C tiles (one STORE each).
     est_cycles : int
-        Estimated cycles from the first data beat to the last output beat.
+        Estimated cycles from the first data beat to the last output beat; the cycle model's
+        count where the planner ran it (see "Choosing the blocking").
     macs_per_cycle : int
         ``rows * cols`` of the build, for :attr:`utilization`.
     tail : int
@@ -328,8 +336,8 @@ class _MBlocks:
 
 
 #: The columns of a :class:`_StepTable`, as the fields of :class:`_Step` name them.
-_STEP_COLUMNS = ("member", "tile", "m0", "mlen", "kt0", "ktlen", "nt0", "ntlen", "load_a", "a_half",
-                 "load_b", "b_half", "first_k", "last_k")
+_STEP_COLUMNS = ("member", "tile", "m0", "mlen", "kt0", "ktlen", "nt0", "ntlen", "load_a",
+                 "a_half", "load_b", "b_half", "first_k", "last_k")
 
 
 @dataclass(frozen=True, eq=False)
@@ -620,16 +628,35 @@ def _plan_plain(cfg, m, k, n, k_high, batch):
                        for cycles, n_steps, mb, nb, kb, order, n_tiles in sorted(chosen)])
 
 
-def _pick(cfg, plans, ep=None):
-    """Of ``plans`` (sorted by their closed-form estimate), the one to use: each is timed step
-    by step (:func:`_timeline`; past ``_TIMED_MAX_STEPS`` steps its closed form stands), and
-    of those within ``_CYCLES_SLACK`` of the fastest, the one with fewest steps (fewer
+def _pick(cfg, plans, ep=None, epilogue=None):
+    """Of ``plans`` (sorted by their closed-form estimate), the one to use. Where their
+    programs together hold at most :data:`_EXACT_MAX_INSTRUCTIONS`, each is run on the cycle
+    model and the fastest taken (of equals, the one with fewest steps). Otherwise each is timed
+    step by step (:func:`_timeline`; past ``_TIMED_MAX_STEPS`` steps its closed form stands),
+    and of those within ``_CYCLES_SLACK`` of the fastest, the one with fewest steps (fewer
     instructions, and the estimate is not that precise)."""
+    sizes = sum(program_size(cfg, plan, epilogue=epilogue)["instructions"] for plan in plans)
+    if sizes <= _EXACT_MAX_INSTRUCTIONS:
+        lowered = None if epilogue is None else lower(epilogue, cfg, n=plans[0].n,
+                                                          k=plans[0].k)
+        exact = [dataclasses.replace(plan, est_cycles=_model_cycles(cfg, plan, epilogue,
+                                                                    lowered))
+                 for plan in plans]
+        return min(exact, key=lambda plan: (plan.est_cycles, plan.n_steps))
     timed = [dataclasses.replace(plan, est_cycles=_timeline(plan, cfg, ep))
              if plan.n_steps <= _TIMED_MAX_STEPS else plan for plan in plans]
     fastest = min(plan.est_cycles for plan in timed)
     return min((plan for plan in timed if plan.est_cycles <= fastest * (1 + _CYCLES_SLACK)),
                key=lambda plan: (plan.n_steps, plan.est_cycles))
+
+
+def _model_cycles(cfg, plan, epilogue, lowered):
+    """Cycles of ``plan``'s program on the cycle model (the instructions only, unwritten)."""
+    groups = GemmGroups(cfg, plan.m, plan.k, plan.n, plan=plan, epilogue=epilogue,
+                        lowered=lowered, k_high=plan.k_high, batch=plan.batch)
+    stepper = CycleStepper(cfg)
+    stepper.run(groups.instrs())
+    return stepper.cycles()
 
 
 def _check_batch(batch):
@@ -683,7 +710,7 @@ def plan_gemm(cfg, m, k, n, *, epilogue=None, k_high=0, batch=1):
     k_high, batch = _check_k_high(k_high, k), _check_batch(batch)
     if epilogue is None:
         return _plan_plain(cfg, m, k, n, k_high, batch)
-    return _plan_epilogue(cfg, m, k, n, _Epilogue.of(epilogue), k_high, batch)
+    return _plan_epilogue(cfg, m, k, n, _Epilogue.of(epilogue), k_high, batch, epilogue)
 
 
 def _tails(cfg, m, ep):
@@ -700,8 +727,9 @@ def _tails(cfg, m, ep):
                        if (t << (taper + 1)) - t < m]
 
 
-def _plan_epilogue(cfg, m, k, n, ep, k_high, batch):
-    """The plan for a GEMM with epilogue ``ep`` (see :func:`plan_gemm`)."""
+def _plan_epilogue(cfg, m, k, n, ep, k_high, batch, epilogue):
+    """The plan for a GEMM with ``epilogue`` (``ep`` what the planner needs of it; see
+    :func:`plan_gemm`)."""
     rows, cols = cfg.rows, cfg.cols
     kt_total = _k_tiles(rows, k, k_high)
     nt_total = -(-n // cols)
@@ -749,7 +777,7 @@ def _plan_epilogue(cfg, m, k, n, ep, k_high, batch):
                                 est_cycles=cycles, macs_per_cycle=cfg.macs_per_cycle,
                                 tail=tail, op=name, k_high=k_high, taper=taper, batch=batch)
                        for cycles, n_steps, mb, nb, kb, order, tail, taper, n_tiles
-                       in sorted(chosen)], ep)
+                       in sorted(chosen)], ep, epilogue)
 
 
 def _score_blockings(cfg, m, kt_total, n, ep, blockings, batch):
@@ -886,8 +914,8 @@ def compile_gemm(cfg, m, k, n, *, plan=None, epilogue=None, k_high=0, batch=1):
     Program
         Inputs ``{"a": (batch * m, k), "b": (batch * k, n)}`` plus, for LayerNorm, the
         residual ``"r": (batch * m, n)``; outputs ``{"c": (batch * m, n)}`` (int32 values;
-        int8 values with an epilogue); constants ``{"params": ...}`` (the PMEM bytes) with an epilogue;
-        ``meta["plan"]`` is the :class:`TilePlan`, ``meta["epilogue"]`` the
+        int8 values with an epilogue); constants ``{"params": ...}`` (the PMEM bytes) with an
+        epilogue; ``meta["plan"]`` is the :class:`TilePlan`, ``meta["epilogue"]`` the
         :class:`~bertaccel.sw.epilogue.Lowered` integers and ``meta["layout"]`` where the
         epilogue data lives.
 

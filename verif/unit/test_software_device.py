@@ -11,7 +11,7 @@ from bertaccel import golden
 from bertaccel.hw import isa
 from bertaccel.hw.config import PRESETS
 from bertaccel.sw import (Device, DeviceError, OperandError, Program, RunResult, SoftwareDevice,
-                          compile_gemm, gemm)
+                          TilePlan, compile_gemm, gemm)
 
 SEED = 99
 
@@ -61,7 +61,10 @@ def test_state_persists_across_runs_until_reset():
     cfg = dataclasses.replace(PRESETS["2x2"], spad_depth=64, acc_depth=64)
     device = SoftwareDevice(cfg)
     a, b = operands(2, 2, 2, SEED)
-    compiled = compile_gemm(cfg, 2, 2, 2)
+    # One C tile of both rows, in accumulator rows 0 and 1.
+    plan = TilePlan(m=2, k=2, n=2, mb=2, kb=1, nb=1, order="m", n_steps=1, n_tiles=1,
+                    est_cycles=1, macs_per_cycle=4)
+    compiled = compile_gemm(cfg, 2, 2, 2, plan=plan)
     device.run(compiled, a=a, b=b)
     # A program that only stores reads what the previous run left in the accumulator.
     store_only = Program(cfg, [isa.Store(acc_addr=0, rows=2)], inputs={}, outputs={"c": (2, 2)},
