@@ -52,9 +52,9 @@ Each stage is one compiled program (stages 2, 3 and 5 join their GEMMs with
 :func:`bertaccel.sw.sequence.concat`), so a layer is six device calls. A sequence's heads are one
 batched GEMM (``batch`` of :func:`~bertaccel.sw.tiler.compile_gemm`): the heads overlap their
 loads, compute and drains as tiles of one GEMM do, where joined GEMMs would run each in turn.
-Every program is tiled for the device's :class:`~bertaccel.hw.config.AccelConfig` by :func:`compile_gemm`: a model
-larger than the memories streams through them. The quantisation scheme is in
-:mod:`bertaccel.sw.bert.quant` and docs/bert.md.
+Every program is tiled for the device's :class:`~bertaccel.hw.config.AccelConfig` by
+:func:`compile_gemm`: a model larger than the memories streams through them. The quantisation
+scheme is in :mod:`bertaccel.sw.bert.quant` and docs/bert.md.
 
 Errors are :class:`BertError` (a ``ValueError``) with a message that names the problem: a model
 that is not BERT, a missing model folder, an empty text, a sequence longer than the model's
