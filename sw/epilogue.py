@@ -47,8 +47,9 @@ from ..golden import intops
 from ..golden.intops import ScaleError, quantize_scale
 from ..hw.isa import EpOp, Param
 
-__all__ = ["Requant", "Gelu", "Softmax", "LayerNorm", "Lowered", "ScaleError", "lower",
-           "apply_registers", "apply_integer", "apply_float", "pmem_bytes", "random_epilogue", "EPILOGUES"]
+__all__ = ["Requant", "Gelu", "Softmax", "LayerNorm", "Tail", "Lowered", "ScaleError", "lower",
+           "apply_registers", "apply_integer", "apply_float", "pmem_bytes", "random_epilogue",
+           "EPILOGUES"]
 
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -150,6 +151,31 @@ class LayerNorm:
     op = EpOp.LAYERNORM
 
 
+@dataclass(frozen=True, eq=False)
+class Tail:
+    """``epilogue`` on every column of a GEMM but the last ``columns``, and ``tail`` on those:
+    two single-pass epilogues of one op on one GEMM (BERT's GELU outlier columns, whose output
+    scale is their own). PMEM holds each column's own parameters; the tiler stores the strips
+    that hold tail columns a second time, after SETs of ``tail``'s registers (and SETs back
+    where a STORE follows), and each column is taken from the STORE of its own epilogue.
+
+    Parameters
+    ----------
+    epilogue, tail : Requant or Gelu
+        Of one op.
+    columns : int
+        The tail's columns: at least 1, fewer than the GEMM's.
+    """
+
+    epilogue: object
+    tail: object
+    columns: int
+
+    @property
+    def op(self):
+        return self.epilogue.op
+
+
 #: The epilogue classes by the name the command line uses.
 EPILOGUES = {"requant": Requant, "gelu": Gelu, "softmax": Softmax, "layernorm": LayerNorm}
 
@@ -172,6 +198,9 @@ class Lowered:
         SOFTMAX or LAYERNORM: whole rows, each read twice.
     info : dict
         The integer parameters chosen, by their golden.intops names (for reports and tests).
+    tail : tuple or None
+        ``(columns, sets)``: the last ``columns`` columns take the registers ``sets`` (a
+        :class:`Tail`), the others :attr:`sets`.
     """
 
     op: EpOp
@@ -182,6 +211,7 @@ class Lowered:
     residual: bool
     two_pass: bool
     info: dict = field(default_factory=dict)
+    tail: tuple | None = None
 
 
 def _real(value, name):
@@ -244,6 +274,8 @@ def lower(epilogue, cfg, *, n, k):
     TypeError
         ``epilogue`` is not one of the epilogue classes.
     """
+    if isinstance(epilogue, Tail):
+        return _lower_tail(epilogue, cfg, n, k)
     if not isinstance(epilogue, tuple(EPILOGUES.values())):
         raise TypeError(f"epilogue must be one of {', '.join(c.__name__ for c in EPILOGUES.values())}"
                         f", not {type(epilogue).__name__}")
@@ -297,6 +329,28 @@ def lower(epilogue, cfg, *, n, k):
     return Lowered(op=epilogue.op, sets=tuple(sets), bias=_pad(bias, width), p1=p1, p2=p2,
                    residual=epilogue.op == EpOp.LAYERNORM,
                    two_pass=epilogue.op in (EpOp.SOFTMAX, EpOp.LAYERNORM), info=info)
+
+
+def _lower_tail(epilogue, cfg, n, k):
+    """:func:`lower` of a :class:`Tail`: each part lowered on its columns, PMEM joined."""
+    head, tail, columns = epilogue.epilogue, epilogue.tail, epilogue.columns
+    if not isinstance(head, (Requant, Gelu)) or type(tail) is not type(head):
+        raise TypeError(f"a Tail's epilogue and tail must be both Requant or both Gelu, not "
+                        f"{type(head).__name__} and {type(tail).__name__}")
+    if isinstance(columns, bool) or not isinstance(columns, (int, np.integer)) \
+            or not 1 <= columns < n:
+        raise ValueError(f"Tail.columns must be an int from 1 to n - 1 = {n - 1}, not "
+                         f"{columns!r}")
+    first = lower(head, cfg, n=n - columns, k=k)
+    last = lower(tail, cfg, n=int(columns), k=k)
+    width = -(-n // cfg.cols) * cfg.cols
+
+    def joined(name):
+        return _pad(np.concatenate([getattr(first, name)[:n - columns],
+                                    getattr(last, name)[:columns]]), width)
+    return Lowered(op=first.op, sets=first.sets, bias=joined("bias"), p1=joined("p1"),
+                   p2=joined("p2"), residual=False, two_pass=False,
+                   info={**first.info, "tail": last.info}, tail=(int(columns), last.sets))
 
 
 def _mask(mask, n, in_scale, name):
@@ -465,10 +519,16 @@ def apply_integer(lowered, c, r=None, *, cols):
         The epilogue's lanes (``cfg.ep_lanes``): the strip width of SOFTMAX's running maximum.
     """
     n = c.shape[1]
-    field = lambda values: torch.from_numpy(values[:n].copy())  # noqa: E731
-    return apply_registers(lowered.op, c, regs=dict(lowered.sets), bias=field(lowered.bias),
-                           p1=field(lowered.p1) & 0xFFFF, p2=field(lowered.p2) & 0xFFFF,
-                           residual=r, lanes=cols)
+
+    def part(sets, lo, hi):
+        field = lambda values: torch.from_numpy(values[lo:hi].copy())  # noqa: E731
+        return apply_registers(lowered.op, c[:, lo:hi], regs=dict(sets),
+                               bias=field(lowered.bias), p1=field(lowered.p1) & 0xFFFF,
+                               p2=field(lowered.p2) & 0xFFFF, residual=r, lanes=cols)
+    if lowered.tail is None:
+        return part(lowered.sets, 0, n)
+    columns, sets = lowered.tail
+    return torch.cat([part(lowered.sets, 0, n - columns), part(sets, n - columns, n)], dim=1)
 
 
 def apply_float(epilogue, c, r=None):
@@ -477,6 +537,10 @@ def apply_float(epilogue, c, r=None):
     approximates."""
     x = c.double()
     n = x.shape[1]
+    if isinstance(epilogue, Tail):
+        cut = n - epilogue.columns
+        return torch.cat([apply_float(epilogue.epilogue, c[:, :cut]),
+                          apply_float(epilogue.tail, c[:, cut:])], dim=1)
 
     def vec(value, default=0.0):
         return torch.from_numpy(_column_vector(value, n, "vector", default=default))

@@ -24,7 +24,9 @@ Tokens (all channels end at 0):
 * step ``s``'s first LOAD pops ``e2l`` when ``s >= 2``; the last MATMUL of step ``s`` pushes
   ``e2l`` when ``s + 2`` exists. An operand half reloaded in step ``s`` was last read no later
   than step ``s - 2``, so this is sufficient for both operands.
-* step ``s``'s last LOAD pushes ``l2e``; its first MATMUL pops it.
+* step ``s``'s last LOAD pushes ``l2e``; its first MATMUL pops it. The first step's loads come
+  in chunks (:func:`_chunks`): each chunk's LOAD of weight blocks pushes ``l2e``, and the
+  MATMUL of the chunk's first block pops it.
 * the last MATMUL of a C tile pushes ``e2s``; the tile's STORE pops it.
 * the first MATMUL of C tile ``t >= 2`` pops ``s2e``, pushed by the STORE of tile ``t - 2``
   (which used the same accumulator half).
@@ -71,15 +73,22 @@ reads. A tile's data must also be visible to its STORE: it is, in any group
 ``q <= last_step(u)``, because that group's last LOAD pushes the ``l2e`` a MATMUL of tile ``u``
 pops before the tile's last MATMUL pushes ``e2s``. So:
 
-* the whole PMEM (all N strips, when they fit in ``pmem_depth``) is loaded once, in the group of
-  the first tile's last step; nothing overwrites it;
+* the whole PMEM (all N strips, when they fit in ``pmem_depth``) is loaded once, in the groups
+  of the first tile's steps; nothing overwrites it;
 * the per-tile data -- the residual tile (row ``mi`` of strip ``s`` at ``slot base + s * m_len +
   mi``, as the STORE's ``aux_addr`` reads it), and PMEM rows when the strips do not all fit --
-  goes into slot ``u mod B`` in the group of tile ``u``'s last step. Slot ``u mod B`` was last
-  read by STORE(``u - B``), so with ``n_kb`` steps per tile the rule above needs
+  goes into slot ``u mod B``. Slot ``u mod B`` was last read by STORE(``u - B``), so it may be
+  written from group ``first_step(u - B + 2) + 2`` to tile ``u``'s last step, and the slots are
+  enough when that range holds the last step: with ``n_kb`` steps per tile the rule above needs
   ``u*n_kb + n_kb - 1 >= (u - B + 2)*n_kb + 2``, that is ``(B - 1) * n_kb >= 3``: ``B = 4`` with
   one step a tile, 3 with two, 2 with three or more (never more than the tiles). The residual
   slots sit in scratchpad B above the two weight halves, which shrink to make room.
+
+Both are cut into chunks of N strips spread over the groups of the tile's steps that may write
+them (past the head group, whose loads nothing hides), one LOAD each: the loads of a step hide
+behind the MATMULs of the step before, so a chunk per step stays hidden where one LOAD of a
+whole residual tile and PMEM would hold the execute unit back (on 16x16, all-MiniLM-L6-v2's
+LayerNorm GEMMs at 32 tokens: 960 beats against a step's 768 cycles of MATMULs).
 
 Choosing the blocking. :func:`plan_gemm` searches ``(Mb, Kb, Nb, order)`` under
 ``Mb*Kb <= spad_depth/2``, ``Kb*Nb*rows <= spad_depth/2``, ``Mb*Nb <= acc_depth/2`` and
@@ -110,7 +119,8 @@ from .cycles import CycleStepper
 from .epilogue import lower, pmem_bytes
 from .program import Program, ProgramError
 
-__all__ = ["TilePlan", "plan_gemm", "compile_gemm", "program_size", "rebind", "GemmGroups"]
+__all__ = ["TilePlan", "plan_gemm", "compile_gemm", "program_size", "rebind", "GemmGroups",
+           "k_tiles"]
 
 #: Cycles of fixed cost assumed for every step (token hand-over between the units).
 _STEP_OVERHEAD = 2
@@ -222,8 +232,9 @@ def _ends(tail, taper):
     return [tail << i for i in range(taper, -1, -1)] if tail else []
 
 
-def _k_tiles(rows, k, k_high):
-    """K tiles of a GEMM of depth ``k`` with ``k_high`` high rows: each part tiled alone."""
+def k_tiles(rows, k, k_high):
+    """K tiles of a GEMM of depth ``k`` with ``k_high`` high rows on an array of ``rows`` rows:
+    each part tiled alone."""
     return -(-k_high // rows) + -(-(k - k_high) // rows)
 
 
@@ -363,7 +374,7 @@ def _step_table(plan, cfg):
     """The steps of ``plan``: the members of a batch one after the other, in each C tiles in
     ``plan.order``, K blocks inside. An operand is loaded when its block (or member) differs
     from the one the step before used, into the other half."""
-    kt_total = _k_tiles(cfg.rows, plan.k, plan.k_high)
+    kt_total = k_tiles(cfg.rows, plan.k, plan.k_high)
     nt_total = -(-plan.n // cfg.cols)
     m0, mlen = _m_blocks(plan.m, plan.mb, plan.ends)
     kt0, ktlen = _blocks(kt_total, plan.kb)
@@ -455,7 +466,7 @@ def _layout(cfg, plan, ep):
         half_spad = cfg.spad_depth // 2
         return _Layout(b_half=half_spad, slots=0, res_base=0, res_rows=0, pmem_whole=True,
                        pmem_rows=0)
-    return _layout_of(cfg, _k_tiles(cfg.rows, plan.k, plan.k_high), plan.n,
+    return _layout_of(cfg, k_tiles(cfg.rows, plan.k, plan.k_high), plan.n,
                       _MBlocks.of(plan.m, plan.mb, plan.tail, plan.taper), plan.kb, plan.nb, ep,
                       plan.batch)
 
@@ -593,7 +604,7 @@ def _sizes(total, cap, extra=10):
 def _plan_plain(cfg, m, k, n, k_high, batch):
     """The plain GEMM's plan (see :func:`plan_gemm`)."""
     rows = cfg.rows
-    kt_total = _k_tiles(rows, k, k_high)
+    kt_total = k_tiles(rows, k, k_high)
     nt_total = -(-n // cfg.cols)
     half_spad = cfg.spad_depth // 2
     half_acc = cfg.acc_depth // 2
@@ -731,7 +742,7 @@ def _plan_epilogue(cfg, m, k, n, ep, k_high, batch, epilogue):
     """The plan for a GEMM with ``epilogue`` (``ep`` what the planner needs of it; see
     :func:`plan_gemm`)."""
     rows, cols = cfg.rows, cfg.cols
-    kt_total = _k_tiles(rows, k, k_high)
+    kt_total = k_tiles(rows, k, k_high)
     nt_total = -(-n // cols)
     half_spad = cfg.spad_depth // 2
     half_acc = cfg.acc_depth // 2
@@ -947,7 +958,7 @@ def program_size(cfg, plan, *, epilogue=None):
     """
     rows, cols = cfg.rows, cfg.cols
     m, k, n = plan.m, plan.k, plan.n
-    kt_total = _k_tiles(rows, k, plan.k_high)
+    kt_total = k_tiles(rows, k, plan.k_high)
     nt_total = -(-n // cols)
     n_mb = len(_m_blocks(m, plan.mb, plan.ends)[0])
     n_kb = -(-kt_total // plan.kb)
@@ -958,19 +969,55 @@ def program_size(cfg, plan, *, epilogue=None):
                                       plan.order)
     loads = _operand_loads(n_mb, n_kb, n_nb, plan.order)
     matmuls = batch * n_mb * kt_total * nt_total
-    instructions = matmuls + batch * sum(loads) + n_tiles
+    instructions = matmuls + batch * sum(loads) + n_tiles + _split_loads(
+        cfg, min(plan.kb, kt_total), min(plan.nb, nt_total), epilogue is None or n_kb > 1)
     data_beats = batch * (a_beats + b_beats)
+    out_beats = batch * m * nt_total
     if epilogue is not None:
-        ep = _Epilogue.of(epilogue)
+        ep, lowered = _Epilogue.of(epilogue), lower(epilogue, cfg, n=n, k=k)
         per_row = cfg.pmem_beats_per_row
         whole = nt_total <= cfg.pmem_depth
         data_beats += nt_total * per_row * (1 if whole else batch * n_mb)
-        instructions += (1 if whole else n_tiles) + len(lower(epilogue, cfg, n=n, k=k).sets)
+        # The per-tile data's LOADs: a chunk of strips in each group it spreads over.
+        m_blocks = _MBlocks.of(m, plan.mb, plan.tail, plan.taper)
+        lo, hi = _aux_groups(n_kb, n_tiles, _layout_of(cfg, kt_total, n, m_blocks, plan.kb,
+                                                       plan.nb, ep, batch).slots)
+        mlen, nt0, ntlen = _tiles(plan, nt_total)
+        chunks = int(np.minimum(ntlen, hi - lo + 1).sum())     # chunks of strips, a LOAD each
+        instructions += len(lowered.sets) + (min(nt_total, int(hi[0] - lo[0]) + 1) if whole
+                                             else chunks)
         if ep.residual:
             data_beats += batch * m * nt_total
-            instructions += n_tiles
+            instructions += chunks
+        if lowered.tail is not None:
+            # A tile with tail strips stores them again after the tail's SETs, and the head's
+            # SETs follow unless it is the last tile.
+            tail = np.maximum(nt0 + ntlen - np.maximum(nt0, (n - lowered.tail[0]) // cols), 0)
+            tails, sets = int((tail > 0).sum()), len(lowered.tail[1])
+            instructions += tails * (1 + 2 * sets) - sets * int(tail[-1] > 0)
+            out_beats += int((tail * mlen).sum())
     return {"instructions": instructions, "matmuls": matmuls, "data_beats": data_beats,
-            "out_beats": batch * m * nt_total}
+            "out_beats": out_beats}
+
+
+def _split_loads(cfg, ktlen, ntlen, split):
+    """The LOADs that cutting the first step's (``ktlen`` K tiles of ``ntlen`` strips) into
+    chunks adds (0 unless ``split``; see :func:`_chunks`)."""
+    if not split:
+        return 0
+    bounds = _chunks(ktlen * ntlen, _split_chunks(cfg, ktlen * ntlen))
+    return len(bounds) - 1 + len({(end - 1) // ntlen for end in bounds[1:]}) - 2
+
+
+def _tiles(plan, nt_total):
+    """``(mlen, nt0, ntlen)``, int64 arrays over the C tiles in program order: their rows,
+    first N strip and strips."""
+    _, mlen = _m_blocks(plan.m, plan.mb, plan.ends)
+    nt0, ntlen = _blocks(nt_total, plan.nb)
+    tiles = np.arange(len(mlen) * len(nt0), dtype=np.int64)
+    mi, ni = np.divmod(tiles, len(nt0)) if plan.order == "m" else \
+        np.divmod(tiles, len(mlen))[::-1]
+    return tuple(np.tile(values, plan.batch) for values in (mlen[mi], nt0[ni], ntlen[ni]))
 
 
 def _operand_loads(n_mb, n_kb, n_nb, order):
@@ -996,8 +1043,10 @@ class _Group(NamedTuple):
     b_count: int
     pmem_addr: int      # the LOAD of PMEM rows
     pmem_count: int
-    res_addr: int       # the LOAD of a residual tile
+    pmem_strip0: int    # ... of N strips from this one on
+    res_addr: int       # the LOAD of a residual chunk
     res_count: int
+    res_strip0: int     # ... of the tile's strips from this one on
     pop_e2l: int        # the first LOAD pops e2l
     ktlen: int          # the MATMULs: ktlen rows (K tiles) of ntlen (N strips)
     ntlen: int
@@ -1013,11 +1062,20 @@ class _Group(NamedTuple):
     push_s2e: int       # the STORE pushes s2e
     param_addr: int
     aux_addr: int
+    tail_strips: int    # a Tail's strips in the tile: stored again, after the tail's SETs
+    tail_strip0: int    # ... from this strip of the tile on
+    tail_param: int     # ... with their PMEM rows from this one on
+    tail_restore: int   # the head epilogue's SETs follow (a STORE comes after)
+    split: int          # the first step's loads in this many chunks, a token each (see
+    split_k: int        # :func:`_chunks`): on the head group (with the step's K tiles and
+    split_n: int        # N strips) and on the group of the step's MATMULs
 
 
-def _group_codes(cfg, ep, layout, table, nt_total, k_high):
+def _group_codes(cfg, ep, layout, table, nt_total, k_high, tail_strip=None):
     """The :class:`_Group` of every group of a GEMM, as rows of an int64 array (``n_steps +
-    1`` rows; see "Epilogues" in the module docstring for where the epilogue data goes)."""
+    1`` rows; see "Epilogues" in the module docstring for where the epilogue data goes).
+    ``tail_strip``: the first N strip that holds a :class:`~bertaccel.sw.epilogue.Tail`'s
+    columns."""
     c = table.columns
     count = len(table)
     half_spad, half_acc = cfg.spad_depth // 2, cfg.acc_depth // 2
@@ -1048,23 +1106,100 @@ def _group_codes(cfg, ep, layout, table, nt_total, k_high):
     put("store", steps, c["last_k"])
     last = np.flatnonzero(c["last_k"])              # each tile's last step, in tile order
     put("push_s2e", last + 1, np.arange(len(last)) + 2 < table.n_tiles)
-    if ep is None:
-        return codes
-    # The per-tile data goes with the LOADs of the tile's last step, into slot tile % slots.
+    if ep is not None:
+        _epilogue_codes(cfg, ep, layout, c, put, codes[:, column["param_addr"]], last,
+                        len(table), nt_total, tail_strip)
+    if not (codes[0, column["pmem_count"]] or codes[0, column["res_count"]]):
+        # The first step's loads in chunks: its MATMULs start behind the first one.
+        blocks = int(c["ktlen"][0] * c["ntlen"][0])
+        put("split", [0, 1], _split_chunks(cfg, blocks))
+        put("split_k", 0, c["ktlen"][0])
+        put("split_n", 0, c["ntlen"][0])
+    return codes
+
+
+def _epilogue_codes(cfg, ep, layout, c, put, param_addr, last, count, nt_total, tail_strip):
+    """Fill in the codes of the epilogue's data and STOREs (see :func:`_group_codes`)."""
+    # The per-tile data goes into slot tile % slots, in chunks of strips spread over the LOADs
+    # of the tile's steps that may write the slot (:func:`_spread`).
     slot = np.arange(len(last)) % layout.slots
     per_row = cfg.pmem_beats_per_row
+    spans = list(zip(*(ends.tolist() for ends in _aux_groups(count // len(last), len(last),
+                                                            layout.slots))))
+    for tile, (lo, hi) in enumerate(spans):
+        ntlen, mlen = int(c["ntlen"][hi]), int(c["mlen"][hi])
+        for group, strip0, strips in _spread(lo, hi, ntlen):
+            if not layout.pmem_whole:
+                put("pmem_addr", group, slot[tile] * layout.pmem_rows + strip0)
+                put("pmem_count", group, strips * per_row)
+                put("pmem_strip0", group, c["nt0"][hi] + strip0)
+            if ep.residual:
+                put("res_addr", group, layout.res_base + slot[tile] * layout.res_rows
+                    + strip0 * mlen)
+                put("res_count", group, strips * mlen)
+                put("res_strip0", group, strip0)
     if layout.pmem_whole:
-        put("pmem_count", last[0], nt_total * per_row)
+        lo, hi = spans[0]
+        for group, strip0, strips in _spread(lo, hi, nt_total):
+            put("pmem_addr", group, strip0)
+            put("pmem_count", group, strips * per_row)
+            put("pmem_strip0", group, strip0)
         put("param_addr", last + 1, c["nt0"][last])
     else:
-        put("pmem_addr", last, slot * layout.pmem_rows)
-        put("pmem_count", last, c["ntlen"][last] * per_row)
         put("param_addr", last + 1, slot * layout.pmem_rows)
     if ep.residual:
-        put("res_addr", last, layout.res_base + slot * layout.res_rows)
-        put("res_count", last, c["ntlen"][last] * c["mlen"][last])
         put("aux_addr", last + 1, layout.res_base + slot * layout.res_rows)
-    return codes
+    if tail_strip is not None:
+        # The tile's strips from tail_strip on are stored again; that STORE frees the tile.
+        start = np.maximum(c["nt0"][last], tail_strip)
+        strips = np.maximum(c["nt0"][last] + c["ntlen"][last] - start, 0)
+        put("tail_strips", last + 1, strips)
+        put("tail_strip0", last + 1, start - c["nt0"][last])
+        put("tail_param", last + 1, param_addr[last + 1] + start - c["nt0"][last])
+        put("tail_restore", last + 1, np.arange(len(last)) + 1 < len(last))
+
+
+def _split_chunks(cfg, blocks):
+    """The chunks the first step's ``blocks`` weight blocks are loaded in: as many as leave
+    the load queue room for one LOAD of operand rows (more LOADs than the queue holds stall
+    the in-order dispatch, and the MATMULs behind it)."""
+    return _max(1, _min(blocks, cfg.queue_depth - 1))
+
+
+def _chunks(blocks, chunks):
+    """The first block of each of ``chunks`` chunks of ``blocks`` weight blocks (in ``(kt,
+    nt)`` order), as even as they come, and ``blocks`` at the end. The first step's LOADs
+    come chunk by chunk, each its weight blocks after the operand rows of K tiles it is the
+    first to need, and push a token that the MATMUL of the chunk's first block pops: the
+    execute unit starts behind the first chunk instead of the whole step (the only loads
+    that nothing hides)."""
+    return [j * blocks // chunks for j in range(chunks + 1)]
+
+
+def _aux_groups(n_kb, n_tiles, slots):
+    """``(lo, hi)``, int64 arrays over the tiles (each ``n_kb`` steps, in order): the groups
+    whose LOADs may write tile ``u``'s slot of epilogue data: its own steps' from the first
+    that the tokens keep behind STORE(``u - slots``), the slot's last reader
+    (``first_step(u - slots + 2) + 2``, see "Epilogues" in the module docstring), and past
+    the head group where the tile has a step after it."""
+    tile = np.arange(n_tiles, dtype=np.int64)
+    lo, hi = tile * n_kb, tile * n_kb + n_kb - 1
+    if slots >= 2:
+        lo = np.where(tile >= slots, np.maximum(lo, (tile - slots + 2) * n_kb + 2), lo)
+    else:
+        lo = np.where(tile >= slots, hi, lo)
+    return np.minimum(np.maximum(lo, np.minimum(1, hi)), hi), hi
+
+
+def _spread(lo, hi, strips):
+    """``(group, strip0, count)`` chunks of ``strips`` strips over the groups ``lo .. hi``, as
+    even as they come (a group with no strip gets no chunk). The loads of a step are hidden
+    behind the MATMULs of the step before, so data spread over them stays hidden where one
+    large LOAD would stall the execute unit."""
+    groups = hi - lo + 1
+    bounds = [j * strips // groups for j in range(groups + 1)]
+    return [(lo + j, bounds[j], bounds[j + 1] - bounds[j]) for j in range(groups)
+            if bounds[j + 1] > bounds[j]]
 
 
 class GemmGroups:
@@ -1101,8 +1236,8 @@ class GemmGroups:
     #: The columns that only say where data lives, in scratchpads A and B and PMEM: the
     #: LOADs' ``addr``, the MATMULs' ``a_addr`` and ``b_addr``, the STOREs' ``param_addr`` and
     #: ``aux_addr``.
-    PLACEMENT = ("a_addr", "b_addr", "pmem_addr", "res_addr", "a_base", "b_base",
-                 "param_addr", "aux_addr")
+    PLACEMENT = ("a_addr", "b_addr", "pmem_addr", "pmem_strip0", "res_addr", "res_strip0",
+                 "a_base", "b_base", "param_addr", "aux_addr", "tail_param")
 
     def __init__(self, cfg, m, k, n, *, plan=None, epilogue=None, lowered=None, k_high=0,
                  batch=1):
@@ -1133,10 +1268,13 @@ class GemmGroups:
         self.plan, self.ep = plan, ep
         self.layout = _layout(cfg, plan, ep)
         self.table = _step_table(plan, cfg)
+        tail = None if ep is None else self.lowered.tail
+        if tail is not None and ep.passes != 1:
+            raise ProgramError(f"a Tail takes a single-pass epilogue, not {ep.op.name}")
         self.codes = _group_codes(cfg, ep, self.layout, self.table, -(-n // cfg.cols),
-                                  plan.k_high)
-        self.sets = [] if ep is None else [isa.Set(index=index, value=int(value))
-                                          for index, value in self.lowered.sets]
+                                  plan.k_high, None if tail is None else (n - tail[0]) // cfg.cols)
+        self.sets = [] if ep is None else _sets(self.lowered.sets)
+        self.tail_sets = [] if tail is None else _sets(tail[1])
 
     def __len__(self):
         return len(self.codes)
@@ -1148,29 +1286,50 @@ class GemmGroups:
     def loads(self, group):
         """The LOADs of ``group`` (the head group's after its SETs); the first pops ``e2l``
         (from step 2), the last pushes ``l2e``."""
-        loads = [(target, addr, count) for target, addr, count in (
-            (isa.Target.SPAD_A, group.a_addr, group.a_count),
-            (isa.Target.SPAD_B, group.b_addr, group.b_count),
-            (isa.Target.PMEM, group.pmem_addr, group.pmem_count),
-            (isa.Target.SPAD_B, group.res_addr, group.res_count)) if count]
+        if group.split_k:
+            loads = self._split_loads(group)
+        else:
+            loads = [(target, addr, count, False) for target, addr, count in (
+                (isa.Target.SPAD_A, group.a_addr, group.a_count),
+                (isa.Target.SPAD_B, group.b_addr, group.b_count),
+                (isa.Target.PMEM, group.pmem_addr, group.pmem_count),
+                (isa.Target.SPAD_B, group.res_addr, group.res_count)) if count]
         last = len(loads) - 1
         loads = [isa.Load(target=target, addr=addr, count=count,
-                          pop_next=number == 0 and bool(group.pop_e2l), push_next=number == last)
-                 for number, (target, addr, count) in enumerate(loads)]
+                          pop_next=number == 0 and bool(group.pop_e2l),
+                          push_next=push or number == last)
+                 for number, (target, addr, count, push) in enumerate(loads)]
         return self.sets + loads if group.sets else loads
+
+    def _split_loads(self, group):
+        """``[(target, addr, count, push), ...]``: the head group's A and B in chunks
+        (:func:`_chunks`), each chunk's B pushing."""
+        rows, n, mlen = self.cfg.rows, group.split_n, group.a_count // group.split_k
+        bounds = _chunks(group.split_k * n, group.split)
+        out, loaded = [], 0                             # A's K tiles loaded so far
+        for b0, b1 in zip(bounds, bounds[1:]):
+            need = (b1 - 1) // n + 1
+            if need > loaded:
+                out.append((isa.Target.SPAD_A, group.a_addr + loaded * mlen,
+                            (need - loaded) * mlen, False))
+                loaded = need
+            out.append((isa.Target.SPAD_B, group.b_addr + b0 * rows, (b1 - b0) * rows, True))
+        return out
 
     def row(self, group, kt):
         """The MATMULs of K tile ``kt`` of ``group``, one per N strip, shifted in a high K tile:
-        the step's first pops ``l2e`` (and ``s2e`` when it starts C tile 2 or later), its last
+        the step's first pops ``l2e`` (the first step's: the first of each chunk's weight
+        blocks) (and ``s2e`` when it starts C tile 2 or later), its last
         pushes ``e2l`` and, ending its tile, ``e2s``."""
         rows, mlen, ntlen = self.cfg.rows, group.mlen, group.ntlen
         first = kt == 0                           # the step's first MATMUL is this row's first
         last = kt == group.ktlen - 1              # ... and its last this row's last
+        pops = set(_chunks(group.ktlen * ntlen, group.split)[:-1]) if group.split else {0}
         return [isa.Matmul(a_addr=group.a_base + kt * mlen,
                            b_addr=group.b_base + (kt * ntlen + nt) * rows,
                            acc_addr=group.c_base + nt * mlen, m_len=mlen,
                            accumulate=not (group.first_k and first), shift=kt < group.high,
-                           pop_prev=first and nt == 0,
+                           pop_prev=kt * ntlen + nt in pops,
                            pop_next=first and nt == 0 and bool(group.pop_s2e),
                            push_prev=last and nt == ntlen - 1 and bool(group.push_e2l),
                            push_next=last and nt == ntlen - 1 and bool(group.store))
@@ -1180,7 +1339,8 @@ class GemmGroups:
         """What :meth:`loads` makes the LOADs of ``group`` from, but placement (their
         ``addr``) and the SETs' values: LOADs of equal keys differ only there."""
         return (group.sets and tuple(instr.index for instr in self.sets), group.a_count,
-                group.b_count, group.pmem_count, group.res_count, group.pop_e2l)
+                group.b_count, group.pmem_count, group.res_count, group.pop_e2l, group.split,
+                group.split_k, group.split_n)
 
     @staticmethod
     def row_key(group, kt):
@@ -1189,35 +1349,47 @@ class GemmGroups:
         first, last = kt == 0, kt == group.ktlen - 1
         return (group.mlen, group.ntlen, group.c_base, first, last, first and group.first_k,
                 first and group.pop_s2e, last and group.push_e2l, last and group.store,
-                kt < group.high)
+                kt < group.high, group.split and (group.ktlen, kt))
 
     def store_key(self, group):
-        """What :meth:`store` makes the STORE of ``group`` from, but placement
-        (``param_addr`` and ``aux_addr``): STOREs of equal keys differ only there."""
+        """What :meth:`stores` makes the store-unit instructions of ``group`` from, but
+        placement (``param_addr``, ``aux_addr``, ``tail_param``) and the SETs' values: those
+        of equal keys differ only there."""
         return group.store and (self.ep is not None and self.ep.op, group.mlen, group.ntlen,
-                                group.c_base, group.push_s2e)
+                                group.c_base, group.push_s2e, group.tail_strips,
+                                group.tail_strip0, group.tail_restore)
 
-    def store(self, group):
-        """The STORE of ``group`` (``None`` when it has none): it drains its tile row by row,
-        beat ``(mi, nt)`` from ``acc[c_base + nt * mlen + mi]``."""
+    def stores(self, group):
+        """The store-unit instructions of ``group`` (none when it ends no tile): the STORE
+        that drains its tile row by row, beat ``(mi, nt)`` from ``acc[c_base + nt * mlen +
+        mi]``; with a Tail's strips in the tile, the tail's SETs, the STORE of those strips
+        and the head's SETs back (where a STORE follows). The tile's last STORE frees it."""
         if not group.store:
-            return None
+            return []
         fields = {}
         if self.ep is not None:
             fields = {"op": self.ep.op, "param_addr": group.param_addr,
                       "aux_addr": group.aux_addr}
-        return isa.Store(acc_addr=group.c_base, rows=group.mlen, strips=group.ntlen,
-                         stride=group.mlen, pop_prev=True, push_prev=bool(group.push_s2e),
-                         **fields)
+        tail = group.tail_strips > 0
+        out = [isa.Store(acc_addr=group.c_base, rows=group.mlen, strips=group.ntlen,
+                         stride=group.mlen, pop_prev=True,
+                         push_prev=bool(group.push_s2e) and not tail, **fields)]
+        if tail:
+            out += self.tail_sets
+            out.append(isa.Store(acc_addr=group.c_base + group.tail_strip0 * group.mlen,
+                                 rows=group.mlen, strips=group.tail_strips, stride=group.mlen,
+                                 push_prev=bool(group.push_s2e),
+                                 **dict(fields, param_addr=group.tail_param)))
+            if group.tail_restore:
+                out += self.sets
+        return out
 
     def group_instrs(self, group):
         """Every instruction of ``group``, in program order."""
         instrs = self.loads(group)
         for kt in range(group.ktlen):
             instrs.extend(self.row(group, kt))
-        store = self.store(group)
-        if store is not None:
-            instrs.append(store)
+        instrs.extend(self.stores(group))
         return instrs
 
     def instrs(self):
@@ -1226,6 +1398,11 @@ class GemmGroups:
         for g in range(len(self)):
             instrs.extend(self.group_instrs(self.group(g)))
         return instrs
+
+
+def _sets(pairs):
+    """SET instructions of ``(Param, value)`` pairs."""
+    return [isa.Set(index=index, value=int(value)) for index, value in pairs]
 
 
 class _GemmWriter:
@@ -1249,32 +1426,45 @@ class _GemmWriter:
         self.p_off = self.r_off + (batch * m * n if ep is not None and ep.residual else 0)
         self.pad = self.p_off + (params.size if params is not None else 0)
         self.discard = batch * m * n
+        self.tail_columns = 0 if lowered is None or lowered.tail is None else lowered.tail[0]
         self.lane = np.arange(cfg.lanes)
         self.beat_bytes = min(cfg.lanes, cfg.cols * 8)
         self.instrs, self.pack_parts, self.unpack_parts = [], [], []
+        self.a_done = self.b_done = 0       # the K tiles and blocks of A and B packed in chunks
 
     def write(self):
         """The groups in program order: the instructions, and the pack rows of every LOAD of
         group ``g`` (step ``g``'s) and the unpack rows of its STORE (step ``g - 1``'s)."""
         groups = self.groups
         steps = list(groups.table.steps())
-        nt_total = -(-self.plan.n // self.cfg.cols)
         for g in range(len(groups)):
             group = groups.group(g)
             self.instrs.extend(groups.group_instrs(group))
             if g < len(steps):
                 step = steps[g]
-                if group.a_count:
-                    self.a_pack(step)
-                if group.b_count:
-                    self.b_pack(step)
+                if group.split_k:
+                    for target, _, count, _ in groups._split_loads(group):
+                        if target == isa.Target.SPAD_A:
+                            self.a_pack(step, self.a_done, count // step.mlen)
+                            self.a_done += count // step.mlen
+                        else:
+                            self.b_pack(step, self.b_done, count // self.cfg.rows)
+                            self.b_done += count // self.cfg.rows
+                else:
+                    if group.a_count:
+                        self.a_pack(step, 0, step.ktlen)
+                    if group.b_count:
+                        self.b_pack(step, 0, step.ktlen * step.ntlen)
                 if group.pmem_count:
-                    whole = self.groups.layout.pmem_whole
-                    self.pmem_pack(0 if whole else step.nt0, nt_total if whole else step.ntlen)
+                    self.pmem_pack(group.pmem_strip0,
+                                   group.pmem_count // self.cfg.pmem_beats_per_row)
                 if group.res_count:
-                    self.residual_pack(step)
+                    self.residual_pack(step, group.res_strip0, group.res_count // step.mlen)
             if group.store:
-                self.unpack(steps[g - 1])
+                step = steps[g - 1]
+                self.unpack(step, 0, step.ntlen)
+                if group.tail_strips:
+                    self.unpack(step, group.tail_strip0, group.tail_strips, tail=True)
 
     def program(self):
         """The :class:`~bertaccel.sw.program.Program` written."""
@@ -1298,24 +1488,24 @@ class _GemmWriter:
         """Pack-index rows: ``index`` where ``valid``, else the zero."""
         self.pack_parts.append(np.where(valid, index, self.pad).reshape(-1, self.cfg.lanes))
 
-    def a_pack(self, step):
-        # Row kt * mlen + mi holds A[m0 + mi, K tile kt0 + kt].
+    def a_pack(self, step, kt0, kts):
+        # Row kt * mlen + mi holds A[m0 + mi, K tile kt0 + kt]: K tiles kt0 .. of the step.
         rows, lane, plan = self.cfg.rows, self.lane, self.plan
-        kt = np.arange(step.ktlen)[:, None, None]
+        kt = kt0 + np.arange(kts)[:, None, None]
         mi = np.arange(step.mlen)[None, :, None]
         first, end, _ = _k_rows(rows, plan.k, plan.k_high, step.kt0 + kt)
         col = first + lane
         index = self.a_off + (step.member * plan.m + step.m0 + mi) * plan.k + col
         self._pack((lane < rows) & (col < end), index)
 
-    def b_pack(self, step):
+    def b_pack(self, step, block0, blocks):
         # Block kt * ntlen + nt, row r holds row r of K tile kt0 + kt of B, columns
-        # (nt0 + nt) * cols ...
+        # (nt0 + nt) * cols ...: blocks block0 .. of the step.
         rows, cols, lane = self.cfg.rows, self.cfg.cols, self.lane
         k, n = self.plan.k, self.plan.n
-        kt = np.arange(step.ktlen)[:, None, None, None]
-        nt = np.arange(step.ntlen)[None, :, None, None]
-        r = np.arange(rows)[None, None, :, None]
+        kt, nt = np.divmod(block0 + np.arange(blocks), step.ntlen)
+        kt, nt = kt[:, None, None], nt[:, None, None]
+        r = np.arange(rows)[None, :, None]
         first, end, _ = _k_rows(rows, k, self.plan.k_high, step.kt0 + kt)
         brow = first + r
         bcol = (step.nt0 + nt) * cols + lane
@@ -1331,11 +1521,11 @@ class _GemmWriter:
         byte = (strip0 + row) * self.cfg.cols * 8 + beat * beat_bytes + lane
         self._pack(lane < beat_bytes, self.p_off + byte)
 
-    def residual_pack(self, step):
+    def residual_pack(self, step, strip0, strips):
         # Row mi of strip nt at the slot base + nt * mlen + mi, as the STORE's aux_addr reads
-        # it.
+        # it: strips strip0 .. of the tile.
         cols, lane, n = self.cfg.cols, self.lane, self.plan.n
-        nt = np.arange(step.ntlen)[:, None, None]
+        nt = strip0 + np.arange(strips)[:, None, None]
         mi = np.arange(step.mlen)[None, :, None]
         col = (step.nt0 + nt) * cols + lane
         index = self.r_off + (step.member * self.plan.m + step.m0 + mi) * n + col
@@ -1343,14 +1533,18 @@ class _GemmWriter:
 
     # -- the unpack rows of the STOREs -----------------------------------------------------------
 
-    def unpack(self, step):
-        """The STORE drains the tile row by row: beat (mi, nt) is acc[base + nt*mlen + mi]."""
+    def unpack(self, step, strip0, strips, tail=False):
+        """A STORE drains strips ``strip0 ..`` of the tile row by row: beat (mi, nt) is
+        acc[base + nt*mlen + mi]. Its columns are the output's where its epilogue is theirs
+        (a Tail's columns come from the tail's STORE)."""
         cols, n = self.cfg.cols, self.plan.n
+        cut = n - self.tail_columns
         mi = np.arange(step.mlen)[:, None, None]
-        nt = np.arange(step.ntlen)[None, :, None]
+        nt = strip0 + np.arange(strips)[None, :, None]
         col = (step.nt0 + nt) * cols + np.arange(cols)
         index = (step.member * self.plan.m + step.m0 + mi) * n + col
-        self.unpack_parts.append(np.where(col < n, index, self.discard).reshape(-1, cols))
+        mine = (col >= cut) & (col < n) if tail else col < cut
+        self.unpack_parts.append(np.where(mine, index, self.discard).reshape(-1, cols))
 
 
 def rebind(base, epilogue, k, n):
@@ -1361,11 +1555,13 @@ def rebind(base, epilogue, k, n):
     lowered = lower(epilogue, cfg, n=n, k=k)
     old = base.meta["epilogue"]
     sets = [number for number, instr in enumerate(base.instrs) if isinstance(instr, isa.Set)]
-    if (lowered.op != old.op or [index for index, _ in lowered.sets]
-            != [base.instrs[number].index for number in sets]):
+    values = _set_values(lowered, len(sets))
+    if (lowered.op != old.op or (lowered.tail and lowered.tail[0]) != (old.tail and old.tail[0])
+            or [index for index, _ in values] != [base.instrs[number].index
+                                                   for number in sets]):
         return None
     instrs = list(base.instrs)
-    for number, (_, value) in zip(sets, lowered.sets):
+    for number, (_, value) in zip(sets, values):
         instrs[number] = dataclasses.replace(instrs[number], value=int(value))
     params = torch.from_numpy(pmem_bytes(lowered, cfg.cols).reshape(-1).view(np.int8).copy())
     if tuple(params.shape) != tuple(base.constants["params"].shape):
@@ -1373,3 +1569,14 @@ def rebind(base, epilogue, k, n):
     return Program(cfg, instrs, inputs=base.inputs, outputs=base.outputs,
                    pack_index=base.pack_index, unpack_index=base.unpack_index,
                    constants={"params": params}, meta={**base.meta, "epilogue": lowered})
+
+
+def _set_values(lowered, count):
+    """The ``(Param, value)`` of the ``count`` SETs of a program of ``lowered``, in program
+    order: its SETs, then by turns a Tail's and its own again (:meth:`GemmGroups.stores`)."""
+    head = list(lowered.sets)
+    out = list(head)
+    if lowered.tail is not None and head:
+        while len(out) < count:
+            out += list(lowered.tail[1]) if (len(out) // len(head)) % 2 else head
+    return out

@@ -119,7 +119,7 @@ class _Part:
         self.lowered = None if epilogue is None else timer.lowered(epilogue, n, k)
         self.key = ("gemm", m, k, n, k_high, batch, None) if epilogue is None else \
             ("gemm", m, k, n, k_high, batch, self.lowered.op,
-             tuple(index for index, _ in self.lowered.sets))
+             tuple(index for index, _ in self.lowered.sets), _tail(self.lowered))
         self._groups = None
 
     def groups(self):
@@ -134,7 +134,8 @@ class _Part:
             distinct, inverse = _unique_rows(np.ascontiguousarray(groups.codes[:, _TIMED]))
             op = groups.ep.op if groups.ep is not None else isa.EpOp.RAW
             sets = tuple(instr.index for instr in groups.sets)
-            ids = np.array([timer.group_id((op, row[_SETS_COLUMN] and sets, *row))
+            ids = np.array([timer.group_id((op, row[_SETS_COLUMN] and sets,
+                                            _tail(groups.lowered), *row))
                             for row in distinct.tolist()], dtype=np.int64)
             self._groups = groups, ids[inverse].tolist()
         return self._groups
@@ -215,7 +216,9 @@ class GemmTimer:
 
     def plan(self, m, k, n, epilogue, k_high=0, batch=1):
         """:func:`~bertaccel.sw.tiler.plan_gemm`'s plan (kept: it depends on the op only)."""
-        key = (m, k, n, None if epilogue is None else epilogue.op, k_high, batch)
+        lowered = None if epilogue is None else self.lowered(epilogue, n, k)
+        key = (m, k, n, None if epilogue is None else epilogue.op, k_high, batch,
+               _tail(lowered))
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = plan_gemm(self.cfg, m, k, n, epilogue=epilogue,
@@ -308,10 +311,10 @@ class GemmTimer:
                     lambda: _joined(groups.loads(group), opened, False))
         for kt in range(group.ktlen):
             self._piece(walk, (_ROW, groups.row_key(group, kt)), lambda: groups.row(group, kt))
-        store = groups.store(group)
-        if store is not None:
+        stores = groups.stores(group)
+        if stores:
             self._piece(walk, (_STORE, groups.store_key(group), closed),
-                        lambda: _joined([store], False, closed))
+                        lambda: _joined(list(stores), False, closed))
         elif closed:        # a GEMM ends with its last tile's STORE
             raise AssertionError(f"the last group of {groups.plan} has no STORE")
         self._memo[(sid, gid)] = (walk.sid, walk.ref - ref)
@@ -352,6 +355,15 @@ class GemmTimer:
         """:attr:`stats` with ``states`` (distinct states met) and ``memo`` (entries
         remembered)."""
         return dict(self.stats, states=len(self._states), memo=len(self._memo))
+
+
+def _tail(lowered):
+    """What a Tail adds to the timing of a GEMM with ``lowered``: its columns and its SETs'
+    registers (``None`` without one)."""
+    if lowered is None or lowered.tail is None:
+        return None
+    columns, sets = lowered.tail
+    return columns, tuple(index for index, _ in sets)
 
 
 def _joined(instrs, opened, closed):

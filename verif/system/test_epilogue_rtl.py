@@ -13,6 +13,9 @@ an accumulator deep enough for such rows) and on 8x8, free-running and stalled.
 ``test_batched_gemm`` runs batches of three GEMMs compiled as one (attention's heads), each op,
 free-running and stalled: every member bit for bit with golden on its own operands.
 
+``test_tail_epilogue`` runs two epilogues of one op on one GEMM (a ``Tail``: the last columns
+with their own registers, their strips stored again), free-running and stalled.
+
 ``test_fusion_ratios`` records, on 8x8, the cycles of the fused programs of the three acceptance
 shapes against the plain GEMM of the same shape, prints the ratios and checks each is at most
 1.05.
@@ -144,6 +147,28 @@ def test_batched_gemm(devices, stall):
                                 k_high=r + 1 if op == "requant" else 0)
         assert program.meta["plan"].batch == 3
         _check(cfg, devs[stall], program, inputs)
+
+
+@pytest.mark.parametrize("stall", list(STALLS))
+def test_tail_epilogue(devices, stall):
+    """A Tail (BERT's GELU with its outlier columns at their own output scale; a REQUANT with
+    its last columns at another scale): the strips that hold the tail are stored a second time
+    after the tail's SETs, on tiles of several N blocks so that SETs restore the head's."""
+    cfg, devs = devices
+    seed = 500 + 10 * CONFIGS.index(cfg.name) + (5 if stall == "stalled" else 0)
+    print(f"seed {seed}")
+    gen = torch.Generator().manual_seed(seed)
+    r, c = cfg.rows, cfg.cols
+    for op, (m, k, n, columns) in (("gelu", (2 * r + 3, 3 * r, 5 * c + 3, c // 2 + 1)),
+                                   ("requant", (r + 1, 2 * r + 1, 3 * c, c + 1))):
+        head = ep_mod.random_epilogue(op, k=k, n=n - columns, generator=gen)
+        tail = ep_mod.random_epilogue(op, k=k, n=columns, generator=gen)
+        a = torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8)
+        b = torch.randint(-128, 128, (k, n), generator=gen, dtype=torch.int8)
+        program = compile_gemm(cfg, m, k, n, epilogue=ep_mod.Tail(head, tail, columns))
+        assert sum(isinstance(i, isa.Store) for i in program.instrs) > program.meta[
+            "plan"].n_tiles
+        _check(cfg, devs[stall], program, {"a": a, "b": b})
 
 
 #: Configs for attention rows of 512 keys: the 2x2 array with an accumulator that holds a row of

@@ -162,20 +162,27 @@ def test_program_size_is_the_compiled_size():
 
     import torch
 
-    from bertaccel.sw.epilogue import random_epilogue
+    from bertaccel.sw.epilogue import Tail, random_epilogue
     from bertaccel.sw.program import ProgramError
     from bertaccel.sw.tiler import compile_gemm, plan_gemm, program_size
 
     shapes = ((1, 1, 1), (7, 33, 5), (300, 70, 129), (1000, 8, 8), (8, 700, 8), (97, 65, 40))
     # High rows (k_high) are tiled apart from the others: more K tiles than ceil(k / rows).
+    # A Tail stores the strips of its last columns again.
     for name, (m, k, n), ep, third in itertools.product(
-            ("2x2", "4x8", "16x16"), shapes, (None, "requant", "softmax", "layernorm"), (0, 1)):
+            ("2x2", "4x8", "16x16"), shapes, (None, "requant", "softmax", "layernorm", "tail"),
+            (0, 1)):
         cfg = PRESETS[name]
         k_high = third * (k // 3)
-        if third and not k_high:
+        if third and not k_high or ep == "tail" and n < 2:
             continue
-        epilogue = None if ep is None else random_epilogue(
-            ep, k=k, n=n, generator=torch.Generator().manual_seed(m))
+        gen = torch.Generator().manual_seed(m)
+        if ep == "tail":
+            columns = max(1, n // 5)
+            epilogue = Tail(random_epilogue("gelu", k=k, n=n - columns, generator=gen),
+                            random_epilogue("gelu", k=k, n=columns, generator=gen), columns)
+        else:
+            epilogue = None if ep is None else random_epilogue(ep, k=k, n=n, generator=gen)
         try:
             program = compile_gemm(cfg, m, k, n, epilogue=epilogue, k_high=k_high)
         except ProgramError:

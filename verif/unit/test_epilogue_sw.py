@@ -108,6 +108,43 @@ def test_interleaved_unit_orders(op):
             assert any(t > slots for t, slots in tiles), tiles  # residual slots reused
 
 
+@pytest.mark.parametrize("op", ["requant", "gelu"])
+def test_tail_takes_its_own_registers(op):
+    """A Tail: the last columns with the tail's registers, the others with the head's, in
+    program order and interleaved; its strips stored twice, SETs between and back; a LayerNorm
+    tail or a tail of every column is refused."""
+    seed = SEED + 200 + (op == "gelu")
+    print(f"seed {seed}")
+    gen = torch.Generator().manual_seed(seed)
+    cfg = dataclasses.replace(PRESETS["2x2"], spad_depth=128, acc_depth=64, pmem_depth=16)
+    for m, k, n, columns in [(9, 5, 7, 1), (30, 6, 45, 5), (40, 4, 12, 4)]:
+        head = ep_mod.random_epilogue(op, k=k, n=n - columns, generator=gen)
+        tail = ep_mod.random_epilogue(op, k=k, n=columns, generator=gen)
+        epilogue = ep_mod.Tail(head, tail, columns)
+        for interleave in (None, "load-first", "store-last", seed):
+            program, out = check(cfg, m, k, n, epilogue, gen, interleave=interleave)
+        a, b, _ = operands(m, k, n, torch.Generator().manual_seed(1))
+        c = golden.gemm(a, b)
+        want = torch.cat([ep_mod.apply_integer(ep_mod.lower(head, cfg, n=n - columns, k=k),
+                                               c[:, :n - columns], cols=cfg.ep_lanes),
+                          ep_mod.apply_integer(ep_mod.lower(tail, cfg, n=columns, k=k),
+                                               c[:, n - columns:], cols=cfg.ep_lanes)], dim=1)
+        got = SoftwareDevice(cfg).run(program, a=a, b=b).outputs["c"]
+        assert torch.equal(got, want)
+        tail_stores = program.counts()["STORE"] - program.meta["plan"].n_tiles
+        assert tail_stores >= 1
+        other = ep_mod.Tail(ep_mod.random_epilogue(op, k=k, n=n - columns, generator=gen),
+                            ep_mod.random_epilogue(op, k=k, n=columns, generator=gen), columns)
+        rebound = tiler.rebind(program, other, k, n)
+        assert torch.equal(SoftwareDevice(cfg, interleave="load-first").run(
+            rebound, a=a, b=b).outputs["c"], ep_mod.apply_integer(
+            ep_mod.lower(other, cfg, n=n, k=k), c, cols=cfg.ep_lanes))
+    with pytest.raises(ValueError, match="Tail.columns must be an int from 1 to n - 1"):
+        ep_mod.lower(ep_mod.Tail(head, tail, n), cfg, n=n, k=k)
+    with pytest.raises(TypeError, match="both Requant or both Gelu"):
+        ep_mod.lower(ep_mod.Tail(head, Softmax(in_scale=1.0), 1), cfg, n=n, k=k)
+
+
 def test_too_few_slots_would_be_caught(monkeypatch):
     """The interleaved device notices when the residual slots are one too few: the token
     argument of the tiler is what keeps the results right."""

@@ -242,7 +242,7 @@ def test_gemm_groups_are_the_program(config):
             pieces += [(("row", groups.row_key(group, kt)), groups.row(group, kt))
                        for kt in range(group.ktlen)]
             if group.store:
-                pieces.append((("store", groups.store_key(group)), [groups.store(group)]))
+                pieces.append((("store", groups.store_key(group)), groups.stores(group)))
             for key, instrs in pieces:
                 view = [timing_view(instr) for instr in instrs]
                 assert seen.setdefault(key, view) == view, (key, op)

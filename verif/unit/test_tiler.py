@@ -3,6 +3,7 @@ bit-exact software device (in program order and in adversarial interleavings of 
 units), equals golden.gemm and an int64 matmul."""
 
 import dataclasses
+import itertools
 import random
 
 import pytest
@@ -12,6 +13,7 @@ from bertaccel import golden
 from bertaccel.hw import isa
 from bertaccel.hw.config import PRESETS
 from bertaccel.sw import Program, ProgramError, SoftwareDevice, TilePlan, compile_gemm, plan_gemm
+from bertaccel.sw.cycles import CycleModel
 
 ARRAYS = ["2x2", "4x4", "4x8", "8x8"]
 SEED = 1234
@@ -129,12 +131,60 @@ def test_resident_operands_are_loaded_once():
                     est_cycles=1, macs_per_cycle=16)
     program = check(cfg, a, b, plan=plan, interleave="load-first")
     assert program.n_data_beats == m * 4 + 4 * 4 * cfg.rows
-    assert program.counts()["LOAD"] == 1 + 2
+    assert loaded(program, isa.Target.SPAD_A) == m * 4          # once, in the first step
     # N outer: the B tile stays while the A tiles stream past it.
     plan = dataclasses.replace(plan, mb=2, kb=4, nb=4, order="n")
     program = check(cfg, a, b, plan=plan, interleave="load-first")
     assert program.n_data_beats == m * 4 + 4 * 4 * cfg.rows
-    assert program.counts()["LOAD"] == 4 + 1
+    assert loaded(program, isa.Target.SPAD_B) == 4 * 4 * cfg.rows
+
+
+def loaded(program, target):
+    """The beats ``program`` loads into ``target``."""
+    return sum(instr.count for instr in program.instrs
+               if isinstance(instr, isa.Load) and instr.target == target)
+
+
+def test_first_step_loads_in_chunks():
+    """The first step's loads come in chunks, each pushing a token that the MATMUL of its first
+    weight block pops: the first MATMUL waits for one chunk, not the step. The chunks leave the
+    load queue room for the operand rows."""
+    cfg = small("4x4", spad_depth=1024, acc_depth=512)
+    m, k, n = 8, 16, 64                         # 4 K tiles, 16 N strips: 64 blocks
+    a, b = operands(m, k, n, SEED)
+    plan = TilePlan(m=m, k=k, n=n, mb=8, kb=4, nb=16, order="m", n_steps=0, n_tiles=0,
+                    est_cycles=1, macs_per_cycle=16)
+    program = check(cfg, a, b, plan=plan, interleave="load-first")
+    head = list(itertools.takewhile(lambda instr: isinstance(instr, isa.Load), program.instrs))
+    pushes = [instr for instr in head if instr.push_next]
+    assert len(pushes) == cfg.queue_depth - 1 and len(head) <= cfg.queue_depth + 3
+    assert all(instr.target == isa.Target.SPAD_B for instr in pushes)
+    first = next(instr for instr in program.instrs if isinstance(instr, isa.Matmul))
+    assert first.pop_prev
+    pops = sum(instr.pop_prev for instr in program.instrs if isinstance(instr, isa.Matmul))
+    pushed = sum(instr.push_next for instr in program.instrs if isinstance(instr, isa.Load))
+    assert pops == pushed
+    joined = unsplit(program, 4 * 16)
+    assert CycleModel(cfg).run(program).cycles < CycleModel(cfg).run(joined).cycles
+
+
+def unsplit(program, blocks):
+    """The instructions of ``program`` with its first step (``blocks`` weight blocks) loaded
+    by one LOAD of A and one of B, and one token for its MATMULs (for timing only: the data
+    stream's order is not kept)."""
+    head = list(itertools.takewhile(lambda instr: isinstance(instr, isa.Load), program.instrs))
+    a = [instr for instr in head if instr.target == isa.Target.SPAD_A]
+    b = [instr for instr in head if instr.target == isa.Target.SPAD_B]
+    out = [dataclasses.replace(a[0], count=sum(i.count for i in a), push_next=False),
+           dataclasses.replace(b[0], count=sum(i.count for i in b), push_next=True)]
+    matmuls = 0
+    for instr in program.instrs[len(head):]:
+        if isinstance(instr, isa.Matmul):
+            if matmuls and matmuls < blocks:
+                instr = instr.with_deps(pop_prev=False)
+            matmuls += 1
+        out.append(instr)
+    return out
 
 
 def test_token_stripped_program_is_caught():
@@ -176,7 +226,7 @@ def test_plans_fit_and_programs_are_lean(name):
         counts = program.counts()
         kt, nt = -(-k // cfg.rows), -(-n // cfg.cols)
         assert counts["MATMUL"] == -(-m // plan.mb) * kt * nt
-        assert counts["LOAD"] <= 2 * plan.n_steps
+        assert counts["LOAD"] <= 2 * plan.n_steps + 2 * cfg.queue_depth   # first-step chunks
         assert counts["STORE"] == plan.n_tiles
         assert program.n_out_beats == m * nt
         assert program.inputs == {"a": (m, k), "b": (k, n)} and program.outputs == {"c": (m, n)}
