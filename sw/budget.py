@@ -127,13 +127,9 @@ def bert_memory(bert, batch, seq, *, layers=1):
     spec, k, cfg = bert.spec, bert.k, bert.cfg
     q = bert.layers[0]
     tokens = batch * seq
-    outliers = q.h.outliers.numel()     # w1's columns of outliers: a GEMM of their own
-    weights = [(tokens, k["qkv"], 3 * spec.hidden, q.qkv_ep),
-               (tokens, k["wo"], spec.hidden, q.wo_ep),
-               (tokens, k["w1"], spec.intermediate - outliers, q.w1_ep),
-               (tokens, k["w2"], spec.hidden, q.w2_ep)]
-    if outliers:
-        weights.append((tokens, k["w1"], outliers, q.w1_out_ep))
+    weights = [(tokens, k[stage], n, bert.epilogue(0, stage)) for stage, n in (
+        ("qkv", 3 * spec.hidden), ("wo", spec.hidden), ("w1", spec.intermediate),
+        ("w2", spec.hidden))]
     attention = [(seq, spec.head_dim, seq, Softmax(in_scale=q.qk_scale)),
                  (seq, seq, spec.head_dim, q.pv_ep)]
 

@@ -34,9 +34,9 @@ split heads, K^T per head                 host (slicing and a transpose of int8 
 join heads                                host
 (4) LayerNorm(ctx Wo + bo + X)            accelerator: GEMM ``BL x K' x H``, fused LAYERNORM
                                           with the residual X
-(5) GELU(X1 W1 + b1)                      accelerator: GEMMs ``BL x K' x (I - o)`` and
-                                          ``BL x K' x o`` (the ``o`` outlier columns, their own
-                                          output scale), joined, fused GELU
+(5) GELU(X1 W1 + b1)                      accelerator: GEMM ``BL x K' x I``, fused GELU; the
+                                          ``o`` outlier columns last, with their own output
+                                          scale (a ``Tail``: their strips stored again)
 (6) LayerNorm(H W2 + b2 + X1)             accelerator: GEMM ``BL x K' x H``, fused LAYERNORM
                                           with the residual X1
 dequantise the last layer, mean pool      host, float32 (attention-masked mean)
@@ -48,7 +48,7 @@ prob_digits`), and gathers the columns of each GEMM's A operand (``A' = [sources
 channel splitting repeats a few columns). Every add, multiply, scale, bias, mask, exponential,
 normalisation and GELU of an encoder layer runs on the accelerator.
 
-Each stage is one compiled program (stages 2, 3 and 5 join their GEMMs with
+Each stage is one compiled program (stages 2 and 3 join their GEMMs with
 :func:`bertaccel.sw.sequence.concat`), so a layer is six device calls. A sequence's heads are one
 batched GEMM (``batch`` of :func:`~bertaccel.sw.tiler.compile_gemm`): the heads overlap their
 loads, compute and drains as tiles of one GEMM do, where joined GEMMs would run each in turn.
@@ -70,7 +70,7 @@ import torch
 
 from ...golden.intops import MAX_ROW
 from ...hw.config import AccelConfig
-from ..epilogue import Requant, Softmax
+from ..epilogue import Requant, Softmax, Tail
 from ..program import ProgramError
 from ..sequence import concat
 from ..tiler import compile_gemm, plan_gemm, rebind
@@ -174,12 +174,10 @@ class BertProgram:
 
     def _layer_operands(self, number, layer):
         """The B operands of layer ``number`` (its padded :class:`QuantLayer` ``layer``) by
-        name: ``qkv``, ``wo``, ``w2``, and ``w1_main`` / ``w1_out`` (the GELU GEMM's kept and
-        outlier columns)."""
-        keep = layer.h_keep
+        name: ``qkv``, ``wo``, ``w1`` (the kept columns, then the outlier columns of ``H``) and
+        ``w2``."""
         return {"qkv": layer.qkv.b, "wo": layer.wo.b, "w2": layer.w2.b,
-                "w1_main": layer.w1.b[:, keep].contiguous(),
-                "w1_out": layer.w1.b[:, layer.h.outliers].contiguous()}
+                "w1": layer.w1.b[:, layer.h_order].contiguous()}
 
     # -- what runs where ----------------------------------------------------------------------
 
@@ -222,9 +220,8 @@ class BertProgram:
         (``(B, L)`` bool), in program order: ``[(name, m, k, n, epilogue, k_high, batch),
         ...]`` (``batch``: that many GEMMs of the shape as one, see
         :func:`~bertaccel.sw.tiler.compile_gemm`). The stage's program is their
-        :func:`~bertaccel.sw.sequence.concat` for ``qk``, ``pv`` and ``w1`` (``w1``: ``"w1"``
-        on the kept columns, then ``"w1_out"`` on the outlier columns when there are any), the
-        one GEMM for the others. ``qk`` and ``pv`` have one batch of the heads per sequence.
+        :func:`~bertaccel.sw.sequence.concat` for ``qk`` and ``pv``, the one GEMM for the
+        others (:meth:`epilogue`). ``qk`` and ``pv`` have one batch of the heads per sequence.
         ``pv`` is ``L x 2L x d`` with ``k_high = L`` (the probabilities' two digit planes). The
         weight stages read only the token count ``B * L``."""
         batch, seq = mask.shape
@@ -234,15 +231,18 @@ class BertProgram:
 
     def _weight_gemms(self, layer, stage, m):
         s, q, (k, high) = self.spec, self.layers[layer], self.depth(layer, stage)
+        n = {"qkv": 3 * s.hidden, "w1": s.intermediate}.get(stage, s.hidden)
+        return [(stage, m, k, n, self.epilogue(layer, stage), high, 1)]
+
+    def epilogue(self, layer, stage):
+        """The epilogue of weight stage ``stage`` of ``layer``; ``w1``'s a
+        :class:`~bertaccel.sw.epilogue.Tail` when ``H`` has outlier columns (they come last,
+        with their own output scale)."""
+        q = self.layers[layer]
         if stage == "w1":
             n_out = q.h.outliers.numel()
-            gemms = [("w1", m, k, s.intermediate - n_out, q.w1_ep, high, 1)]
-            if n_out:
-                gemms.append(("w1_out", m, k, n_out, q.w1_out_ep, high, 1))
-            return gemms
-        n = 3 * s.hidden if stage == "qkv" else s.hidden
-        return [(stage, m, k, n, {"qkv": q.qkv_ep, "wo": q.wo_ep, "w2": q.w2_ep}[stage], high,
-                 1)]
+            return Tail(q.w1_ep, q.w1_out_ep, n_out) if n_out else q.w1_ep
+        return {"qkv": q.qkv_ep, "wo": q.wo_ep, "w2": q.w2_ep}[stage]
 
     def _attention_gemms(self, layer, stage, mask):
         s, q = self.spec, self.layers[layer]
@@ -268,8 +268,7 @@ class BertProgram:
 
     def weight_program(self, layer, stage, m):
         """The program of weight stage ``stage`` (``"qkv"``, ``"wo"``, ``"w1"``, ``"w2"``) of
-        ``layer`` for ``m`` tokens. ``w1`` joins two GEMMs (inputs ``main.a``, ``main.b``,
-        ``out.a``, ``out.b``); the others take ``a``, ``b`` and, with LayerNorm, ``r``."""
+        ``layer`` for ``m`` tokens: inputs ``a``, ``b`` and, with LayerNorm, ``r``."""
         if self._programs_m != m:      # keep the programs of one token count only
             self._programs.clear()
             self._base = {key: p for key, p in self._base.items() if key[0] in ("qk", "pv")}
@@ -278,11 +277,7 @@ class BertProgram:
         program = self._programs.get(key)
         if program is not None:
             return program
-        parts = self._compile_all(layer, stage, self._weight_gemms(layer, stage, m))
-        if stage == "w1":
-            program = concat(parts, prefixes=["main.", "out."][:len(parts)])
-        else:
-            program = parts[0]
+        program, = self._compile_all(layer, stage, self._weight_gemms(layer, stage, m))
         self._programs[key] = program
         return program
 
@@ -327,13 +322,9 @@ class BertProgram:
             raise BertError(f"the {cfg.name} config ({cfg.tag}) cannot hold one tile of "
                             f"{self.name}'s attention (head size {s.head_dim}): "
                             f"{self._why(1, s.head_dim, 1, Softmax(in_scale=1.0))}")
-        for stage, kk, n, epilogue in (("qkv", k["qkv"], 3 * s.hidden, q.qkv_ep),
-                                       ("wo", k["wo"], s.hidden, q.wo_ep),
-                                       ("w1", k["w1"], s.intermediate, q.w1_ep),
-                                       ("w2", k["w2"], s.hidden, q.w2_ep)):
-            if stage == "w1":
-                n -= q.h.outliers.numel()
-            why = self._why(1, kk, n, epilogue, self.k_high[stage])
+        for stage, kk, n in (("qkv", k["qkv"], 3 * s.hidden), ("wo", k["wo"], s.hidden),
+                             ("w1", k["w1"], s.intermediate), ("w2", k["w2"], s.hidden)):
+            why = self._why(1, kk, n, self.epilogue(0, stage), self.k_high[stage])
             if why:
                 raise BertError(f"the {cfg.name} config ({cfg.tag}) cannot run {self.name}: "
                                 f"stage {stage} ({_STAGE_TEXT[stage]}, 1 x {kk} x {n}): {why}")

@@ -92,18 +92,12 @@ class FastModel:
         self.lanes = bert.cfg.ep_lanes
         spec = bert.spec
         self._lowered = []
-        for number, q in enumerate(bert.layers):
-            n_out = q.h.outliers.numel()
-            k = {stage: bert.depth(number, stage)[0] for stage in WEIGHT_STAGES}
-            stages = {
-                "qkv": lower(q.qkv_ep, self.cfg, n=3 * spec.hidden, k=k["qkv"]),
-                "wo": lower(q.wo_ep, self.cfg, n=spec.hidden, k=k["wo"]),
-                "w1": lower(q.w1_ep, self.cfg, n=spec.intermediate - n_out, k=k["w1"]),
-                "w2": lower(q.w2_ep, self.cfg, n=spec.hidden, k=k["w2"]),
-            }
-            if n_out:
-                stages["w1_out"] = lower(q.w1_out_ep, self.cfg, n=n_out, k=k["w1"])
-            self._lowered.append(stages)
+        columns = {"qkv": 3 * spec.hidden, "wo": spec.hidden, "w1": spec.intermediate,
+                   "w2": spec.hidden}
+        for number in range(len(bert.layers)):
+            self._lowered.append({
+                stage: lower(bert.epilogue(number, stage), self.cfg, n=columns[stage],
+                             k=bert.depth(number, stage)[0]) for stage in WEIGHT_STAGES})
         self._kept = _Kept()        # the lowerings and masks of batch shapes met
 
     def _epilogue(self, lowered, c, r=None):
@@ -173,11 +167,7 @@ class FastModel:
         a = torch.cat([ctx, x], dim=1)[:, quant.wo.index]
         out["wo"] = x1 = self._epilogue(lowered["wo"], int_gemm(a, ops["wo"], high["wo"]), x)
         a = x1[:, quant.w1.index]
-        parts = [self._epilogue(lowered["w1"], int_gemm(a, ops["w1_main"], high["w1"]))]
-        if "w1_out" in lowered:
-            parts.append(self._epilogue(lowered["w1_out"],
-                                        int_gemm(a, ops["w1_out"], high["w1"])))
-        out["w1"] = h = torch.cat(parts, dim=1)
+        out["w1"] = h = self._epilogue(lowered["w1"], int_gemm(a, ops["w1"], high["w1"]))
         a = torch.cat([h, x1], dim=1)[:, quant.w2.index]
         out["w2"] = x2 = self._epilogue(lowered["w2"], int_gemm(a, ops["w2"], high["w2"]), x1)
         if trace is not None:

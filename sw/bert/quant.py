@@ -450,6 +450,12 @@ class QuantLayer:
         keep[self.h.outliers] = False
         return torch.nonzero(keep).reshape(-1)
 
+    @property
+    def h_order(self):
+        """The columns of ``H`` in the order the accelerator makes them: :attr:`h_keep`, then
+        ``h.outliers``."""
+        return torch.cat([self.h_keep, self.h.outliers])
+
 
 def quantize_layer(layer, cal, number, x, *, head_dim, eps, method="max", percentile=99.99,
                    outliers=OUTLIERS, budget=BUDGET, tile=None):

@@ -162,7 +162,7 @@ class Runner:
 def layer_programs(bert, layer, mask):
     """The six programs of encoder layer ``layer`` for a batch with the valid-token ``mask``
     ``(B, L)`` bool: ``{stage: Program}`` in :data:`STAGES` order. The joined ones (``qk``,
-    ``pv``, ``w1``) carry their summed MACs and estimated cycles in ``meta["figures"]``."""
+    ``pv``) carry their summed MACs and estimated cycles in ``meta["figures"]``."""
     batch, seq = mask.shape
     m = batch * seq
     programs = {}
@@ -176,15 +176,7 @@ def layer_programs(bert, layer, mask):
             base = bert._base[("pv", seq, 2 * seq, d)]
             programs[stage] = _joined(pv, [base] * (len(pv.meta["parts"])))
         else:
-            program = bert.weight_program(layer, stage, m)
-            if stage == "w1":
-                n_out = bert.layers[layer].h.outliers.numel()
-                k, _ = bert.depth(layer, "w1")
-                parts = [bert._base[("w1", m, k, bert.spec.intermediate - n_out)]]
-                if n_out:
-                    parts.append(bert._base[("w1_out", m, k, n_out)])
-                _joined(program, parts)
-            programs[stage] = program
+            programs[stage] = bert.weight_program(layer, stage, m)
     return programs
 
 
@@ -241,15 +233,8 @@ def run_layer(device, bert, layer, x, mask, *, programs=None, runner=None, trace
     # (4) LayerNorm(ctx Wo + bo + X)
     a = torch.cat([ctx, x], dim=1)[:, q.wo.index]
     x1 = keep("wo", stage("wo", a=a, b=ops["wo"], r=x)["c"].to(torch.int8))
-    # (5) GELU(X1 W1 + b1): the outlier columns are the second GEMM
-    a = x1[:, q.w1.index]
-    inputs = {"main.a": a, "main.b": ops["w1_main"]}
-    if q.h.outliers.numel():
-        inputs.update({"out.a": a, "out.b": ops["w1_out"]})
-    out = stage("w1", **inputs)
-    parts = [out["main.c"]] + ([out["out.c"]] if "out.c" in out else [])
-    h = torch.cat(parts, dim=1).to(torch.int8)     # kept columns, then outliers
-    keep("w1", h)
+    # (5) GELU(X1 W1 + b1): the kept columns, then the outliers (their own output scale)
+    h = keep("w1", stage("w1", a=x1[:, q.w1.index], b=ops["w1"])["c"].to(torch.int8))
     # (6) LayerNorm(H W2 + b2 + X1)
     a = torch.cat([h, x1], dim=1)[:, q.w2.index]
     x2 = keep("w2", stage("w2", a=a, b=ops["w2"], r=x1)["c"].to(torch.int8))

@@ -206,8 +206,7 @@ class TaskProgram(BertProgram):
         w1 = layer.w1.rows
         return TaskOperands(self.base.operands[number], {
             "qkv": layer.qkv.rows, "wo": layer.wo.rows, "w2": layer.w2.rows,
-            "w1_main": w1[:, layer.h_keep].contiguous(),
-            "w1_out": w1[:, layer.h.outliers].contiguous()})
+            "w1": w1[:, layer.h_order].contiguous()})
 
 
 def apply_task(bert, delta):
