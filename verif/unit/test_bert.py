@@ -26,7 +26,9 @@ from bertaccel.sw.bert import (  # noqa: E402
     load_bert,
     run_bert,
 )
-from bertaccel.sw.bert.quant import act_quant, split_rows  # noqa: E402
+from bertaccel.sw.bert.quant import (  # noqa: E402
+    _split, act_quant, fit_weight, split_rows, weight_ints, weight_scales)
+from bertaccel.sw.tiler import k_tiles  # noqa: E402
 from bertaccel.sw.sequence import barrier, concat  # noqa: E402
 from bertaccel.sw.tiler import rebind  # noqa: E402
 
@@ -265,6 +267,36 @@ def test_split_rows_room():
         assert (split.k_high, split.k) == (k_high, k), room
         assert split.k - split.k_high == 20 + (3 - (k_high - 1))
         assert torch.equal(golden.gemm(a[:, split.index], split.b, k_high=split.k_high), want)
+
+
+def test_fit_weight_saves_k_tiles_within_its_bound():
+    """A per-tensor scale grows (up to ``coarsen`` times the budget's) only where that takes
+    the split rows into fewer K tiles, and then to the finest scale that does; the integers
+    stay exact at the scale chosen."""
+    gen = torch.Generator().manual_seed(SEED)
+    w = torch.randn((32, 6), generator=gen, dtype=torch.float64) * 0.1
+    w[[3, 7, 11, 19, 23], 2] = torch.tensor([0.48, 0.5, 0.52, 0.55, 0.9],  # past int8
+                                            dtype=torch.float64)
+    ones = torch.ones(32)
+
+    def split_of(q, _):
+        return _split([(q, torch.arange(32))], 8)
+
+    budget_scale = weight_scales(w, ones, budget=2)[0]
+    tiles = {}
+    for coarsen in (1.0, 1.1, 2.0):
+        scale, split = fit_weight(w, ones, split_of, budget=2, tile=8, coarsen=coarsen)
+        assert budget_scale <= scale <= coarsen * budget_scale
+        q, _ = weight_ints(w, ones, per_channel=False, w_scale=scale)
+        a = torch.randint(-128, 128, (5, 32), generator=gen, dtype=torch.int8)
+        assert torch.equal(golden.gemm(a[:, split.index], split.b, k_high=split.k_high),
+                           (a.long() @ q).to(torch.int32))
+        tiles[coarsen] = k_tiles(8, split.k, split.k_high)
+    assert fit_weight(w, ones, split_of, budget=2, tile=8)[0] == budget_scale
+    assert tiles[1.0] == 5 and tiles[2.0] == 4      # four rows of 8, and the split rows
+    # The finest scale of the fewest tiles: a little coarser would do no better.
+    scale, _ = fit_weight(w, ones, split_of, budget=2, tile=8, coarsen=2.0)
+    assert scale == pytest.approx(0.9 / 127)
 
 
 def test_act_quant_outliers():

@@ -105,7 +105,8 @@ def test_base_ints_match_weight_ints():
     assert torch.equal(base_ints(bert, 0, "qkv"), want)
     w2 = layer.output.dense.weight.detach().double().t()
     order = torch.cat([quant.h_keep, quant.h.outliers])
-    want, _ = weight_ints(w2[order], quant.h.factors[order], per_channel=False)
+    want, _ = weight_ints(w2[order], quant.h.factors[order], per_channel=False,
+                          w_scale=quant.info["w2"]["w_scale"])
     assert torch.equal(base_ints(bert, 0, "w2")[order], want)
 
 
