@@ -164,8 +164,9 @@ def compile_model(model, cfg, *, seed=0, calibration_seq=128, calibration_batch=
 
 
 def retarget(bert, cfg):
-    """The compiled model ``bert`` for another config: the same quantised layers, programs
-    tiled for ``cfg`` (quantisation does not depend on the config)."""
+    """The compiled model ``bert`` for another config: the same quantised layers (their split
+    rows packed, and W1's scale fitted, for ``bert``'s K tiles: exact on any config, and on
+    ``cfg`` a few K tiles from what compiling for it gives), programs tiled for ``cfg``."""
     if not isinstance(cfg, AccelConfig):
         raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
     program = BertProgram(cfg, bert.spec, bert.layers, x_embed=bert.x_embed,
