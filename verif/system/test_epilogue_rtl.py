@@ -2,7 +2,7 @@
 
 Every result is compared bit for bit with the software device (and that with golden.intops
 applied to golden.gemm). Each config runs free and with about 30 % idle source cycles and 40 %
-output backpressure. The devices come from the session's ``rtl_device`` fixture, so they are
+output backpressure. The devices come from the session-scoped ``rtl_device`` fixture, so they are
 shared with other tests of the same config and settings. Seeds are printed; rerun one test with
 ``pytest verif/system/test_epilogue_rtl.py -k <id> -s`` to replay it.
 

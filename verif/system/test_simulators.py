@@ -10,7 +10,7 @@ the same stalls); the outputs must be equal bit for bit (and to the software dev
 cycle counts equal.
 
 Icarus simulates the harness about a hundred times slower than Verilator, so the shapes are
-tiny. The Verilator devices are the session's, shared with the other system tests.
+tiny. The Verilator devices are the session-scoped fixture's, shared with the other system tests.
 """
 
 import json
@@ -99,7 +99,7 @@ def _program(cfg, name, gen):
 
 @pytest.fixture(scope="module", params=CONFIGS)
 def verilator_runs(request, rtl_device):
-    """``(cfg, {(stall, program): (program, inputs, result)})`` on the session's Verilator
+    """``(cfg, {(stall, program): (program, inputs, result)})`` on the session-scoped Verilator
     devices, checked against the software device."""
     cfg = PRESETS[request.param]
     gen = torch.Generator().manual_seed(2025)
