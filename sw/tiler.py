@@ -63,6 +63,13 @@ takes ``2 * ep_ratio`` cycles a beat, against ``ceil(k / rows)`` MATMUL rows a b
 before it: the blocks before the tail may grow by halves (:attr:`TilePlan.taper`: ``..., 4t,
 2t, t``), each drain then hidden behind the next, smaller tile's compute.
 
+A :class:`~bertaccel.sw.epilogue.Tail` (two single-pass epilogues of one op, the second on the
+last columns) keeps one PMEM row a strip, each column with its own parameters; a tile whose N
+block holds tail columns is stored once with the head's registers, then, after SETs of the
+tail's, its strips from the first tail column's on again (and the head's SETs follow where
+another STORE does). That second STORE is the tile's last reader, so it pushes ``s2e``; each
+column is unpacked from the STORE of its own epilogue.
+
 Where the epilogue data lives, and why the tokens protect it. The store unit reads PMEM and the
 residual but pushes nothing the load unit pops: the only way to hold back a LOAD is ``e2l``,
 pushed by MATMULs. The chain that does it: STORE(t) pushes ``s2e`` after its last read; the first
