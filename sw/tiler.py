@@ -377,6 +377,16 @@ class _StepTable:
             yield _Step(index, *(bool(v) if n in flags else v for n, v in enumerate(values)))
 
 
+def _tile_blocks(order, n_mb, n_nb):
+    """``(mi, ni)``, int64 arrays: the M block and N block of each C tile of a member, in
+    program order (``order`` ``"m"``: M blocks outermost)."""
+    tiles = np.arange(n_mb * n_nb, dtype=np.int64)
+    if order == "m":
+        return np.divmod(tiles, n_nb)
+    ni, mi = np.divmod(tiles, n_mb)
+    return mi, ni
+
+
 def _step_table(plan, cfg):
     """The steps of ``plan``: the members of a batch one after the other, in each C tiles in
     ``plan.order``, K blocks inside. An operand is loaded when its block (or member) differs
@@ -388,10 +398,7 @@ def _step_table(plan, cfg):
     nt0, ntlen = _blocks(nt_total, plan.nb)
     n_mb, n_kb, n_nb = len(m0), len(kt0), len(nt0)
     tiles = np.arange(n_mb * n_nb, dtype=np.int64)
-    if plan.order == "m":
-        mi, ni = np.divmod(tiles, n_nb)
-    else:
-        ni, mi = np.divmod(tiles, n_mb)
+    mi, ni = _tile_blocks(plan.order, n_mb, n_nb)
     batch = plan.batch
     mi, ni = np.tile(np.repeat(mi, n_kb), batch), np.tile(np.repeat(ni, n_kb), batch)
     ki = np.tile(np.arange(n_kb, dtype=np.int64), len(tiles) * batch)
@@ -1012,8 +1019,8 @@ def _split_loads(cfg, ktlen, ntlen, split):
     chunks adds (0 unless ``split``; see :func:`_chunks`)."""
     if not split:
         return 0
-    bounds = _chunks(ktlen * ntlen, _split_chunks(cfg, ktlen * ntlen))
-    return len(bounds) - 1 + len({(end - 1) // ntlen for end in bounds[1:]}) - 2
+    chunks = _chunks(ktlen, ntlen, _split_chunks(cfg, ktlen * ntlen))
+    return sum(1 + (kt1 > kt0) for kt0, kt1, _, _ in chunks) - 2
 
 
 def _tiles(plan, nt_total):
@@ -1021,9 +1028,7 @@ def _tiles(plan, nt_total):
     first N strip and strips."""
     _, mlen = _m_blocks(plan.m, plan.mb, plan.ends)
     nt0, ntlen = _blocks(nt_total, plan.nb)
-    tiles = np.arange(len(mlen) * len(nt0), dtype=np.int64)
-    mi, ni = np.divmod(tiles, len(nt0)) if plan.order == "m" else \
-        np.divmod(tiles, len(mlen))[::-1]
+    mi, ni = _tile_blocks(plan.order, len(mlen), len(nt0))
     return tuple(np.tile(values, plan.batch) for values in (mlen[mi], nt0[ni], ntlen[ni]))
 
 
@@ -1173,14 +1178,25 @@ def _split_chunks(cfg, blocks):
     return _max(1, _min(blocks, cfg.queue_depth - 1))
 
 
-def _chunks(blocks, chunks):
-    """The first block of each of ``chunks`` chunks of ``blocks`` weight blocks (in ``(kt,
-    nt)`` order), as even as they come, and ``blocks`` at the end. The first step's LOADs
-    come chunk by chunk, each its weight blocks after the operand rows of K tiles it is the
-    first to need, and push a token that the MATMUL of the chunk's first block pops: the
-    execute unit starts behind the first chunk instead of the whole step (the only loads
-    that nothing hides)."""
-    return [j * blocks // chunks for j in range(chunks + 1)]
+def _bounds(total, parts):
+    """The first item of each of ``parts`` runs of ``total`` items, as even as they come, and
+    ``total`` at the end."""
+    return [j * total // parts for j in range(parts + 1)]
+
+
+def _chunks(ktlen, ntlen, chunks):
+    """The first step's loads (``ktlen`` K tiles of ``ntlen`` weight blocks, in ``(kt, nt)``
+    order) in ``chunks`` chunks: ``[(kt0, kt1, b0, b1), ...]``, each the operand rows of the K
+    tiles ``kt0 .. kt1 - 1`` it is the first to need (none when ``kt0 == kt1``), then its weight
+    blocks ``b0 .. b1 - 1``. Each chunk's weight blocks push a token that the MATMUL of its first
+    block pops: the execute unit starts behind the first chunk instead of the whole step (the
+    only loads that nothing hides)."""
+    bounds, out, loaded = _bounds(ktlen * ntlen, chunks), [], 0
+    for b0, b1 in zip(bounds, bounds[1:]):
+        need = (b1 - 1) // ntlen + 1
+        out.append((loaded, max(loaded, need), b0, b1))
+        loaded = max(loaded, need)
+    return out
 
 
 def _aux_groups(n_kb, n_tiles, slots):
@@ -1203,10 +1219,9 @@ def _spread(lo, hi, strips):
     even as they come (a group with no strip gets no chunk). The loads of a step are hidden
     behind the MATMULs of the step before, so data spread over them stays hidden where one
     large LOAD would stall the execute unit."""
-    groups = hi - lo + 1
-    bounds = [j * strips // groups for j in range(groups + 1)]
-    return [(lo + j, bounds[j], bounds[j + 1] - bounds[j]) for j in range(groups)
-            if bounds[j + 1] > bounds[j]]
+    bounds = _bounds(strips, hi - lo + 1)
+    return [(lo + j, b0, b1 - b0) for j, (b0, b1) in enumerate(zip(bounds, bounds[1:]))
+            if b1 > b0]
 
 
 class GemmGroups:
@@ -1311,15 +1326,12 @@ class GemmGroups:
     def _split_loads(self, group):
         """``[(target, addr, count, push), ...]``: the head group's A and B in chunks
         (:func:`_chunks`), each chunk's B pushing."""
-        rows, n, mlen = self.cfg.rows, group.split_n, group.a_count // group.split_k
-        bounds = _chunks(group.split_k * n, group.split)
-        out, loaded = [], 0                             # A's K tiles loaded so far
-        for b0, b1 in zip(bounds, bounds[1:]):
-            need = (b1 - 1) // n + 1
-            if need > loaded:
-                out.append((isa.Target.SPAD_A, group.a_addr + loaded * mlen,
-                            (need - loaded) * mlen, False))
-                loaded = need
+        rows, mlen = self.cfg.rows, group.a_count // group.split_k
+        out = []
+        for kt0, kt1, b0, b1 in _chunks(group.split_k, group.split_n, group.split):
+            if kt1 > kt0:
+                out.append((isa.Target.SPAD_A, group.a_addr + kt0 * mlen, (kt1 - kt0) * mlen,
+                            False))
             out.append((isa.Target.SPAD_B, group.b_addr + b0 * rows, (b1 - b0) * rows, True))
         return out
 
@@ -1331,7 +1343,8 @@ class GemmGroups:
         rows, mlen, ntlen = self.cfg.rows, group.mlen, group.ntlen
         first = kt == 0                           # the step's first MATMUL is this row's first
         last = kt == group.ktlen - 1              # ... and its last this row's last
-        pops = set(_chunks(group.ktlen * ntlen, group.split)[:-1]) if group.split else {0}
+        pops = {b0 for _, _, b0, _ in _chunks(group.ktlen, ntlen, group.split)} \
+            if group.split else {0}
         return [isa.Matmul(a_addr=group.a_base + kt * mlen,
                            b_addr=group.b_base + (kt * ntlen + nt) * rows,
                            acc_addr=group.c_base + nt * mlen, m_len=mlen,
@@ -1437,7 +1450,6 @@ class _GemmWriter:
         self.lane = np.arange(cfg.lanes)
         self.beat_bytes = min(cfg.lanes, cfg.cols * 8)
         self.instrs, self.pack_parts, self.unpack_parts = [], [], []
-        self.a_done = self.b_done = 0       # the K tiles and blocks of A and B packed in chunks
 
     def write(self):
         """The groups in program order: the instructions, and the pack rows of every LOAD of
@@ -1450,13 +1462,10 @@ class _GemmWriter:
             if g < len(steps):
                 step = steps[g]
                 if group.split_k:
-                    for target, _, count, _ in groups._split_loads(group):
-                        if target == isa.Target.SPAD_A:
-                            self.a_pack(step, self.a_done, count // step.mlen)
-                            self.a_done += count // step.mlen
-                        else:
-                            self.b_pack(step, self.b_done, count // self.cfg.rows)
-                            self.b_done += count // self.cfg.rows
+                    for kt0, kt1, b0, b1 in _chunks(step.ktlen, step.ntlen, group.split):
+                        if kt1 > kt0:
+                            self.a_pack(step, kt0, kt1 - kt0)
+                        self.b_pack(step, b0, b1 - b0)
                 else:
                     if group.a_count:
                         self.a_pack(step, 0, step.ktlen)
