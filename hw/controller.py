@@ -1,10 +1,11 @@
 """Instruction dispatch and the token channels between the units."""
 
 from amaranth import Cat, Module, Signal
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .isa import TOKEN_MAX, TOKEN_WIDTH, Instr, Opcode
+from .queue import Queue
 
 __all__ = ["TokenProducer", "TokenConsumer", "TokenChannel", "Controller"]
 
@@ -115,8 +116,7 @@ class Controller(wiring.Component):
         store = self.i_instr.payload.body.store
         extra = {"load": [], "exec": [], "store": [(store.rows == 0) | (store.strips == 0)]}
         for name in ("load", "exec", "store"):
-            queue = fifo.SyncFIFOBuffered(width=Instr.size + len(extra[name]),
-                                          depth=self._cfg.queue_depth)
+            queue = Queue(width=Instr.size + len(extra[name]), depth=self._cfg.queue_depth)
             m.submodules[f"{name}_queue"] = queue
             queues[name] = queue
             out = getattr(self, f"o_{name}")

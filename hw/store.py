@@ -1,12 +1,13 @@
 """The store unit: drains accumulator rows through the epilogue to the output stream."""
 
 from amaranth import Module, Mux, Signal, signed
-from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .controller import TokenConsumer, TokenProducer
 from .epilogue import Epilogue, beat_layout
 from .isa import FIELD_WIDTH, EpOp, Instr, Opcode, Param, ParamsLayout, PmemWord
+from .queue import Queue
 
 __all__ = ["StoreUnit"]
 
@@ -91,11 +92,11 @@ class StoreUnit(wiring.Component):
 
     def _beat_fifo(self, m, epilogue):
         """The FIFO of beats read and not yet taken, into the epilogue, out to ``o_data``."""
-        # Timing: SyncFIFOBuffered registers its output; the epilogue's input logic (ready, the
-        # statistics gap, slots) decodes the beat's tags straight from it.
-        beat_width = beat_layout(self._cfg).size
-        m.submodules.fifo = beats = fifo.SyncFIFOBuffered(width=beat_width,
-                                                          depth=self.FIFO_DEPTH)
+        # Timing: the Queue's head is a register (of two), so the epilogue's input logic (ready,
+        # the statistics gap, slots) decodes the beat's tags after one multiplexer, and its
+        # `ready` reaches a few of the queue's flip-flops, not its head or read pointer.
+        m.submodules.fifo = beats = Queue(width=beat_layout(self._cfg).size,
+                                          depth=self.FIFO_DEPTH)
         m.d.comb += [
             epilogue.i_beat.payload.eq(beats.r_data),
             epilogue.i_beat.valid.eq(beats.r_rdy),
