@@ -4,7 +4,7 @@ maximum and LAYERNORM's row sums, stages PRE + 1 to ACC.
 Per lane, stage by stage (``L = log2(lanes)``)::
 
     L x     trees over the lanes (first passes): SOFTMAX max, LAYERNORM sum v and sum v * v
-    ACC     SOFTMAX running max M (a 1-cycle loop: subtract, mux); LAYERNORM row sums
+    ACC     SOFTMAX running max M (a 1-cycle loop: compare, mux); LAYERNORM row sums
 
 The running maximum is golden's integer one: ``M = max(M, ceil(max(t) / 4096))`` over the
 sub-beats of a row, from ``-2**15``. At a row's last first-pass sub-beat M goes into the row's
@@ -88,16 +88,18 @@ class RowStats(wiring.Component):
         c, before = st.ctl[k - 1], k - 1
         acc_lanes = st(k, **ACC_LANE)                      # M, a copy in every lane
         row_dm = Signal(unsigned(17), reset_less=True)      # how much M grew at that beat
-        m_run = Signal(signed(17), reset_less=True)
-        m_fresh = Signal(init=1)
+        # M so far in this row, -2**15 before its first sub-beat: a row's last sub-beat sets it
+        # back, so the loop is a compare of two registers and one LUT (a timing choice: a
+        # multiplexer for a row's start in front of the compare made it six levels).
+        m_run = Signal(signed(17), init=-(1 << 15))
         smx_m = [Signal(signed(17), name=f"smx_m{n}", reset_less=True) for n in range(2)]
-        prev = Mux(m_fresh, -(1 << 15), m_run)
         grow = Signal(signed(18))
-        m.d.comb += [grow.eq(c_max - prev), self.o_dm.eq(row_dm)]
+        m.d.comb += [grow.eq(c_max - m_run), self.o_dm.eq(row_dm)]
         lanes = range(self._sch.lanes)
         with m.If(st.first_pass(before, EpOp.SOFTMAX)):
-            new = Mux(grow > 0, c_max, prev)
-            m.d.sync += [m_run.eq(new), m_fresh.eq(c.last), row_dm.eq(Mux(grow > 0, grow, 0))]
+            new = Mux(grow > 0, c_max, m_run)
+            m.d.sync += [m_run.eq(Mux(c.last, -(1 << 15), new)),
+                         row_dm.eq(Mux(grow > 0, grow, 0))]
             m.d.sync += [acc_lanes[i].m.eq(new) for i in lanes]
             with m.If(c.last):
                 with m.If(c.slot):
