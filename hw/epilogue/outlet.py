@@ -7,9 +7,10 @@ the outlet collects a beat's sub-beats and writes the FIFO row with the last.
 """
 
 from amaranth import Cat, Const, Module, Signal
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..queue import Queue
 from .schedule import Schedule, row_layout, stage_signature
 
 __all__ = ["Outlet"]
@@ -50,8 +51,8 @@ class Outlet(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         sch = self._sch
-        out_fifo = m.submodules.out_fifo = fifo.SyncFIFOBuffered(
-            width=self.o_data.payload.shape().size, depth=sch.fifo_depth)
+        out_fifo = m.submodules.out_fifo = Queue(width=self.o_data.payload.shape().size,
+                                                 depth=sch.fifo_depth)
         popped = self.o_data.valid & self.o_data.ready
         self._credits(m, popped)
         row, ctl = self.i_row.payload.lanes, self.i_row.payload.ctl
@@ -78,19 +79,24 @@ class Outlet(wiring.Component):
     def _credits(self, m, popped):
         """The output beats owed (accepted, not yet sent), and whether a credit is left."""
         depth = self._sch.fifo_depth
-        # Output beats accepted, not yet sent, as a thermometer code: `owed[i]` is "more than
-        # i". A timing choice: the credit check and `o_busy` read one bit each, and each bit's
-        # next value is a LUT of its neighbours, with no counter's adder and compares between
-        # the accept and the registers (that path limited the 2x2 and 4x8 cores).
+        # Output beats owed = `owed` + `owe_d`. `owe_d` is the accept of the cycle before, and
+        # `owed` the beats owed before that, as a thermometer code (`owed[i]` is "more than i").
+        # Timing choices: the thermometer's enable reads two registers and the output's pop, not
+        # the intake's accept (the end of its `ready`); the credit check and `o_busy` read a few
+        # bits, and each bit's next value is a LUT of its neighbours, with no counter's adder
+        # and compares between the accept and the registers.
         owed = Signal(depth)
-        owes = self.i_owe
+        owe_d = Signal()
+        m.d.sync += owe_d.eq(self.i_owe)
         up, down = Cat(Const(1), owed[:-1]), Cat(owed[1:], Const(0))   # one more, one fewer
-        with m.If(owes & ~popped):
+        with m.If(owe_d & ~popped):
             m.d.sync += owed.eq(up)
-        with m.Elif(popped & ~owes):
+        with m.Elif(popped & ~owe_d):
             m.d.sync += owed.eq(down)
-        # Output beats owed next cycle: one accepted now, or two or more now, or one not
-        # leaving now (a beat only leaves while one is owed).
-        two_or_more = owed[1] if depth > 1 else 0
-        m.d.comb += [self.o_credit.eq(~owed[-1]),
-                     self.o_busy_next.eq(owes | two_or_more | (owed[0] & ~popped))]
+        # One owed or more, two or more, `depth` or more; then owed next cycle: one accepted
+        # now, or two or more now, or one not leaving now (a beat only leaves while one is owed).
+        some = owed[0] | owe_d
+        two = (owed[1] if depth > 1 else 0) | (owed[0] & owe_d)
+        full = owed[-1] | ((owed[-2] if depth > 1 else 1) & owe_d)
+        m.d.comb += [self.o_credit.eq(~full),
+                     self.o_busy_next.eq(self.i_owe | two | (some & ~popped))]
