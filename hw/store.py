@@ -1,10 +1,13 @@
 """The store unit: drains accumulator rows through the epilogue to the output stream."""
 
+from typing import NamedTuple
+
 from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .controller import TokenConsumer, TokenProducer
+from .dsp import KEEP
 from .epilogue import Epilogue, beat_layout
 from .isa import FIELD_WIDTH, EpOp, Instr, Opcode, Param, ParamsLayout, PmemWord
 from .queue import Queue
@@ -82,8 +85,8 @@ class StoreUnit(wiring.Component):
         m.d.comb += epilogue.params.eq(params)
 
         drain = _Drain()
-        issue, none_out = self._credit(m, beats, drain.active)
-        tags = self._assemble(m, beats, issue)
+        issue, none_out = self._credit(m, beats, drain)
+        tags = self._assemble(m, beats, issue["ctl"])
         last = self._walk(m, drain, issue, params, tags)
         # The STORE's registers load after the walk's updates, so an accept wins over them.
         self._accept(m, drain, last, none_out, epilogue.o_busy, params)
@@ -105,31 +108,34 @@ class StoreUnit(wiring.Component):
         wiring.connect(m, epilogue.o_data, wiring.flipped(self.o_data))
         return beats
 
-    def _credit(self, m, beats, active):
-        """``(issue, none_out)``: whether a beat's reads are issued this cycle, and whether no
-        beat is read and not yet taken by the epilogue.
+    def _credit(self, m, beats, s):
+        """``(issue, none_out)``: whether a beat's reads are issued this cycle (a dict of
+        copies, one for each group of registers the issue enables: :data:`_ISSUE_GROUPS`), and
+        whether no beat is read and not yet taken by the epilogue.
 
         A read is issued only while fewer than FIFO_DEPTH beats are read and not yet taken
         (beats.level + reading + copying + writing). Timing: that count is kept in a register of
         its own, and beside it whether it is below FIFO_DEPTH (`room`) and zero (`none_out`),
         loaded with the compares of the count's next value: the issue is an AND of two
         registers, and the count's adder and the epilogue's `ready` reach only these few
-        flip-flops, not the walk's enables or the accept.
+        flip-flops, not the walk's enables or the accept. `room` and `active` have a copy for
+        each group, kept apart in the FPGA flows (:data:`~bertaccel.hw.dsp.KEEP`), so that no
+        one net enables the hundreds of flip-flops that a read moves.
         """
-        issue = Signal()
         outstanding = Signal(range(self.FIFO_DEPTH + 1))
         outstanding_next = Signal.like(outstanding)
-        room = Signal(init=1)
+        rooms = {g: Signal(init=1, name=f"room_{g}", attrs=KEEP) for g in _ISSUE_GROUPS}
+        issue = {g: Signal(name=f"issue_{g}") for g in _ISSUE_GROUPS}
         none_out = Signal(init=1)
         taken = Signal()
         m.d.comb += [
             taken.eq(beats.r_rdy & beats.r_en),
-            issue.eq(active & room),
-            outstanding_next.eq(outstanding + issue - taken),
+            outstanding_next.eq(outstanding + issue["ctl"] - taken),
         ]
+        m.d.comb += [issue[g].eq(s.actives[g] & rooms[g]) for g in _ISSUE_GROUPS]
         m.d.sync += [outstanding.eq(outstanding_next),
-                     room.eq(outstanding_next < self.FIFO_DEPTH),
                      none_out.eq(outstanding_next == 0)]
+        m.d.sync += [room.eq(outstanding_next < self.FIFO_DEPTH) for room in rooms.values()]
         return issue, none_out
 
     def _assemble(self, m, beats, issue):
@@ -172,11 +178,12 @@ class StoreUnit(wiring.Component):
 
     def _walk(self, m, s, issue, params, tags):
         """Issue the reads of the next beat and step ``s`` (the :class:`_Drain`) to the one
-        after; returns ``last``, set with the STORE's last read."""
+        after; returns ``last``, set with the STORE's last read. ``issue`` holds the issue's
+        copies (:meth:`_credit`): the tags, the position and the pointers each take their own."""
         cfg = self._cfg
         row_end, next_second = s.at_row_end, s.next_second
         last = Signal()
-        m.d.comb += last.eq(issue & s.final)
+        m.d.comb += last.eq(issue["ctl"] & s.final)
 
         lane_valid = Signal(cfg.cols)
         for c in range(cfg.cols):
@@ -191,20 +198,30 @@ class StoreUnit(wiring.Component):
             self.pmem.addr.eq(s.pm_ptr), self.pmem.en.eq(1),
             self.res.addr.eq(s.aux_ptr), self.res.en.eq(1),
         ]
-        with m.If(issue):
+        with m.If(issue["tags"]):
             m.d.sync += [
                 tags.op.eq(s.op), tags.second.eq(s.second | ~s.two_pass), tags.last.eq(row_end),
                 tags.lane_valid.eq(lane_valid),
             ]
+        with m.If(issue["position"]):
             with m.If(row_end):
                 m.d.sync += [
                     s.second.eq(next_second), s.strip.eq(0), s.at_row_end.eq(s.one_strip),
                     s.left.eq(s.left - 1), s.left_is_0.eq(s.left_is_1),
-                    s.left_is_1.eq(s.left == 2), s.odd.eq(~s.odd), s.pm_ptr.eq(s.param_addr),
+                    s.left_is_1.eq(s.left == 2), s.odd.eq(~s.odd),
                     s.lanes_left.eq(params.row_len),
                     s.final.eq(s.one_strip & s.left_is_1),
                     s.next_second.eq(s.two_pass & (~s.odd | (s.left == 2))),
                 ]
+            with m.Else():
+                m.d.sync += [
+                    s.strip.eq(s.strip + 1), s.at_row_end.eq(s.strip == s.strips_m2),
+                    s.final.eq((s.strip == s.strips_m2) & s.left_is_0),
+                    s.lanes_left.eq(s.lanes_left - cfg.cols),
+                ]
+        with m.If(issue["pointers"]):
+            with m.If(row_end):
+                m.d.sync += s.pm_ptr.eq(s.param_addr)
                 with m.If(next_second):
                     m.d.sync += [s.acc_ptr.eq(s.acc2), s.aux_ptr.eq(s.aux2),
                                  s.acc2.eq(s.acc2 + 1), s.aux2.eq(s.aux2 + 1)]
@@ -212,15 +229,11 @@ class StoreUnit(wiring.Component):
                     m.d.sync += [s.acc_ptr.eq(s.acc1), s.aux_ptr.eq(s.aux1),
                                  s.acc1.eq(s.acc1 + 1), s.aux1.eq(s.aux1 + 1)]
             with m.Else():
-                m.d.sync += [
-                    s.strip.eq(s.strip + 1), s.at_row_end.eq(s.strip == s.strips_m2),
-                    s.final.eq((s.strip == s.strips_m2) & s.left_is_0),
-                    s.acc_ptr.eq(s.acc_ptr + s.stride), s.aux_ptr.eq(s.aux_ptr + s.rows),
-                    s.pm_ptr.eq(s.pm_ptr + 1), s.lanes_left.eq(s.lanes_left - cfg.cols),
-                ]
-            with m.If(last):
-                m.d.comb += self.to_exec.push.eq(s.push)
-                m.d.sync += s.active.eq(0)
+                m.d.sync += [s.acc_ptr.eq(s.acc_ptr + s.stride), s.aux_ptr.eq(s.aux_ptr + s.rows),
+                             s.pm_ptr.eq(s.pm_ptr + 1)]
+        with m.If(last):
+            m.d.comb += self.to_exec.push.eq(s.push)
+            s.set_active(m, 0)
         return last
 
     def _accept(self, m, drain, last, none_out, epilogue_busy, params):
@@ -235,13 +248,14 @@ class StoreUnit(wiring.Component):
         # pushes in the same cycle as the last read of the STORE before it.
         free = Signal()
         m.d.comb += free.eq(~drain.active | (last & ~empty))
-        self._load(m, drain, free, params)
+        staged = self._set(m, params)
+        self._load(m, drain, free, _row_len(params, staged))
 
         with m.Switch(instr.opcode):
             with m.Case(Opcode.SET):
                 with m.If(self.i_instr.valid & drained):
                     m.d.comb += self.i_instr.ready.eq(1)
-                    self._set(m, params)
+                    m.d.sync += staged.setting.eq(1)
             with m.Default():
                 can_pop = ~instr.deps.pop_prev | self.from_exec.avail
                 # Timing: `count + pushing < TOKEN_MAX` from the channel's room registers.
@@ -254,11 +268,11 @@ class StoreUnit(wiring.Component):
                     ]
                     with m.If(empty):
                         m.d.comb += self.to_exec.push.eq(instr.deps.push_prev)
-                        m.d.sync += drain.active.eq(0)
+                        drain.set_active(m, 0)
                     with m.Else():
-                        m.d.sync += drain.active.eq(1)
+                        drain.set_active(m, 1)
 
-    def _load(self, m, s, free, params):
+    def _load(self, m, s, free, row_len):
         """Load the STORE at the head of the queue into ``s`` (the :class:`_Drain`) while free.
 
         Timing: whenever the unit is free, its registers take the STORE at the head of the
@@ -283,7 +297,7 @@ class StoreUnit(wiring.Component):
                 s.final.eq((body.strips == 1) & ~is_two_pass & (body.rows == 1)),
                 s.next_second.eq(is_two_pass & (body.rows == 1)),
                 s.acc_ptr.eq(body.acc_addr), s.aux_ptr.eq(body.aux_addr),
-                s.pm_ptr.eq(body.param_addr), s.lanes_left.eq(params.row_len),
+                s.pm_ptr.eq(body.param_addr), s.lanes_left.eq(row_len),
                 # The first pass is P1(0) (or row 0): the next first-pass row is 1, the next
                 # second-pass row 0.
                 s.acc1.eq(body.acc_addr + 1), s.aux1.eq(body.aux_addr + 1),
@@ -291,16 +305,50 @@ class StoreUnit(wiring.Component):
             ]
 
     def _set(self, m, params):
-        """A SET: write its value into the parameter register it names."""
-        value = self.i_instr.payload.body.set.value
-        with m.Switch(self.i_instr.payload.body.set.index):
-            for index, field in ((Param.MUL0, "mul0"), (Param.SHIFT0, "shift0"),
-                                 (Param.MUL1, "mul1"), (Param.SHIFT1, "shift1"),
-                                 (Param.ROW_LEN, "row_len"), (Param.EPS, "eps"),
-                                 (Param.FLAGS, "flags")):
-                with m.Case(index):
-                    target = getattr(params, field)
-                    m.d.sync += target.eq(value[:len(target)])
+        """A SET, a cycle after its accept: its value goes into the parameter register it names.
+        Returns the :class:`_Staged` SET, whose ``setting`` the accept raises for one cycle.
+
+        Timing: the instruction's index and value are registered every cycle, and the accept
+        only raises ``setting``, so the enables of the parameter registers (which the epilogue
+        reads across the chip) are decoded from registers, not from the queue's head and the
+        accept. Nothing reads a parameter in the cycle after its SET but a STORE's accept, which
+        takes ``row_len`` through :func:`_row_len`.
+        """
+        body = self.i_instr.payload.body.set
+        setting = Signal(name="setting")
+        index = Signal.like(body.index, name="set_index", reset_less=True)
+        value = Signal.like(body.value, name="set_value", reset_less=True)
+        m.d.sync += [setting.eq(0), index.eq(body.index), value.eq(body.value)]
+        with m.If(setting):
+            with m.Switch(index):
+                for field in _PARAM_FIELDS:
+                    with m.Case(Param[field.upper()]):
+                        target = getattr(params, field)
+                        m.d.sync += target.eq(value[:len(target)])
+        return _Staged(setting, index, value)
+
+
+#: The parameter registers, by the lower-case names of :class:`Param`.
+_PARAM_FIELDS = ("mul0", "shift0", "mul1", "shift1", "row_len", "eps", "flags")
+
+
+class _Staged(NamedTuple):
+    """A SET between its accept and its write: raised for that one cycle, its index and value."""
+    setting: Signal
+    index: Signal
+    value: Signal
+
+
+def _row_len(params, staged):
+    """``params.row_len`` as it is after the :class:`_Staged` SET (if it writes it)."""
+    writes = staged.setting & (staged.index == Param.ROW_LEN)
+    return Mux(writes, staged.value[:len(params.row_len)], params.row_len)
+
+
+#: The groups of the store unit's registers that a read's issue enables, each from its own copy
+#: of `active` and `room`: the control (the count of beats in flight, the accept, the pushes),
+#: the beat's tags, the walk's position and the memory pointers.
+_ISSUE_GROUPS = ("ctl", "tags", "position", "pointers")
 
 
 class _Drain:
@@ -326,7 +374,10 @@ class _Drain:
     """
 
     def __init__(self):
-        self.active = Signal(name="active")
+        # Copies of `active`, one for each group of registers that a read's issue enables; the
+        # control's is the one the accept reads.
+        self.actives = {g: Signal(name=f"active_{g}", attrs=KEEP) for g in _ISSUE_GROUPS}
+        self.active = self.actives["ctl"]
         self.rows = Signal(FIELD_WIDTH, name="rows")
         self.strips = Signal(FIELD_WIDTH, name="strips")
         self.stride = Signal(FIELD_WIDTH, name="stride")
@@ -354,3 +405,7 @@ class _Drain:
         self.lanes_left = Signal(signed(FIELD_WIDTH + 10), name="lanes_left")
         self.final = Signal(name="final")
         self.next_second = Signal(name="next_second")
+
+    def set_active(self, m, value):
+        """Set ``active`` and its copies to ``value`` in the next cycle."""
+        m.d.sync += [reg.eq(value) for reg in self.actives.values()]
