@@ -115,18 +115,23 @@ class Controller(wiring.Component):
         queues = {}
         store = self.i_instr.payload.body.store
         extra = {"load": [], "exec": [], "store": [(store.rows == 0) | (store.strips == 0)]}
+        # Timing: each entry is the flags in `extra`, then the instruction, so its opcode and
+        # dependence flags, which the units' accept logic decides from, are among the queue's
+        # `fast` bits: registers with no multiplexer after them (hw/queue.py).
         for name in ("load", "exec", "store"):
-            queue = Queue(width=Instr.size + len(extra[name]), depth=self._cfg.queue_depth)
+            n_extra = len(extra[name])
+            queue = Queue(width=n_extra + Instr.size, depth=self._cfg.queue_depth,
+                          fast=n_extra + Instr["body"].offset)
             m.submodules[f"{name}_queue"] = queue
             queues[name] = queue
             out = getattr(self, f"o_{name}")
             m.d.comb += [
-                out.payload.eq(queue.r_data[:Instr.size]),
+                out.payload.eq(queue.r_data[n_extra:]),
                 out.valid.eq(queue.r_rdy),
                 queue.r_en.eq(out.ready),
-                queue.w_data.eq(Cat(self.i_instr.payload, *extra[name])),
+                queue.w_data.eq(Cat(*extra[name], self.i_instr.payload)),
             ]
-        m.d.comb += self.o_store_empty.eq(queues["store"].r_data[Instr.size])
+        m.d.comb += self.o_store_empty.eq(queues["store"].r_data[0])
         route = {Opcode.LOAD: "load", Opcode.MATMUL: "exec", Opcode.STORE: "store",
                  Opcode.SET: "store"}
 

@@ -2,24 +2,34 @@
 
 In ``amaranth.lib.fifo.SyncFIFOBuffered`` the output is the read register of the FIFO's memory,
 enabled whenever the head is taken, so the reader's ``ready`` (its accept, the end of a unit's
-decision) enables every bit of the head, its read pointer and its level: the path that limits
+decision) enables every bit of the head, its read pointer and its level: the path that limited
 the cores (docs/fpga.md). :class:`Queue` shows the same entries in the same cycles, takes writes
 in the same cycles and reports the same level, but the head is one of two registers (``slot0``,
 ``slot1``) picked by a pointer, and the register that is not the head is filled from the memory
-ahead of time, with an enable decided from registers only. The reader's ``r_en`` reaches the
-pointer, two valid flags and the level's low logic, five flip-flops; the price is one
-multiplexer between the slots and ``r_data``.
+ahead of time, with an enable decided from registers only. The price is one multiplexer between
+the slots and ``r_data``; the low ``fast`` bits of the head are also kept in a register of their
+own (``head_bits``) for a reader that decides from them.
+
+The slots are cut into chunks of at most :data:`CHUNK` bits, and each chunk has its own copy of
+the control registers (the head pointer, the two valid flags, whether the memory holds an
+entry), kept apart in the FPGA flows (:data:`~bertaccel.hw.dsp.KEEP`), so that no net selects
+or enables a whole entry. The reader's ``r_en`` reaches those copies and ``head_bits``.
 
 The timing that stays the same (``sw/cycles.py`` reads it): an entry written in cycle W is at
 the output in cycle W + 2 when the head is free, the next entry is there the cycle after a pop,
 and a write is taken while fewer than ``depth - 1`` entries wait behind the head.
 """
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["Queue"]
+from .dsp import KEEP
+
+__all__ = ["Queue", "CHUNK"]
+
+#: Bits of an entry that one copy of the control registers serves, at most.
+CHUNK = 32
 
 
 class Queue(wiring.Component):
@@ -32,6 +42,8 @@ class Queue(wiring.Component):
     width : int
     depth : int
         At least 2.
+    fast : int
+        Low bits of ``r_data`` that come from a register with no multiplexer after it.
 
     Members
     -------
@@ -45,11 +57,12 @@ class Queue(wiring.Component):
     level : Out(range(depth + 1))
     """
 
-    def __init__(self, *, width, depth):
+    def __init__(self, *, width, depth, fast=0):
         if depth < 2:
             raise ValueError(f"a Queue holds at least 2 entries, not {depth}")
-        self.width = width
-        self.depth = depth
+        if not 0 <= fast <= width:
+            raise ValueError(f"a Queue's fast bits are 0 to its width {width}, not {fast}")
+        self.width, self.depth, self.fast = width, depth, fast
         super().__init__({
             "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
             "r_data": Out(width), "r_rdy": Out(1), "r_en": In(1),
@@ -65,44 +78,81 @@ class Queue(wiring.Component):
         produce = Signal(range(behind), name="produce")
         consume = Signal(range(behind), name="consume")
         stored = Signal(range(behind + 1), name="stored")      # entries in the memory
-
+        ctl = _Control()
         slots = [Signal(self.width, name=f"slot{i}", reset_less=True) for i in range(2)]
-        head = Signal(name="head")           # which slot is the head
-        head_valid = Signal(name="head_valid")
-        spare_valid = Signal(name="spare_valid")   # the other slot holds the next entry
 
         write = Signal()
-        fill = Signal()                      # the memory's oldest entry moves into a slot
         pop = Signal()
+        stored_next = Signal.like(stored)
         m.d.comb += [
-            self.w_rdy.eq(stored + spare_valid != behind),
+            self.w_rdy.eq(stored + ctl.spare_valid != behind),
             write.eq(self.w_en & self.w_rdy),
-            fill.eq((stored != 0) & ~spare_valid),
-            pop.eq(self.r_en & head_valid),
-            self.r_rdy.eq(head_valid),
-            self.r_data.eq(Mux(head, slots[1], slots[0])),
-            self.level.eq(stored + spare_valid + head_valid),
+            pop.eq(self.r_en & ctl.head_valid),
+            self.r_rdy.eq(ctl.head_valid),
+            self.level.eq(stored + ctl.spare_valid + ctl.head_valid),
             w_port.addr.eq(produce), w_port.data.eq(self.w_data), w_port.en.eq(write),
             r_port.addr.eq(consume),
+            stored_next.eq(stored + write - ctl.fill),
         ]
         with m.If(write):
             m.d.sync += produce.eq(_next(produce, behind))
-        with m.If(fill):
+        with m.If(ctl.fill):
             m.d.sync += consume.eq(_next(consume, behind))
-        m.d.sync += stored.eq(stored + write - fill)
-        # A fill goes into the spare slot behind a valid head, else into the head's slot: its
-        # enable reads registers only.
-        target = head ^ head_valid
-        for i, slot in enumerate(slots):
-            with m.If(fill & (target == i)):
-                m.d.sync += slot.eq(r_port.data)
-        with m.If(pop):
-            m.d.sync += [head.eq(~head), head_valid.eq(spare_valid | fill), spare_valid.eq(0)]
-        with m.Elif(head_valid):
-            m.d.sync += spare_valid.eq(spare_valid | fill)
-        with m.Else():
-            m.d.sync += head_valid.eq(fill)
+        m.d.sync += stored.eq(stored_next)
+        next_values = ctl.next_values(pop, stored_next != 0)
+        ctl.load(m, next_values)
+
+        data = []
+        for start in range(0, self.width, CHUNK):
+            part = slice(start, min(start + CHUNK, self.width))
+            copy = _Control(f"_{start // CHUNK}")      # the control registers, again
+            copy.load(m, next_values)
+            # A fill goes into the spare slot behind a valid head, else into the head's slot.
+            target = copy.head ^ copy.head_valid
+            for i, slot in enumerate(slots):
+                with m.If(copy.fill & (target == i)):
+                    m.d.sync += slot[part].eq(r_port.data[part])
+            data.append(Mux(copy.head, slots[1][part], slots[0][part]))
+        m.d.comb += self.r_data.eq(Cat(*data))
+        if self.fast:
+            self._head_bits(m, ctl, pop, slots, r_port.data)
         return m
+
+    def _head_bits(self, m, ctl, pop, slots, filled):
+        """The head's low ``fast`` bits in a register: after a pop, the spare slot's or the
+        memory's; with no head, the memory's."""
+        low = slice(0, self.fast)
+        head_bits = Signal(self.fast, name="head_bits", reset_less=True)
+        spare = Mux(ctl.head, slots[0][low], slots[1][low])
+        m.d.sync += head_bits.eq(Mux(pop & ctl.spare_valid, spare,
+                                     Mux(ctl.head_valid & ~pop, head_bits, filled[low])))
+        m.d.comb += self.r_data[low].eq(head_bits)
+
+
+class _Control:
+    """The queue's control registers: ``head`` (which slot is the head), ``head_valid``,
+    ``spare_valid`` (the other slot holds the next entry) and ``stored`` (the memory holds an
+    entry), and ``fill``: the memory's oldest entry moves into a slot this cycle."""
+
+    def __init__(self, suffix=""):
+        self.head = Signal(name=f"head{suffix}", attrs=KEEP)
+        self.head_valid = Signal(name=f"head_valid{suffix}", attrs=KEEP)
+        self.spare_valid = Signal(name=f"spare_valid{suffix}", attrs=KEEP)
+        self.stored = Signal(name=f"stored_any{suffix}", attrs=KEEP)
+        self.fill = self.stored & ~self.spare_valid
+
+    def next_values(self, pop, stored_next):
+        """The registers' values in the next cycle, by name."""
+        return {
+            "head": self.head ^ pop,
+            "head_valid": Mux(pop, self.spare_valid | self.fill, self.head_valid | self.fill),
+            "spare_valid": ~pop & self.head_valid & (self.spare_valid | self.fill),
+            "stored": stored_next,
+        }
+
+    def load(self, m, values):
+        """Load the registers with ``values`` (:meth:`next_values`, of these or a copy's)."""
+        m.d.sync += [getattr(self, name).eq(value) for name, value in values.items()]
 
 
 def _next(pointer, size):

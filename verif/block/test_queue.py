@@ -8,31 +8,34 @@ head is valid, ``r_data`` must be equal: the cycle model (``sw/cycles.py``) coun
 runs it; the random seed is logged (``BERTACCEL_SEED`` replays another).
 """
 
+import gc
 import logging
 import os
 import random
+import warnings
 
 import pytest
 from amaranth import Module
+from amaranth.hdl import UnusedElaboratable
 from amaranth.lib import fifo
 from amaranth.sim import Simulator
 
-from bertaccel.hw.queue import Queue
+from bertaccel.hw.queue import CHUNK, Queue
 
 __all__ = []
 
 SEED = int(os.environ.get("BERTACCEL_SEED", "1"))
-WIDTH = 12
+WIDTH = 2 * CHUNK + 6       # three chunks, each with its copy of the control registers
 CYCLES = 1500
 
 
-@pytest.mark.parametrize("depth", [2, 3, 4, 6, 8])
-def test_queue_equals_syncfifobuffered(depth):
-    logging.getLogger("tb.queue").info("depth %d, seed %d", depth, SEED)
+@pytest.mark.parametrize("depth,fast", [(2, 0), (3, 5), (4, 0), (6, 5), (8, 1)])
+def test_queue_equals_syncfifobuffered(depth, fast):
+    logging.getLogger("tb.queue").info("depth %d, %d fast bits, seed %d", depth, fast, SEED)
     rng = random.Random(SEED * 100 + depth)
     m = Module()
     m.submodules.ref = ref = fifo.SyncFIFOBuffered(width=WIDTH, depth=depth)
-    m.submodules.dut = dut = Queue(width=WIDTH, depth=depth)
+    m.submodules.dut = dut = Queue(width=WIDTH, depth=depth, fast=fast)
     compared = {"reads": 0, "full": 0}
 
     async def bench(ctx):
@@ -62,7 +65,11 @@ def test_queue_equals_syncfifobuffered(depth):
     assert compared["reads"] > CYCLES // 4 and compared["full"] > 20, compared
 
 
-@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
-def test_queue_needs_two_entries():
-    with pytest.raises(ValueError, match="at least 2"):
-        Queue(width=WIDTH, depth=1)
+def test_queue_refuses_bad_sizes():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        with pytest.raises(ValueError, match="at least 2 entries, not 1"):
+            Queue(width=WIDTH, depth=1)
+        with pytest.raises(ValueError, match=f"0 to its width {WIDTH}, not {WIDTH + 1}"):
+            Queue(width=WIDTH, depth=4, fast=WIDTH + 1)
+        gc.collect()
