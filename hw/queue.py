@@ -83,23 +83,22 @@ class Queue(wiring.Component):
 
         write = Signal()
         pop = Signal()
-        stored_next = Signal.like(stored)
         m.d.comb += [
-            self.w_rdy.eq(stored + ctl.spare_valid != behind),
             write.eq(self.w_en & self.w_rdy),
             pop.eq(self.r_en & ctl.head_valid),
             self.r_rdy.eq(ctl.head_valid),
-            self.level.eq(stored + ctl.spare_valid + ctl.head_valid),
             w_port.addr.eq(produce), w_port.data.eq(self.w_data), w_port.en.eq(write),
             r_port.addr.eq(consume),
-            stored_next.eq(stored + write - ctl.fill),
         ]
         with m.If(write):
             m.d.sync += produce.eq(_next(produce, behind))
         with m.If(ctl.fill):
             m.d.sync += consume.eq(_next(consume, behind))
-        m.d.sync += stored.eq(stored_next)
-        next_values = ctl.next_values(pop, stored_next != 0)
+        m.d.sync += stored.eq(stored + write - ctl.fill)
+        self._room(m, write, pop, ctl)
+        # Timing: whether the memory holds an entry next cycle, from registers and `write`.
+        stored_any = write | Mux(ctl.fill, stored >= 2, ctl.stored)
+        next_values = ctl.next_values(pop, stored_any)
         ctl.load(m, next_values)
 
         data = []
@@ -117,6 +116,25 @@ class Queue(wiring.Component):
         if self.fast:
             self._head_bits(m, ctl, pop, slots, r_port.data)
         return m
+
+    def _room(self, m, write, pop, ctl):
+        """``w_rdy`` and ``level`` from a count of the entries behind the head (``waiting``).
+
+        Timing: ``w_rdy`` is a register beside the count, and a write or an entry moving to
+        the head only selects its next value, so the writer's ``w_en`` reaches a few LUTs."""
+        behind = self.depth - 1
+        waiting = Signal(range(behind + 1), name="waiting")
+        room = Signal(init=1, name="room")
+        move = Signal()          # an entry moves from behind the head to the head
+        m.d.comb += [
+            move.eq((ctl.spare_valid | ctl.stored) & (~ctl.head_valid | pop)),
+            self.w_rdy.eq(room),
+            self.level.eq(waiting + ctl.head_valid),
+        ]
+        with m.If(write & ~move):
+            m.d.sync += [waiting.eq(waiting + 1), room.eq(waiting != behind - 1)]
+        with m.Elif(move & ~write):
+            m.d.sync += [waiting.eq(waiting - 1), room.eq(1)]
 
     def _head_bits(self, m, ctl, pop, slots, filled):
         """The head's low ``fast`` bits in a register: after a pop, the spare slot's or the

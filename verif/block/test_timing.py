@@ -56,14 +56,6 @@ def _tools_missing():
     return missing
 
 
-#: The epilogue outlet's credit thermometer: one flip-flop a credit, so 32 wide on 2x2 since the
-#: 12-bit softmax added a pipeline stage, and its enable reads the output's ``pop`` (the
-#: store unit's beat FIFO taking a beat) five levels deep. Registering that is open work
-#: (docs/fpga.md, "What limits the cores"); the strict xfail below turns into a failure when
-#: it is done.
-OWED = "store.epilogue.outlet.owed"
-
-
 @pytest.fixture(scope="module")
 def handshakes(tmp_path_factory):
     """``(report, wide enables)`` of the 2x2 ``handshakes`` design, placed and routed once."""
@@ -89,17 +81,8 @@ def _too_deep(enables):
 @pytest.mark.timeout(900)
 def test_wide_enables_are_shallow(handshakes):
     _, enables = handshakes
-    deep = [net for net in _too_deep(enables) if not net["flip_flop"].startswith(OWED)]
+    deep = _too_deep(enables)
     assert not deep, f"{deep} (at most {ENABLE_DEPTH} levels, {QUEUE_ENABLE_DEPTH} for queues)"
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-@pytest.mark.xfail(strict=True, reason="the outlet's credit enable reads the output pop "
-                                       "combinationally (see OWED)")
-def test_outlet_credit_enable_is_shallow(handshakes):
-    _, enables = handshakes
-    assert not [net for net in _too_deep(enables) if net["flip_flop"].startswith(OWED)]
 
 
 @pytest.mark.slow
