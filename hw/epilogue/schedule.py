@@ -112,8 +112,8 @@ class Schedule:
     #: Cycles from the cycle a row's sums are final (in the ACC or SLOOP registers) to the
     #: first cycle its slot holds the statistics.
     SMX_FINALIZE = 4        # k, mant, RECIP, slot
-    LN_FINALIZE = 12        # products, 2 sum levels, D, j, mant, RSQRT, its register, products,
-                            # 2 sum levels, slot
+    LN_FINALIZE = 13        # products, 2 sum levels, D, j, mant (2), RSQRT, its register,
+                            # products, 2 sum levels, slot
 
     @property
     def BIND(self):
