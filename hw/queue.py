@@ -10,10 +10,11 @@ ahead of time, with an enable decided from registers only. The price is one mult
 the slots and ``r_data``; the low ``fast`` bits of the head are also kept in a register of their
 own (``head_bits``) for a reader that decides from them.
 
-The slots are cut into chunks of at most :data:`CHUNK` bits, and each chunk has its own copy of
-the control registers (the head pointer, the two valid flags, whether the memory holds an
-entry), kept apart in the FPGA flows (:data:`~bertaccel.hw.dsp.KEEP`), so that no net selects
-or enables a whole entry. The reader's ``r_en`` reaches those copies and ``head_bits``.
+The entries are cut into chunks of at most :data:`CHUNK` bits, each with its own memory and
+its own copy of the control registers (the head pointer, the valid flags, the memory's
+pointers, ``w_rdy``), kept apart in the FPGA flows (:data:`~bertaccel.hw.dsp.KEEP`), so that no
+net selects, enables or addresses a whole entry. The reader's ``r_en`` reaches those copies and
+``head_bits``.
 
 The timing that stays the same (``sw/cycles.py`` reads it): an entry written in cycle W is at
 the output in cycle W + 2 when the head is free, the next entry is there the cycle after a pop,
@@ -72,69 +73,48 @@ class Queue(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         behind = self.depth - 1              # entries behind the head: the spare slot and memory
-        m.submodules.storage = storage = memory.Memory(shape=self.width, depth=behind, init=[])
-        w_port = storage.write_port()
-        r_port = storage.read_port(domain="comb")
-        produce = Signal(range(behind), name="produce")
-        consume = Signal(range(behind), name="consume")
+        ctl = _Control(behind)
         stored = Signal(range(behind + 1), name="stored")      # entries in the memory
-        ctl = _Control()
-        slots = [Signal(self.width, name=f"slot{i}", reset_less=True) for i in range(2)]
-
+        waiting = Signal(range(behind + 1), name="waiting")    # ... and in the spare slot
         write = Signal()
         pop = Signal()
+        move = Signal()                      # an entry moves from behind the head to the head
         m.d.comb += [
-            write.eq(self.w_en & self.w_rdy),
+            write.eq(self.w_en & ctl.room),
             pop.eq(self.r_en & ctl.head_valid),
+            move.eq((ctl.spare_valid | ctl.stored) & (~ctl.head_valid | pop)),
+            self.w_rdy.eq(ctl.room),
             self.r_rdy.eq(ctl.head_valid),
-            w_port.addr.eq(produce), w_port.data.eq(self.w_data), w_port.en.eq(write),
-            r_port.addr.eq(consume),
+            self.level.eq(waiting + ctl.head_valid),
         ]
-        with m.If(write):
-            m.d.sync += produce.eq(_next(produce, behind))
-        with m.If(ctl.fill):
-            m.d.sync += consume.eq(_next(consume, behind))
-        m.d.sync += stored.eq(stored + write - ctl.fill)
-        self._room(m, write, pop, ctl)
-        # Timing: whether the memory holds an entry next cycle, from registers and `write`.
-        stored_any = write | Mux(ctl.fill, stored >= 2, ctl.stored)
-        next_values = ctl.next_values(pop, stored_any)
+        m.d.sync += [stored.eq(stored + write - ctl.fill), waiting.eq(waiting + write - move)]
+        next_values = ctl.next_values(write=write, pop=pop, move=move, stored=stored,
+                                      waiting=waiting)
         ctl.load(m, next_values)
 
-        data = []
-        for start in range(0, self.width, CHUNK):
+        slots = [Signal(self.width, name=f"slot{i}", reset_less=True) for i in range(2)]
+        data, filled = [], []
+        for n, start in enumerate(range(0, self.width, CHUNK)):
             part = slice(start, min(start + CHUNK, self.width))
-            copy = _Control(f"_{start // CHUNK}")      # the control registers, again
+            copy = _Control(behind, f"_{n}")        # the control registers, again
             copy.load(m, next_values)
+            m.submodules[f"storage_{n}"] = storage = memory.Memory(
+                shape=part.stop - part.start, depth=behind, init=[])
+            w_port = storage.write_port()
+            r_port = storage.read_port(domain="comb")
+            m.d.comb += [w_port.addr.eq(copy.produce), w_port.data.eq(self.w_data[part]),
+                         w_port.en.eq(self.w_en & copy.room), r_port.addr.eq(copy.consume)]
             # A fill goes into the spare slot behind a valid head, else into the head's slot.
             target = copy.head ^ copy.head_valid
             for i, slot in enumerate(slots):
                 with m.If(copy.fill & (target == i)):
-                    m.d.sync += slot[part].eq(r_port.data[part])
+                    m.d.sync += slot[part].eq(r_port.data)
             data.append(Mux(copy.head, slots[1][part], slots[0][part]))
+            filled.append(r_port.data)
         m.d.comb += self.r_data.eq(Cat(*data))
         if self.fast:
-            self._head_bits(m, ctl, pop, slots, r_port.data)
+            self._head_bits(m, ctl, pop, slots, Cat(*filled))
         return m
-
-    def _room(self, m, write, pop, ctl):
-        """``w_rdy`` and ``level`` from a count of the entries behind the head (``waiting``).
-
-        Timing: ``w_rdy`` is a register beside the count, and a write or an entry moving to
-        the head only selects its next value, so the writer's ``w_en`` reaches a few LUTs."""
-        behind = self.depth - 1
-        waiting = Signal(range(behind + 1), name="waiting")
-        room = Signal(init=1, name="room")
-        move = Signal()          # an entry moves from behind the head to the head
-        m.d.comb += [
-            move.eq((ctl.spare_valid | ctl.stored) & (~ctl.head_valid | pop)),
-            self.w_rdy.eq(room),
-            self.level.eq(waiting + ctl.head_valid),
-        ]
-        with m.If(write & ~move):
-            m.d.sync += [waiting.eq(waiting + 1), room.eq(waiting != behind - 1)]
-        with m.Elif(move & ~write):
-            m.d.sync += [waiting.eq(waiting - 1), room.eq(1)]
 
     def _head_bits(self, m, ctl, pop, slots, filled):
         """The head's low ``fast`` bits in a register: after a pop, the spare slot's or the
@@ -149,23 +129,38 @@ class Queue(wiring.Component):
 
 class _Control:
     """The queue's control registers: ``head`` (which slot is the head), ``head_valid``,
-    ``spare_valid`` (the other slot holds the next entry) and ``stored`` (the memory holds an
-    entry), and ``fill``: the memory's oldest entry moves into a slot this cycle."""
+    ``spare_valid`` (the other slot holds the next entry), ``stored`` (the memory holds an
+    entry), ``room`` (``w_rdy``), the memory's write and read pointers; and ``fill``: the
+    memory's oldest entry moves into a slot this cycle.
 
-    def __init__(self, suffix=""):
+    Timing: each register's next value is a LUT or two of registers and the late ``w_en`` and
+    ``r_en`` (the writer's and the reader's decisions), with no adder or compare after them.
+    """
+
+    def __init__(self, behind, suffix=""):
+        self._behind = behind
         self.head = Signal(name=f"head{suffix}", attrs=KEEP)
         self.head_valid = Signal(name=f"head_valid{suffix}", attrs=KEEP)
         self.spare_valid = Signal(name=f"spare_valid{suffix}", attrs=KEEP)
         self.stored = Signal(name=f"stored_any{suffix}", attrs=KEEP)
+        self.room = Signal(init=1, name=f"room{suffix}", attrs=KEEP)
+        self.produce = Signal(range(behind), name=f"produce{suffix}", attrs=KEEP)
+        self.consume = Signal(range(behind), name=f"consume{suffix}", attrs=KEEP)
         self.fill = self.stored & ~self.spare_valid
 
-    def next_values(self, pop, stored_next):
-        """The registers' values in the next cycle, by name."""
+    def next_values(self, *, write, pop, move, stored, waiting):
+        """The registers' values in the next cycle, by name, from this cycle's ``write``,
+        ``pop`` and ``move`` (an entry reaches the head) and the counts of entries in the
+        memory (``stored``) and behind the head (``waiting``)."""
+        behind = self._behind
         return {
             "head": self.head ^ pop,
             "head_valid": Mux(pop, self.spare_valid | self.fill, self.head_valid | self.fill),
             "spare_valid": ~pop & self.head_valid & (self.spare_valid | self.fill),
-            "stored": stored_next,
+            "stored": write | Mux(self.fill, stored >= 2, self.stored),
+            "room": Mux(write & ~move, waiting != behind - 1, (move & ~write) | self.room),
+            "produce": Mux(write, _next(self.produce, behind), self.produce),
+            "consume": Mux(self.fill, _next(self.consume, behind), self.consume),
         }
 
     def load(self, m, values):

@@ -16,11 +16,12 @@ other ops' lanes pass through unchanged. The sum's tree and loop read the tags o
 after E, which they keep a copy of (the same registers as the back's, which synthesis merges).
 """
 
-from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import EXP2_CUTOFF, EXP2_GUARD, EXP2_TABLE, SOFTMAX_FRAC
+from ..dsp import KEEP
 from ..isa import EpOp
 from ..pipeline import delay
 from .arith import coarse, fine, tree
@@ -125,15 +126,25 @@ class Exponent(wiring.Component):
         e = st.lanes[sch.E]
         e_sum, _ = tree(m, [e[i].a[:E_WIDTH] for i in range(sch.lanes)],
                         lambda a, b: a + b, lambda n: unsigned(E_WIDTH + n), name="esum")
-        dm_at_sum = delay(m, dm, sch.SLOOP - 1 - sch.U, name="dm")
+        # Timing: the shift amount reaches the loop from registers of its own for each group of
+        # 8 bits of S (copies kept apart, hw/dsp.py KEEP), and so does `s_fresh`, so no net
+        # selects the whole shifter. dM = 32 or more empties S, as a row's start does.
+        dm_before = delay(m, dm, sch.SLOOP - 2 - sch.U, name="dm")
+        groups = range(-(-SUM_WIDTH // 8))
+        shift = [Signal(5, name=f"dm_shift{g}", reset_less=True, attrs=KEEP) for g in groups]
+        empty = [Signal(name=f"dm_empty{g}", reset_less=True, attrs=KEEP) for g in groups]
+        s_fresh = [Signal(init=1, name=f"s_fresh{g}", attrs=KEEP) for g in groups]
+        m.d.sync += [reg.eq(dm_before[:5]) for reg in shift]
+        m.d.sync += [reg.eq(dm_before[5]) for reg in empty]
         total = Signal(unsigned(SUM_WIDTH), reset_less=True)
-        s_fresh = Signal(init=1)
+        kept = Cat(Mux(s_fresh[g] | empty[g], 0, (total >> shift[g])[8 * g:8 * g + 8])
+                   for g in groups)[:SUM_WIDTH]
         smx_fin = Signal()
         smx_fin_slot = Signal()
         m.d.sync += smx_fin.eq(0)
         _, c = st.tags(sch.SLOOP - 1)
         with m.If(st.first_pass(sch.SLOOP - 1, EpOp.SOFTMAX)):
-            m.d.sync += [total.eq(Mux(s_fresh, 0, total >> dm_at_sum) + e_sum),
-                         s_fresh.eq(c.last), smx_fin.eq(c.last), smx_fin_slot.eq(c.slot)]
+            m.d.sync += [total.eq(kept + e_sum), smx_fin.eq(c.last), smx_fin_slot.eq(c.slot)]
+            m.d.sync += [reg.eq(c.last) for reg in s_fresh]
         m.d.comb += [self.o_sums.valid.eq(smx_fin), self.o_sums.payload.total.eq(total),
                      self.o_sums.payload.slot.eq(smx_fin_slot)]
