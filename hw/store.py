@@ -2,7 +2,7 @@
 
 from typing import NamedTuple
 
-from amaranth import Module, Mux, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -80,13 +80,13 @@ class StoreUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.epilogue = epilogue = self._epilogue(self._cfg)
-        beats = self._beat_fifo(m, epilogue)
+        beats, to_fifo = self._beat_fifo(m, epilogue)
         params = Signal(ParamsLayout)
         m.d.comb += epilogue.params.eq(params)
 
         drain = _Drain()
         issue, none_out = self._credit(m, beats, drain)
-        tags = self._assemble(m, beats, issue["ctl"])
+        tags = self._assemble(m, beats, to_fifo, issue["ctl"])
         last = self._walk(m, drain, issue, params, tags)
         # The STORE's registers load after the walk's updates, so an accept wins over them.
         self._accept(m, drain, last, none_out, epilogue.o_busy, params)
@@ -94,19 +94,28 @@ class StoreUnit(wiring.Component):
         return m
 
     def _beat_fifo(self, m, epilogue):
-        """The FIFO of beats read and not yet taken, into the epilogue, out to ``o_data``."""
-        # Timing: the Queue's head is a register (of two), so the epilogue's input logic (ready,
-        # the statistics gap, slots) decodes the beat's tags after one multiplexer, and its
-        # `ready` reaches a few of the queue's flip-flops, not its head or read pointer.
-        m.submodules.fifo = beats = Queue(width=beat_layout(self._cfg).size,
-                                          depth=self.FIFO_DEPTH)
+        """The FIFO of beats read and not yet taken, into the epilogue, out to ``o_data``.
+        Returns the queue and ``to_fifo``, which puts a beat's bits in the queue's order."""
+        # Timing: the beat's tags that the epilogue's `ready` decodes (op, second, last) are
+        # the Queue's fast bits, registers with no multiplexer after them, and its `ready`
+        # reaches a few of the queue's flip-flops, not its head or read pointers.
+        Beat = beat_layout(self._cfg)
+        tags = slice(Beat["op"].offset, Beat["last"].offset + 1)
+        m.submodules.fifo = beats = Queue(width=Beat.size, depth=self.FIFO_DEPTH,
+                                          fast=tags.stop - tags.start)
+        n, word = tags.stop - tags.start, beats.r_data     # the tags first, then the rest
         m.d.comb += [
-            epilogue.i_beat.payload.eq(beats.r_data),
+            epilogue.i_beat.payload.eq(Cat(word[n:n + tags.start], word[:n],
+                                           word[n + tags.start:])),
             epilogue.i_beat.valid.eq(beats.r_rdy),
             beats.r_en.eq(epilogue.i_beat.ready),
         ]
         wiring.connect(m, epilogue.o_data, wiring.flipped(self.o_data))
-        return beats
+
+        def to_fifo(beat):
+            bits = Value.cast(beat)
+            return Cat(bits[tags], bits[:tags.start], bits[tags.stop:])
+        return beats, to_fifo
 
     def _credit(self, m, beats, s):
         """``(issue, none_out)``: whether a beat's reads are issued this cycle (a dict of
@@ -115,30 +124,32 @@ class StoreUnit(wiring.Component):
 
         A read is issued only while fewer than FIFO_DEPTH beats are read and not yet taken
         (beats.level + reading + copying + writing). Timing: that count is kept in a register of
-        its own, and beside it whether it is below FIFO_DEPTH (`room`) and zero (`none_out`),
-        loaded with the compares of the count's next value: the issue is an AND of two
-        registers, and the count's adder and the epilogue's `ready` reach only these few
-        flip-flops, not the walk's enables or the accept. `room` and `active` have a copy for
+        its own, and beside it whether it is below FIFO_DEPTH (`room`) and zero (`none_out`);
+        an issue or a take (the epilogue's `ready`) only selects their next values among
+        compares of the count made beside it, so the issue is an AND of two registers and the
+        `ready` reaches these few flip-flops through one LUT, not the walk's enables or the
+        accept. `room` and `active` have a copy for
         each group, kept apart in the FPGA flows (:data:`~bertaccel.hw.dsp.KEEP`), so that no
         one net enables the hundreds of flip-flops that a read moves.
         """
-        outstanding = Signal(range(self.FIFO_DEPTH + 1))
-        outstanding_next = Signal.like(outstanding)
+        depth = self.FIFO_DEPTH
+        outstanding = Signal(range(depth + 1))
         rooms = {g: Signal(init=1, name=f"room_{g}", attrs=KEEP) for g in _ISSUE_GROUPS}
         issue = {g: Signal(name=f"issue_{g}") for g in _ISSUE_GROUPS}
         none_out = Signal(init=1)
         taken = Signal()
-        m.d.comb += [
-            taken.eq(beats.r_rdy & beats.r_en),
-            outstanding_next.eq(outstanding + issue["ctl"] - taken),
-        ]
+        m.d.comb += taken.eq(beats.r_rdy & beats.r_en)
         m.d.comb += [issue[g].eq(s.actives[g] & rooms[g]) for g in _ISSUE_GROUPS]
-        m.d.sync += [outstanding.eq(outstanding_next),
-                     none_out.eq(outstanding_next == 0)]
-        m.d.sync += [room.eq(outstanding_next < self.FIFO_DEPTH) for room in rooms.values()]
+        more, fewer = issue["ctl"] & ~taken, taken & ~issue["ctl"]
+        with m.If(more):
+            m.d.sync += [outstanding.eq(outstanding + 1), none_out.eq(0)]
+            m.d.sync += [room.eq(outstanding != depth - 1) for room in rooms.values()]
+        with m.Elif(fewer):
+            m.d.sync += [outstanding.eq(outstanding - 1), none_out.eq(outstanding == 1)]
+            m.d.sync += [room.eq(1) for room in rooms.values()]
         return issue, none_out
 
-    def _assemble(self, m, beats, issue):
+    def _assemble(self, m, beats, to_fifo, issue):
         """Put each beat together from the three reads and its tags, into the FIFO; returns the
         tags register, which the walk sets with the reads' issue."""
         cfg = self._cfg
@@ -171,7 +182,7 @@ class StoreUnit(wiring.Component):
             writing.eq(copying),
         ]
         m.d.comb += [
-            beats.w_data.eq(beat_copy),
+            beats.w_data.eq(to_fifo(beat_copy)),
             beats.w_en.eq(writing),
         ]
         return tags
