@@ -29,12 +29,13 @@ Cycle 0 is the first cycle after the clock edge that samples ``start``.
   counts every edge while running, including the one that raises ``done``; ``done`` rises at the
   first cycle where every instruction was taken and ``o_busy`` is low. So a run takes
   ``last busy cycle + 2`` cycles (:data:`DONE_CYCLES`).
-* Dispatch (hw/controller.py): one instruction a cycle, in program order, into one
-  ``amaranth.lib.fifo.SyncFIFOBuffered`` of ``cfg.queue_depth`` per unit. That FIFO shows an
-  entry written in cycle W at its output in cycle W + 2 (:data:`QUEUE_LATENCY`; one cycle later
-  than the head after a pop, which is there the next cycle), and takes a write in cycle W only
-  while its inner memory (``queue_depth - 1`` entries) is not full: the k-th entry of a queue
-  waits until entry ``k - queue_depth + 1`` has reached the output register. A stalled
+* Dispatch (hw/controller.py): one instruction a cycle, in program order, into one queue of
+  ``cfg.queue_depth`` per unit (``hw/queue.Queue``, which has the timing of
+  ``amaranth.lib.fifo.SyncFIFOBuffered``). A queue shows an entry written in cycle W at its
+  output in cycle W + 2 (:data:`QUEUE_LATENCY`; one cycle later than the head after a pop,
+  which is there the next cycle), and takes a write in cycle W only while fewer than
+  ``queue_depth - 1`` entries wait behind its head: the k-th entry of a queue waits until entry
+  ``k - queue_depth + 1`` has reached the head. A stalled
   instruction stalls every instruction behind it.
 * Tokens (TokenChannel): a counter, so the k-th pop of a channel waits until the cycle after the
   k-th push. A push that would take a channel past ``isa.TOKEN_MAX`` waits for a pop.
@@ -151,14 +152,14 @@ TIMED_FIELDS = {isa.Load: ("count",), isa.Matmul: ("m_len", "accumulate", "acc_a
 #: The cycle in which instruction word 0 is first on offer (the harness's source reads it
 #: from its file in cycle 0, a clocked read with one cycle of latency).
 FIRST_INSTRUCTION = 1
-#: SyncFIFOBuffered: an entry written in cycle W is at the output in cycle W + 2.
+#: A queue (SyncFIFOBuffered's timing): an entry written in cycle W is at the output in W + 2.
 QUEUE_LATENCY = 2
 #: A token pushed in cycle t is counted from cycle t + 1.
 TOKEN_DELAY = 1
 #: ``done`` rises the cycle after the last busy cycle, and ``cycles`` counts that edge too.
 DONE_CYCLES = 2
 #: A store-unit read issued in cycle t is at the beat FIFO's output from cycle t + 5 (memory
-#: read, the register after the memories and its copy, then SyncFIFOBuffered's two cycles).
+#: read, the register after the memories and its copy, then the beat queue's two cycles).
 STORE_READ_TO_FIFO = 5
 #: A MATMUL's weight preload: ``rows`` reads in the cycles after the accept, hand-over in the
 #: cycle of the last (the first operand read comes after it), and the next accept in that cycle.
