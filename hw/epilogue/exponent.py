@@ -127,24 +127,26 @@ class Exponent(wiring.Component):
         e_sum, _ = tree(m, [e[i].a[:E_WIDTH] for i in range(sch.lanes)],
                         lambda a, b: a + b, lambda n: unsigned(E_WIDTH + n), name="esum")
         # Timing: the shift amount reaches the loop from registers of its own for each group of
-        # 8 bits of S (copies kept apart, hw/dsp.py KEEP), and so does `s_fresh`, so no net
-        # selects the whole shifter. dM = 32 or more empties S, as a row's start does.
+        # 8 bits of S (copies kept apart, hw/dsp.py KEEP), and so does whether S starts from 0
+        # (`zero`: dM of 32 or more, or the row's first sub-beat), decided a cycle ahead; so no
+        # net selects the whole shifter, and each bit's multiplexer reads one flag.
         dm_before = delay(m, dm, sch.SLOOP - 2 - sch.U, name="dm")
         groups = range(-(-SUM_WIDTH // 8))
         shift = [Signal(5, name=f"dm_shift{g}", reset_less=True, attrs=KEEP) for g in groups]
-        empty = [Signal(name=f"dm_empty{g}", reset_less=True, attrs=KEEP) for g in groups]
-        s_fresh = [Signal(init=1, name=f"s_fresh{g}", attrs=KEEP) for g in groups]
-        m.d.sync += [reg.eq(dm_before[:5]) for reg in shift]
-        m.d.sync += [reg.eq(dm_before[5]) for reg in empty]
+        zero = [Signal(init=1, name=f"s_zero{g}", attrs=KEEP) for g in groups]
+        s_fresh = Signal(init=1)          # the next first-pass sub-beat starts a row
         total = Signal(unsigned(SUM_WIDTH), reset_less=True)
-        kept = Cat(Mux(s_fresh[g] | empty[g], 0, (total >> shift[g])[8 * g:8 * g + 8])
+        kept = Cat(Mux(zero[g], 0, (total >> shift[g])[8 * g:8 * g + 8])
                    for g in groups)[:SUM_WIDTH]
         smx_fin = Signal()
         smx_fin_slot = Signal()
-        m.d.sync += smx_fin.eq(0)
         _, c = st.tags(sch.SLOOP - 1)
-        with m.If(st.first_pass(sch.SLOOP - 1, EpOp.SOFTMAX)):
+        looping = st.first_pass(sch.SLOOP - 1, EpOp.SOFTMAX)
+        fresh_next = Mux(looping, c.last, s_fresh)
+        m.d.sync += [reg.eq(dm_before[:5]) for reg in shift]
+        m.d.sync += [reg.eq(dm_before[5] | fresh_next) for reg in zero]
+        m.d.sync += [s_fresh.eq(fresh_next), smx_fin.eq(0)]
+        with m.If(looping):
             m.d.sync += [total.eq(kept + e_sum), smx_fin.eq(c.last), smx_fin_slot.eq(c.slot)]
-            m.d.sync += [reg.eq(c.last) for reg in s_fresh]
         m.d.comb += [self.o_sums.valid.eq(smx_fin), self.o_sums.payload.total.eq(total),
                      self.o_sums.payload.slot.eq(smx_fin_slot)]
