@@ -96,8 +96,11 @@ class Queue(wiring.Component):
         data, filled = [], []
         for n, start in enumerate(range(0, self.width, CHUNK)):
             part = slice(start, min(start + CHUNK, self.width))
-            copy = _Control(behind, f"_{n}")        # the control registers, again
-            copy.load(m, next_values)
+            if n == 0:
+                copy = ctl
+            else:
+                copy = _Control(behind, f"_{n}")    # the control registers, again
+                copy.load(m, next_values)
             m.submodules[f"storage_{n}"] = storage = memory.Memory(
                 shape=part.stop - part.start, depth=behind, init=[])
             w_port = storage.write_port()

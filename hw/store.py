@@ -128,9 +128,9 @@ class StoreUnit(wiring.Component):
         an issue or a take (the epilogue's `ready`) only selects their next values among
         compares of the count made beside it, so the issue is an AND of two registers and the
         `ready` reaches these few flip-flops through one LUT, not the walk's enables or the
-        accept. `room` and `active` have a copy for
-        each group, kept apart in the FPGA flows (:data:`~bertaccel.hw.dsp.KEEP`), so that no
-        one net enables the hundreds of flip-flops that a read moves.
+        accept. `room` and `active` have a copy for each group, kept apart in the FPGA flows
+        (:data:`~bertaccel.hw.dsp.KEEP`), so that no one net enables the hundreds of
+        flip-flops that a read moves.
         """
         depth = self.FIFO_DEPTH
         outstanding = Signal(range(depth + 1))
@@ -332,15 +332,11 @@ class StoreUnit(wiring.Component):
         m.d.sync += [setting.eq(0), index.eq(body.index), value.eq(body.value)]
         with m.If(setting):
             with m.Switch(index):
-                for field in _PARAM_FIELDS:
-                    with m.Case(Param[field.upper()]):
-                        target = getattr(params, field)
+                for param in Param:
+                    with m.Case(param):
+                        target = getattr(params, param.name.lower())
                         m.d.sync += target.eq(value[:len(target)])
         return _Staged(setting, index, value)
-
-
-#: The parameter registers, by the lower-case names of :class:`Param`.
-_PARAM_FIELDS = ("mul0", "shift0", "mul1", "shift1", "row_len", "eps", "flags")
 
 
 class _Staged(NamedTuple):

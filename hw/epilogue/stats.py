@@ -89,8 +89,8 @@ class RowStats(wiring.Component):
         acc_lanes = st(k, **ACC_LANE)                      # M, a copy in every lane
         row_dm = Signal(unsigned(17), reset_less=True)      # how much M grew at that beat
         # M so far in this row, -2**15 before its first sub-beat: a row's last sub-beat sets it
-        # back, so the loop is a compare of two registers and one LUT (a timing choice: a
-        # multiplexer for a row's start in front of the compare made it six levels).
+        # back, so no multiplexer for a row's start sits in front of the compare and the loop
+        # is a compare of two registers and one LUT (a timing choice).
         m_run = Signal(signed(17), init=-(1 << 15))
         smx_m = [Signal(signed(17), name=f"smx_m{n}", reset_less=True) for n in range(2)]
         grow = Signal(signed(18))
