@@ -4,8 +4,9 @@ Both FIFOs get the same writes and reads: random data, a writer that offers in r
 a reader whose ``r_en`` is random (also while the FIFO is empty), and runs where the reader
 stalls long enough to fill it. Every cycle their ``w_rdy``, ``r_rdy``, ``level`` and, while the
 head is valid, ``r_data`` must be equal: the cycle model (``sw/cycles.py``) counts on
-``SyncFIFOBuffered``'s timing for the instruction queues and the beat FIFO. Amaranth's simulator
-runs it; the random seed is logged (``BERTACCEL_SEED`` replays another).
+``SyncFIFOBuffered``'s timing for the instruction queues, the beat FIFO and the epilogue's
+output FIFO. Amaranth's simulator runs it; the random seed is logged (``BERTACCEL_SEED``
+replays another).
 """
 
 import gc
