@@ -160,17 +160,15 @@ class Front(wiring.Component):
         for i in range(sch.lanes):
             w, z = p[i].a, p[i].b
             flags = Cat(s[i].over, s[i].under, s[i].r)
-            # Timing: RAW reads none of these and loads REQUANT's, so the op selects what the
-            # registers load and enables none of them.
             with m.Switch(c.op):
+                with m.Case(EpOp.REQUANT):
+                    m.d.sync += flags.eq(Cat(*round_parts(w, *INT8)))
                 with m.Case(EpOp.GELU):
                     m.d.sync += flags.eq(Cat(*round_parts(z, *INT24)))
                 with m.Case(EpOp.SOFTMAX):
                     m.d.sync += flags.eq(Cat(*round_parts(w, *INT24)))
                 with m.Case(EpOp.LAYERNORM):
                     m.d.sync += flags.eq(Cat(*round_parts(w, *INT16)))
-                with m.Default():                                      # REQUANT, RAW
-                    m.d.sync += flags.eq(Cat(*round_parts(w, *INT8)))
             # GELU's PHI index is clamp(t + 257, 0, 513) (see PHI_ROM): t = (w + 1) >> 1, so
             # t + 257 = (w + 515) >> 1, and the limits are compared on w.
             m.d.sync += [s[i].ir.eq((w[:11] + 515)[1:11]), s[i].ihi.eq(w >= 511),
