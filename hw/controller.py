@@ -121,7 +121,7 @@ class Controller(wiring.Component):
         for name in ("load", "exec", "store"):
             n_extra = len(extra[name])
             queue = Queue(width=n_extra + Instr.size, depth=self._cfg.queue_depth,
-                          fast=n_extra + Instr["body"].offset)
+                          fast=slice(0, n_extra + Instr["body"].offset))
             m.submodules[f"{name}_queue"] = queue
             queues[name] = queue
             out = getattr(self, f"o_{name}")

@@ -7,8 +7,8 @@ the cores (docs/fpga.md). :class:`Queue` shows the same entries in the same cycl
 in the same cycles and reports the same level, but the head is one of two registers (``slot0``,
 ``slot1``) picked by a pointer, and the register that is not the head is filled from the memory
 ahead of time, with an enable decided from registers only. The price is one multiplexer between
-the slots and ``r_data``; the low ``fast`` bits of the head are also kept in a register of their
-own (``head_bits``) for a reader that decides from them.
+the slots and ``r_data``; the head's ``fast`` bits are also kept in a register of their own
+(``head_bits``) for a reader that decides from them.
 
 The entries are cut into chunks of at most :data:`CHUNK` bits, each with its own memory and
 its own copy of the control registers (the head pointer, the valid flags, the memory's
@@ -43,8 +43,9 @@ class Queue(wiring.Component):
     width : int
     depth : int
         At least 2.
-    fast : int
-        Low bits of ``r_data`` that come from a register with no multiplexer after it.
+    fast : slice
+        Bits of ``r_data`` that come from a register with no multiplexer after it (none by
+        default).
 
     Members
     -------
@@ -58,11 +59,12 @@ class Queue(wiring.Component):
     level : Out(range(depth + 1))
     """
 
-    def __init__(self, *, width, depth, fast=0):
+    def __init__(self, *, width, depth, fast=slice(0, 0)):
         if depth < 2:
             raise ValueError(f"a Queue holds at least 2 entries, not {depth}")
-        if not 0 <= fast <= width:
-            raise ValueError(f"a Queue's fast bits are 0 to its width {width}, not {fast}")
+        if fast.step is not None or not 0 <= fast.start <= fast.stop <= width:
+            raise ValueError(f"a Queue's fast bits are a slice within its width {width}, "
+                             f"not {fast}")
         self.width, self.depth, self.fast = width, depth, fast
         super().__init__({
             "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
@@ -75,7 +77,7 @@ class Queue(wiring.Component):
         behind = self.depth - 1              # entries behind the head: the spare slot and memory
         ctl = _Control(behind)
         stored = Signal(range(behind + 1), name="stored")      # entries in the memory
-        waiting = Signal(range(behind + 1), name="waiting")    # ... and in the spare slot
+        waiting = Signal(range(behind + 1))  # ... and in the spare slot: behind the head
         write = Signal()
         pop = Signal()
         move = Signal()                      # an entry moves from behind the head to the head
@@ -85,9 +87,10 @@ class Queue(wiring.Component):
             move.eq((ctl.spare_valid | ctl.stored) & (~ctl.head_valid | pop)),
             self.w_rdy.eq(ctl.room),
             self.r_rdy.eq(ctl.head_valid),
+            waiting.eq(stored + ctl.spare_valid),
             self.level.eq(waiting + ctl.head_valid),
         ]
-        m.d.sync += [stored.eq(stored + write - ctl.fill), waiting.eq(waiting + write - move)]
+        m.d.sync += stored.eq(stored + write - ctl.fill)
         next_values = ctl.next_values(write=write, pop=pop, move=move, stored=stored,
                                       waiting=waiting)
         ctl.load(m, next_values)
@@ -115,19 +118,19 @@ class Queue(wiring.Component):
             data.append(Mux(copy.head, slots[1][part], slots[0][part]))
             filled.append(r_port.data)
         m.d.comb += self.r_data.eq(Cat(*data))
-        if self.fast:
+        if self.fast.stop > self.fast.start:
             self._head_bits(m, ctl, pop, slots, Cat(*filled))
         return m
 
     def _head_bits(self, m, ctl, pop, slots, filled):
-        """The head's low ``fast`` bits in a register: after a pop, the spare slot's or the
+        """The head's ``fast`` bits in a register: after a pop, the spare slot's or the
         memory's; with no head, the memory's."""
-        low = slice(0, self.fast)
-        head_bits = Signal(self.fast, name="head_bits", reset_less=True)
-        spare = Mux(ctl.head, slots[0][low], slots[1][low])
+        bits = self.fast
+        head_bits = Signal(bits.stop - bits.start, name="head_bits", reset_less=True)
+        spare = Mux(ctl.head, slots[0][bits], slots[1][bits])
         m.d.sync += head_bits.eq(Mux(pop & ctl.spare_valid, spare,
-                                     Mux(ctl.head_valid & ~pop, head_bits, filled[low])))
-        m.d.comb += self.r_data[low].eq(head_bits)
+                                     Mux(ctl.head_valid & ~pop, head_bits, filled[bits])))
+        m.d.comb += self.r_data[bits].eq(head_bits)
 
 
 class _Control:

@@ -2,7 +2,7 @@
 
 from typing import NamedTuple
 
-from amaranth import Cat, Module, Mux, Signal, Value, signed
+from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -80,13 +80,13 @@ class StoreUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.epilogue = epilogue = self._epilogue(self._cfg)
-        beats, to_fifo = self._beat_fifo(m, epilogue)
+        beats = self._beat_fifo(m, epilogue)
         params = Signal(ParamsLayout)
         m.d.comb += epilogue.params.eq(params)
 
         drain = _Drain()
         issue, none_out = self._credit(m, beats, drain)
-        tags = self._assemble(m, beats, to_fifo, issue["ctl"])
+        tags = self._assemble(m, beats, issue["ctl"])
         last = self._walk(m, drain, issue, params, tags)
         # The STORE's registers load after the walk's updates, so an accept wins over them.
         self._accept(m, drain, last, none_out, epilogue.o_busy, params)
@@ -94,28 +94,21 @@ class StoreUnit(wiring.Component):
         return m
 
     def _beat_fifo(self, m, epilogue):
-        """The FIFO of beats read and not yet taken, into the epilogue, out to ``o_data``.
-        Returns the queue and ``to_fifo``, which puts a beat's bits in the queue's order."""
+        """The FIFO of beats read and not yet taken, into the epilogue, out to ``o_data``."""
         # Timing: the beat's tags that the epilogue's `ready` decodes (op, second, last) are
         # the Queue's fast bits, registers with no multiplexer after them, and its `ready`
         # reaches a few of the queue's flip-flops, not its head or read pointers.
         Beat = beat_layout(self._cfg)
-        tags = slice(Beat["op"].offset, Beat["last"].offset + 1)
-        m.submodules.fifo = beats = Queue(width=Beat.size, depth=self.FIFO_DEPTH,
-                                          fast=tags.stop - tags.start)
-        n, word = tags.stop - tags.start, beats.r_data     # the tags first, then the rest
+        m.submodules.fifo = beats = Queue(
+            width=Beat.size, depth=self.FIFO_DEPTH,
+            fast=slice(Beat["op"].offset, Beat["last"].offset + 1))
         m.d.comb += [
-            epilogue.i_beat.payload.eq(Cat(word[n:n + tags.start], word[:n],
-                                           word[n + tags.start:])),
+            epilogue.i_beat.payload.eq(beats.r_data),
             epilogue.i_beat.valid.eq(beats.r_rdy),
             beats.r_en.eq(epilogue.i_beat.ready),
         ]
         wiring.connect(m, epilogue.o_data, wiring.flipped(self.o_data))
-
-        def to_fifo(beat):
-            bits = Value.cast(beat)
-            return Cat(bits[tags], bits[:tags.start], bits[tags.stop:])
-        return beats, to_fifo
+        return beats
 
     def _credit(self, m, beats, s):
         """``(issue, none_out)``: whether a beat's reads are issued this cycle (a dict of
@@ -149,7 +142,7 @@ class StoreUnit(wiring.Component):
             m.d.sync += [room.eq(1) for room in rooms.values()]
         return issue, none_out
 
-    def _assemble(self, m, beats, to_fifo, issue):
+    def _assemble(self, m, beats, issue):
         """Put each beat together from the three reads and its tags, into the FIFO; returns the
         tags register, which the walk sets with the reads' issue."""
         cfg = self._cfg
@@ -182,7 +175,7 @@ class StoreUnit(wiring.Component):
             writing.eq(copying),
         ]
         m.d.comb += [
-            beats.w_data.eq(to_fifo(beat_copy)),
+            beats.w_data.eq(beat_copy),
             beats.w_en.eq(writing),
         ]
         return tags
