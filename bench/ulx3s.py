@@ -3,7 +3,7 @@
 ::
 
     python bench/ulx3s.py [--config 2x2] [--baud 115200] [--board 85F] [--lut-mapper abc9]
-                          [--timeout 120] [--program]
+                          [--seed 1] [--placer heap] [--density 0.9] [--timeout 120] [--program]
 
 This is amaranth-boards' own build (``ULX3S_85F_Platform().build(...)``) of
 :class:`bertaccel.fpga.ulx3s.ULX3STop`, run with yosys, nextpnr-ecp5 and ecppack from PyPI
@@ -59,6 +59,11 @@ def main(argv=None):
     parser.add_argument("--lut-mapper", choices=["abc", "abc9"], default="abc9",
                         help="yosys's LUT mapper: abc9 (synth_ecp5's own, timing-driven; the "
                              "default) or the classic abc")
+    parser.add_argument("--placer", choices=["heap", "static"], default="heap",
+                        help="nextpnr's placer (heap)")
+    parser.add_argument("--density", type=float, default=0.9,
+                        help="the heap placer's highest placement density, 0.5 to 1 (0.9, "
+                             "nextpnr's --placer-heap-beta): lower leaves the router more room")
     parser.add_argument("--timeout", type=float, default=120,
                         help="minutes nextpnr may take before it is stopped (120)")
     parser.add_argument("--program", action="store_true", help="load it with openFPGALoader")
@@ -68,6 +73,8 @@ def main(argv=None):
     check_args(parser, folders={"--build-dir": args.build_dir})
     if args.timeout <= 0:
         parser.error(f"--timeout must be a positive number of minutes, not {args.timeout:g}")
+    if not 0.5 <= args.density <= 1:
+        parser.error(f"--density must be from 0.5 to 1, not {args.density:g}")
     cfg = load_config(args.config)
     _tools(args.program)
 
@@ -110,6 +117,7 @@ def main(argv=None):
         platform.build(ULX3STop(cfg, baud=args.baud), name=name, build_dir=str(build_dir),
                        do_program=args.program, script_after_read=script, synth_opts=synth_opts,
                        nextpnr_opts=f"--router router2 --seed {args.seed} "
+                                    f"--placer {args.placer} --placer-heap-beta {args.density} "
                                     f"--report {name}.report.json")
     except subprocess.CalledProcessError:
         print(f"bench: the build of {cfg.name} failed after {time.monotonic() - begin:.0f} s"
@@ -124,6 +132,7 @@ def main(argv=None):
     summary = {
         "config": cfg.label, "tag": cfg.tag, "board": f"ULX3S-{args.board}",
         "device": platform.device, "baud": args.baud, "seed": args.seed,
+        "placer": args.placer, "density": args.density,
         "bitstream": str(bitstream), "bitstream_bytes": bitstream.stat().st_size,
         "fmax_mhz": pnr["fmax_mhz"], "clock_mhz": platform.default_clk_frequency / 1e6,
         "utilization": {k: util[k] for k in ("TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D",

@@ -66,10 +66,11 @@ def lpf(tgt, freq_mhz):
             f'FREQUENCY PORT "clk" {freq_mhz:g} MHZ;\n')
 
 
-def nextpnr_command(tgt, seed):
+def nextpnr_command(tgt, seed, placer="heap"):
     """nextpnr-ecp5's arguments for a run in a build folder holding ``netlist.json`` and
     ``top.lpf`` (relative paths: the YoWASP tools see only their working directory); it writes
     ``report.json`` and ``nextpnr.log`` there."""
     return [*tgt.nextpnr_args, "--json", "netlist.json", "--lpf", "top.lpf",
-            "--lpf-allow-unconstrained", "--seed", str(seed), "--router", "router2",
+            "--lpf-allow-unconstrained", "--seed", str(seed), "--placer", placer,
+            "--router", "router2",
             "--report", "report.json", "--timing-allow-fail", "-l", "nextpnr.log", "-q"]

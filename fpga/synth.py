@@ -50,6 +50,7 @@ from .tools import find_tool, run_tool, tool_version, tool_versions
 
 __all__ = [
     "synthesize", "map_blocks", "build_name", "RAMREG_VERSION", "RAM_COPY_GROUP", "LUT_MAPPERS",
+    "PLACERS",
     # from the flow's rooms
     "SynthError", "DoesNotFit", "NotRouted", "Target", "TARGETS", "target", "DESIGNS",
     "SynthTop", "TOP_NAME", "CLASSIC_ABC_STEPS", "estimate", "check_fit", "tool_versions",
@@ -73,13 +74,17 @@ RAM_COPY_GROUP = {"core": 8, "mesh": 2, "datapath": 2, "store": 8,
 #: the timing-driven mapper without wide LUTs, then the classic one, when yosys fails an
 #: assertion in it), or the classic abc throughout.
 LUT_MAPPERS = ("abc9", "abc")
+#: nextpnr's placers :func:`synthesize` offers: the analytic heap placer (nextpnr's default)
+#: or the electrostatic static placer, which routes the 8x8 core (docs/fpga.md).
+PLACERS = ("heap", "static")
 
 
-def build_name(cfg, tgt, design="core", seed=1, lut_mapper="abc9"):
+def build_name(cfg, tgt, design="core", seed=1, lut_mapper="abc9", placer="heap"):
     """The folder under ``build_root`` where :func:`synthesize` keeps a run."""
     return (f"{cfg.tag}-{tgt.name}" + ("" if design == "core" else f"-{design}")
             + ("" if seed == 1 else f"-seed{seed}")
-            + ("" if lut_mapper == "abc9" else f"-{lut_mapper}"))
+            + ("" if lut_mapper == "abc9" else f"-{lut_mapper}")
+            + ("" if placer == "heap" else f"-{placer}"))
 
 
 def map_blocks(cfg, design="core", *, build_dir, dsp_primitives=True):
@@ -124,7 +129,7 @@ def map_blocks(cfg, design="core", *, build_dir, dsp_primitives=True):
 
 def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=150.0,
                build_root="build/synth", force=False, log=None, timeout_s=None,
-               lut_mapper="abc9"):
+               lut_mapper="abc9", placer="heap"):
     """Synthesise, place and route ``cfg``'s core for ``target_name``; return the report.
 
     Parameters
@@ -152,6 +157,9 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         ``"abc9"`` (synth_ecp5's own; if yosys fails an assertion in it, abc9 without wide
         LUTs, then the classic mapper) or
         ``"abc"`` (the classic mapper throughout; its runs go to a folder ending ``-abc``).
+    placer : str
+        nextpnr's placer, a name in :data:`PLACERS` (runs of ``"static"`` go to a folder ending
+        ``-static``).
 
     Returns
     -------
@@ -179,14 +187,17 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     tgt = target(target_name)
     if lut_mapper not in LUT_MAPPERS:
         raise SynthError(f"unknown LUT mapper {lut_mapper!r}; known: {', '.join(LUT_MAPPERS)}")
+    if placer not in PLACERS:
+        raise SynthError(f"unknown placer {placer!r}; known: {', '.join(PLACERS)}")
     check_design(design)         # before the fit check, which assumes a known design
     check_fit(cfg, tgt, estimate(cfg, design), when="(estimated before synthesis)")
-    run = _Run(cfg=cfg, tgt=tgt, design=design, seed=seed, lut_mapper=lut_mapper,
-               build_dir=Path(build_root) / build_name(cfg, tgt, design, seed, lut_mapper),
+    run = _Run(cfg=cfg, tgt=tgt, design=design, seed=seed, lut_mapper=lut_mapper, placer=placer,
+               build_dir=Path(build_root) / build_name(cfg, tgt, design, seed, lut_mapper,
+                                                       placer),
                say=log or (lambda line: None))
     run.build_dir.mkdir(parents=True, exist_ok=True)
     inputs = _inputs(cfg, tgt, design, freq_mhz)
-    nextpnr_args = nextpnr_command(tgt, seed)
+    nextpnr_args = nextpnr_command(tgt, seed, placer)
     tools = tool_versions()
     key = _cache_key(inputs, nextpnr_args, tools, design, lut_mapper)
 
@@ -228,6 +239,7 @@ class _Run:
     design: str
     seed: int
     lut_mapper: str
+    placer: str
     build_dir: Path
     say: object
 
@@ -331,7 +343,7 @@ def _place_and_route(run, command, used_pnr, mapper, timeout_s):
     """Run nextpnr (``command``) in ``run.build_dir``; return its wall time. Raises
     :class:`NotRouted` after ``timeout_s``, :class:`DoesNotFit` if it could not place."""
     cfg, tgt, build_dir = run.cfg, run.tgt, run.build_dir
-    run.say(f"{run.what}: nextpnr-ecp5 place and route, seed {run.seed} "
+    run.say(f"{run.what}: nextpnr-ecp5 place and route, seed {run.seed}, {run.placer} placer "
             f"({build_dir}/nextpnr.log)")
     try:
         return run_tool(command, build_dir, "nextpnr", timeout=timeout_s)
@@ -341,7 +353,7 @@ def _place_and_route(run, command, used_pnr, mapper, timeout_s):
         raise NotRouted(
             f"config {cfg.name} ({cfg.tag}) did not finish place and route on {tgt.name} in "
             f"{timeout_s / 60:g} min (log in {build_dir / 'nextpnr.log'})",
-            used=used_pnr, lut_mapper=mapper, seed=run.seed,
+            used=used_pnr, lut_mapper=mapper, seed=run.seed, placer=run.placer,
             **parse_nextpnr_log(log_text)) from None
     except SynthError as error:
         if re.search(r"(?i)unable to place|no bels? remaining|not enough", str(error)):
@@ -365,7 +377,7 @@ def _report(run, *, freq_mhz, used, used_pnr, ramreg, copies, pnr, versions, map
         "critical_path": pnr["critical_path"],
         "yosys": used, "utilization": pnr["utilization"], "ram_output_registers": ramreg,
         "ram_driver_copies": dict(copies, group=RAM_COPY_GROUP[run.design]),
-        "tools": versions, "lut_mapper": mapper, "seed": run.seed,
+        "tools": versions, "lut_mapper": mapper, "seed": run.seed, "placer": run.placer,
         "wall_s": round(wall_s, 1),
         "yosys_s": round(yosys_s, 1), "nextpnr_s": round(nextpnr_s, 1),
         "top": TOP_NAME, "build_dir": str(run.build_dir), "key": key,

@@ -449,7 +449,8 @@ def _cmd_synth(args):
         report = synthesize(cfg, args.target, design=args.design, seed=args.seed,
                             freq_mhz=args.freq,
                             build_root=args.build_root, force=args.force, log=progress,
-                            timeout_s=60 * args.timeout, lut_mapper=args.lut_mapper)
+                            timeout_s=60 * args.timeout, lut_mapper=args.lut_mapper,
+                            placer=args.placer)
     except DoesNotFit as error:
         raise _UsageError(str(error)) from None
     except NotRouted as error:
@@ -770,6 +771,9 @@ def _add_synth_parser(commands):
     synth.add_argument("--lut-mapper", choices=("abc9", "abc"), default="abc9",
                        help="yosys's LUT mapper: abc9 (synth_ecp5's own, timing-driven; the "
                             "classic abc if yosys fails in it) or the classic abc (abc9)")
+    synth.add_argument("--placer", choices=("heap", "static"), default="heap",
+                       help="nextpnr's placer: heap (its default) or the electrostatic static "
+                            "placer (heap)")
     synth.add_argument("--force", action="store_true",
                        help="run the tools even if build/synth holds a current result")
     synth.add_argument("--json", action="store_true", help="print one JSON object")

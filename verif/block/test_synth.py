@@ -224,6 +224,14 @@ def test_lut_mapper_choice():
     assert "| 8x8 (LUTs by abc; seed 2) | " in synth.format_table([dict(row, seed=2)])
     assert "| 8x8 (seed 3) | " in synth.format_table([dict(row, seed=3, lut_mapper="abc9")])
     assert "| 8x8 (LUTs by abc) | " in synth.format_table([dict(row, seed=2)], seed=2)
+    # The static placer's runs keep their own folder and the table names the placer.
+    with pytest.raises(synth.SynthError, match="unknown placer 'sa'"):
+        synth.synthesize(CFG, placer="sa")
+    assert synth.build_name(CFG, tgt, seed=2, lut_mapper="abc", placer="static").endswith(
+        "-ecp5-85k-seed2-abc-static")
+    assert "--placer static" in " ".join(synth.nextpnr_command(tgt, 1, "static"))
+    assert "| 8x8 (LUTs by abc; static placer; seed 2) | " in synth.format_table(
+        [dict(row, seed=2, placer="static")])
     # A run stopped in the router: its row names the mapper and router2's last iteration.
     stopped = synth.NotRouted("stopped", used=row, placed_fmax_mhz=56.2, lut_mapper="abc",
                               router_iteration=(21, 1484))
