@@ -5,14 +5,16 @@
     python bench/synth.py [--target ecp5-85k] [--seed 1] [--presets 2x2 4x4 ...]
                           [--mesh-seeds 1 2 3] [--mesh-presets 2x2 ...]
                           [--datapath-seeds 1 2 3] [--datapath-presets 8x8 ...]
-                          [--classic-abc 4x8 8x8] [--core-seed 8x8=2] [--jobs 1] [--force]
+                          [--classic-abc 4x8 8x8] [--static-placer 4x8 8x8] [--core-seed 8x8=2]
+                          [--jobs 1] [--force]
 
 Each preset goes through :func:`bertaccel.fpga.synth.synthesize` (what ``bertaccel synth`` runs);
 results are cached in ``build/synth/<tag>-<target>/``, so a rerun prints at once. A preset that
 does not fit the part is listed with the reason instead of being run, and one that outlives
 ``--timeout`` (minutes) with its yosys counts. A core is placed with ``--seed`` unless
-``--core-seed`` names another for its preset (8x8=2: on seed 1 router2 stalls near 900
-overused wires, docs/fpga.md); the table names such a seed. Then the PE array of every preset (or
+``--core-seed`` names another for its preset (8x8=2, the fastest of three), and with nextpnr's
+static placer where ``--static-placer`` names the preset (4x8, 8x8: the heap placer's placements
+of them route slowly or not at all, docs/fpga.md); the table names such a seed and placer. Then the PE array of every preset (or
 of ``--mesh-presets``) that fits is placed and routed alone (``--design mesh``), once per seed of
 ``--mesh-seeds``, because nextpnr's Fmax moves by several percent from seed to seed; and so is
 the datapath (``--design datapath``: the execute unit with its scratchpads and accumulator) of
@@ -60,9 +62,14 @@ def main(argv=None):
                         help="presets whose core is mapped with yosys's classic abc instead of "
                              "abc9 (4x8, 8x8: their abc9 netlists did not finish routing; "
                              "docs/fpga.md)")
+    parser.add_argument("--static-placer", nargs="*", choices=list(PRESETS),
+                        default=["4x8", "8x8"], metavar="PRESET",
+                        help="presets whose core is placed by nextpnr's static placer instead "
+                             "of heap (4x8, 8x8: heap's placements route slowly or not at all; "
+                             "docs/fpga.md)")
     parser.add_argument("--core-seed", nargs="*", default=["8x8=2"], metavar="PRESET=SEED",
                         help="a placement seed for one preset's core instead of --seed (8x8=2: "
-                             "its seed-1 placement did not finish routing; docs/fpga.md)")
+                             "the fastest of seeds 1 to 3; docs/fpga.md)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="place-and-route runs side by side (1); each takes a core and up "
                              "to a few GB")
@@ -95,7 +102,8 @@ def main(argv=None):
             report = synthesize(cfg, tgt.name, seed=core_seeds.get(name, args.seed),
                                 freq_mhz=args.freq,
                                 force=args.force, log=say, timeout_s=60 * args.timeout,
-                                lut_mapper="abc" if name in args.classic_abc else "abc9")
+                                lut_mapper="abc" if name in args.classic_abc else "abc9",
+                                placer="static" if name in args.static_placer else "heap")
         except DoesNotFit as error:
             say(str(error))
             return {"config": name, "tag": cfg.tag, "target": tgt.name, "fits": False,
