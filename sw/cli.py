@@ -443,6 +443,10 @@ def _cmd_synth(args):
     if args.timeout <= 0:
         raise _UsageError(f"--timeout must be a positive number of minutes, not {args.timeout}")
     _build_root(args.build_root)
+    if args.seeds is not None:
+        return _synth_seeds(args, cfg)
+    if args.address or args.workers is not None or args.retries is not None:
+        raise _UsageError("--address, --workers and --retries apply to --seeds only")
     progress = (lambda text: print(f"bertaccel: {text}", file=sys.stderr)) if not args.json \
         else None
     try:
@@ -466,6 +470,51 @@ def _cmd_synth(args):
     else:
         _print_synth(report)
     return 0
+
+
+def _synth_seeds(args, cfg):
+    """``bertaccel synth --seeds``: a placement-seed sweep on Ray; exit status 1 if a seed did
+    not route."""
+    from pathlib import Path
+
+    from ..cluster.connect import connect
+    from ..cluster.seeds import format_seed_sweep, seed_sweep
+    from ..fpga.errors import DoesNotFit
+    from ..fpga.synth import check_fit, estimate, target
+    seeds = _seed_list(args.seeds)
+    address, workers, retries = _cluster_options(args)
+    tgt = target(args.target)
+    try:
+        check_fit(cfg, tgt, estimate(cfg, args.design), when="(estimated before synthesis)")
+    except DoesNotFit as error:
+        raise _UsageError(str(error)) from None
+    options = {"design": args.design, "freq_mhz": args.freq, "force": args.force,
+               "build_root": str(Path(args.build_root).resolve()),
+               "timeout_s": 60 * args.timeout, "lut_mapper": args.lut_mapper,
+               "placer": args.placer}
+    log = _stderr_log(args)
+    with connect(address, workers=workers) as where:
+        if log:
+            log(f"{cfg.name} {args.design} on {args.target}, seeds {args.seeds}, on Ray "
+                f"({where['cpus']} CPUs, {where['nodes']} node(s))")
+        report = seed_sweep(cfg, args.target, seeds, options=options, retries=retries, log=log)
+    report["cluster"] = where
+    print(json.dumps(report, indent=2) if args.json else format_seed_sweep(report))
+    return 1 if any("failure" in run for run in report["runs"]) else 0
+
+
+def _seed_list(text):
+    """The seeds of ``--seeds``: distinct integers from 0 to 2**31-1."""
+    items = [item.strip() for item in text.split(",")]
+    if not all(item.isdigit() for item in items):
+        raise _UsageError(f"--seeds takes comma-separated seeds (integers of 0 or more), "
+                          f"not {text!r}")
+    seeds = [int(item) for item in items]
+    if len(set(seeds)) != len(seeds):
+        raise _UsageError(f"--seeds names a seed twice: {text!r}")
+    if max(seeds) >= 1 << 31:
+        raise _UsageError(f"--seeds must be from 0 to 2**31-1, not {max(seeds)}")
+    return seeds
 
 
 def _cmd_run(args):
@@ -764,6 +813,10 @@ def _add_synth_parser(commands):
                             "unit and its epilogue behind the controller; the same with only "
                             "the epilogue's handshakes (the fast timing check)")
     synth.add_argument("--seed", type=int, default=1, help="nextpnr placement seed (1)")
+    synth.add_argument("--seeds", metavar="LIST",
+                       help="a placement-seed sweep instead: comma-separated seeds, each placed "
+                            "and routed as a Ray task; prints each seed's Fmax, the lowest, and "
+                            "on how many --freq is met")
     synth.add_argument("--freq", type=float, default=150.0,
                        help="clock constraint in MHz that nextpnr works towards (150)")
     synth.add_argument("--timeout", type=float, default=45.0,
@@ -777,6 +830,7 @@ def _add_synth_parser(commands):
     synth.add_argument("--force", action="store_true",
                        help="run the tools even if build/synth holds a current result")
     synth.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_cluster_options(synth)
     synth.add_argument("--build-root", default="build/synth", help=argparse.SUPPRESS)
     synth.set_defaults(func=_cmd_synth)
 

@@ -23,6 +23,7 @@ import transformers
 from bertaccel.cluster.grid import Workload, config_grid
 from bertaccel.cluster.sweep import compile_base, point_row, sweep, time_point
 from bertaccel.golden import bert_ref
+from bertaccel.hw.config import PRESETS
 from bertaccel.sw.cli import main
 
 #: The sequence length of the point whose worker dies every time.
@@ -287,3 +288,32 @@ def test_regress_reports_failing_seeds(cluster, sim_root, capsys):
     for case in odd:
         assert f"FAIL seed {case.seed}: " in out and f"  {case.command()}\n" in out
     assert f"6 programs, {len(odd)} failed" in out
+
+
+def test_seed_sweep_equals_single_runs(cluster, tmp_path, capsys):
+    """``bertaccel synth --seeds`` on the 2x2 PE array: each seed's run is the one that
+    ``synthesize`` keeps for that seed (read back from its cache: the same Fmax and path), the
+    lowest and the count that meets the constraint follow from them; runs stopped by the time
+    limit are rows with their reason, and the command exits with 1."""
+    from bertaccel.fpga import synth
+
+    argv = ["synth", "--config", "2x2", "--design", "mesh", "--seeds", "3,1",
+            "--build-root", str(tmp_path), "--json"]
+    with job(cluster):
+        assert main(argv) == 0
+    report = command_json(capsys.readouterr().out)
+    assert report["seeds"] == [3, 1] and [run["seed"] for run in report["runs"]] == [3, 1]
+    for run in report["runs"]:
+        single = synth.synthesize(PRESETS["2x2"], design="mesh", seed=run["seed"],
+                                  build_root=tmp_path)
+        assert single["cached"] and single["fmax_mhz"] == run["fmax_mhz"]
+        assert single["critical_path"] == run["critical_path"]
+    fmax = [run["fmax_mhz"] for run in report["runs"]]
+    assert report["lowest_mhz"] == min(fmax)
+    assert report["met"] == sum(f >= report["freq_mhz"] for f in fmax)
+
+    with job(cluster):
+        status = main(argv[:-1] + ["--timeout", "0.0005", "--force"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert out.count("NotRouted: config 2x2") == 2 and "0 of 2 seeds meet 150 MHz" in out, out

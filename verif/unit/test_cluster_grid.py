@@ -178,6 +178,12 @@ def test_addresses_and_workers(monkeypatch):
     (["sweep", "--configs", "4x4", "--workers", "2", "--address", "10.0.0.1:6379"],
      "--workers limits embedded Ray only"),
     (["sweep", "--configs", "4x4", "--retries", "-1"], "--retries must be at least 0"),
+    (["synth", "--config", "2x2", "--seeds", "1,x"], "--seeds takes comma-separated seeds"),
+    (["synth", "--config", "2x2", "--seeds", "2,1,2"], "--seeds names a seed twice"),
+    (["synth", "--config", "2x2", "--seeds", "1,2147483648"], "--seeds must be from 0"),
+    (["synth", "--config", "16x16", "--seeds", "1,2"], "does not fit ecp5-85k"),
+    (["synth", "--config", "2x2", "--seeds", "1", "--workers", "0"], "--workers must be an int"),
+    (["synth", "--config", "2x2", "--workers", "2"], "apply to --seeds only"),
     (["regress", "--configs", "2x2,9x9"], "unknown preset '9x9'"),
     (["regress", "--programs", "0"], "--programs must be at least 1"),
     (["run", "--text", "a", "--workers", "2"], "--address, --workers and --retries apply to"),
@@ -190,3 +196,21 @@ def test_bad_input(argv, message, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.startswith("bertaccel: error: ") and message in err, err
     assert err.count("\n") == 1
+
+
+def test_seed_sweep_text():
+    # Routed seeds form the seed table with their lowest; a seed that did not route is a line
+    # with its reason; the last line counts the seeds that meet the constraint.
+    from bertaccel.cluster.seeds import format_seed_sweep
+
+    run = {"config": "8x8", "lut4": 23502, "ff": 30452, "mult18x18d": 113, "dp16kd": 151}
+    report = {"config": "8x8", "design": "core", "target": "ecp5-85k", "lut_mapper": "abc",
+              "placer": "static", "freq_mhz": 75.0, "seeds": [1, 2, 3], "met": 1,
+              "lowest_mhz": 70.76, "wall_s": 1312.4,
+              "runs": [dict(run, seed=1, fmax_mhz=70.76), dict(run, seed=2, fmax_mhz=79.02),
+                       {"seed": 3, "failure": "NotRouted", "reason": "did not finish\nlog"}]}
+    text = format_seed_sweep(report)
+    assert "| 8x8 | 23,502 | 30,452 | 113 | 151 | 70.8 | 79.0 | **70.8** |" in text, text
+    assert "seed 3: NotRouted: did not finish\n" in text
+    assert text.endswith("8x8 core on ecp5-85k (abc LUT mapper, static placer): 1 of 3 seeds "
+                         "meet 75 MHz; lowest Fmax 70.8 MHz; 1312 s")
