@@ -48,7 +48,7 @@ fpga: setup
 	$(BIN)/python bench/synth.py --target ecp5-85k --jobs $(FPGA_JOBS)
 
 # A ULX3S-85F bitstream of the core behind its UART bridge (minutes; not part of `make test`).
-# 2x2 builds in about 5 minutes; other presets: BITSTREAM_CONFIG=C (docs/fpga.md).
+# 2x2 builds in about 2 minutes, 4x4 in 6; other presets: BITSTREAM_CONFIG=C (docs/fpga.md).
 BITSTREAM_CONFIG ?= 2x2
 bitstream: setup
 	$(BIN)/python bench/ulx3s.py --config $(BITSTREAM_CONFIG) --board 85F

@@ -3,7 +3,7 @@
 ::
 
     python bench/ulx3s.py [--config 2x2] [--baud 115200] [--board 85F] [--lut-mapper abc9]
-                          [--seed 1] [--placer heap] [--density 0.9] [--timeout 120] [--program]
+                          [--seed 1] [--placer static] [--density 0.9] [--timeout 120] [--program]
 
 This is amaranth-boards' own build (``ULX3S_85F_Platform().build(...)``) of
 :class:`bertaccel.fpga.ulx3s.ULX3STop`, run with yosys, nextpnr-ecp5 and ecppack from PyPI
@@ -59,8 +59,9 @@ def main(argv=None):
     parser.add_argument("--lut-mapper", choices=["abc", "abc9"], default="abc9",
                         help="yosys's LUT mapper: abc9 (synth_ecp5's own, timing-driven; the "
                              "default) or the classic abc")
-    parser.add_argument("--placer", choices=["heap", "static"], default="heap",
-                        help="nextpnr's placer (heap)")
+    parser.add_argument("--placer", choices=["heap", "static"], default="static",
+                        help="nextpnr's placer: static (the electrostatic one; the 4x4 and 8x8 "
+                             "board designs route only with it) or heap (static)")
     parser.add_argument("--density", type=float, default=0.9,
                         help="the heap placer's highest placement density, 0.5 to 1 (0.9, "
                              "nextpnr's --placer-heap-beta): lower leaves the router more room")
@@ -83,7 +84,8 @@ def main(argv=None):
     build_dir = args.build_dir or Path("build") / "ulx3s" / f"{cfg.tag}-{args.board}"
     name = "bertaccel_ulx3s"
     print(f"bench: building {cfg.name} ({cfg.tag}) for ULX3S-{args.board} in {build_dir} "
-          f"(yosys, nextpnr-ecp5 with router2 and seed {args.seed}, ecppack)", file=sys.stderr)
+          f"(yosys, nextpnr-ecp5 with the {args.placer} placer, router2 and seed {args.seed}, "
+          f"ecppack)", file=sys.stderr)
     begin = time.monotonic()
     # The marked registers are kept apart (hw/dsp.py). With the classic abc mapper the LUTs are
     # mapped right after that, as the synthesis flow's fallback does, and amaranth's own
