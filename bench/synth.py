@@ -13,12 +13,13 @@ results are cached in ``build/synth/<tag>-<target>/``, so a rerun prints at once
 does not fit the part is listed with the reason instead of being run, and one that outlives
 ``--timeout`` (minutes) with its yosys counts. A core is placed with ``--seed`` unless
 ``--core-seed`` names another for its preset (8x8=2, the fastest of three), and with nextpnr's
-static placer where ``--static-placer`` names the preset (4x8, 8x8: the heap placer's placements
-of them route slowly or not at all, docs/fpga.md); the table names such a seed and placer. Then the PE array of every preset (or
-of ``--mesh-presets``) that fits is placed and routed alone (``--design mesh``), once per seed of
-``--mesh-seeds``, because nextpnr's Fmax moves by several percent from seed to seed; and so is
-the datapath (``--design datapath``: the execute unit with its scratchpads and accumulator) of
-each of ``--datapath-presets`` (8x8), once per seed of ``--datapath-seeds``. Writes
+static placer where ``--static-placer`` names the preset (4x8, 8x8: the heap placer's
+placements of them route slowly or not at all, docs/fpga.md); the table names such a seed and
+placer. Then the PE array of every preset (or of ``--mesh-presets``) that fits is placed and
+routed alone (``--design mesh``), once per seed of ``--mesh-seeds``, because nextpnr's Fmax
+moves by several percent from seed to seed; and so is the datapath (``--design datapath``: the
+execute unit with its scratchpads and accumulator) of each of ``--datapath-presets`` (8x8),
+once per seed of ``--datapath-seeds``. Writes
 ``bench/results/synth.json`` and the tables as a Markdown snippet, ``bench/results/synth.md``
 (``make fpga`` runs this; docs/fpga.md explains the figures).
 """

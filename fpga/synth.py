@@ -75,7 +75,7 @@ RAM_COPY_GROUP = {"core": 8, "mesh": 2, "datapath": 2, "store": 8,
 #: assertion in it), or the classic abc throughout.
 LUT_MAPPERS = ("abc9", "abc")
 #: nextpnr's placers :func:`synthesize` offers: the analytic heap placer (nextpnr's default)
-#: or the electrostatic static placer, which routes the 8x8 core (docs/fpga.md).
+#: or the electrostatic static placer, with which the 4x8 and 8x8 cores route (docs/fpga.md).
 PLACERS = ("heap", "static")
 
 

@@ -825,8 +825,8 @@ def _add_synth_parser(commands):
                        help="yosys's LUT mapper: abc9 (synth_ecp5's own, timing-driven; the "
                             "classic abc if yosys fails in it) or the classic abc (abc9)")
     synth.add_argument("--placer", choices=("heap", "static"), default="heap",
-                       help="nextpnr's placer: heap (its default) or the electrostatic static "
-                            "placer (heap)")
+                       help="nextpnr's placer: heap (nextpnr's analytic default) or static "
+                            "(electrostatic; the 4x8 and 8x8 cores route with it) (heap)")
     synth.add_argument("--force", action="store_true",
                        help="run the tools even if build/synth holds a current result")
     synth.add_argument("--json", action="store_true", help="print one JSON object")
