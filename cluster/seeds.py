@@ -72,10 +72,8 @@ def seed_sweep(cfg, target, seeds, *, options, retries, log=None):
 
     def done(index, result):
         finished.append(index)
-        r = row(seeds[index], result)
-        what = f"{r['failure']}: {_first_line(r['reason'])}" if "failure" in r \
-            else f"{r['fmax_mhz']:.1f} MHz"
-        say(f"[{len(finished)}/{len(seeds)}] seed {seeds[index]}: {what}")
+        say(f"[{len(finished)}/{len(seeds)}] seed {seeds[index]}: "
+            f"{_outcome(row(seeds[index], result))}")
 
     results = gather(refs, retries=retries, on_done=done)
     runs = [row(seed, r) for seed, r in zip(seeds, results)]
@@ -94,8 +92,7 @@ def format_seed_sweep(report):
 
     routed = [r for r in report["runs"] if "failure" not in r]
     lines = [format_seed_table(routed)] if routed else []
-    lines += [f"seed {r['seed']}: {r['failure']}: {_first_line(r['reason'])}"
-              for r in report["runs"] if "failure" in r]
+    lines += [f"seed {r['seed']}: {_outcome(r)}" for r in report["runs"] if "failure" in r]
     lowest = report["lowest_mhz"]
     lines.append(f"{report['config']} {report['design']} on {report['target']} "
                  f"({report['lut_mapper']} LUT mapper, {report['placer']} placer): "
@@ -106,5 +103,8 @@ def format_seed_sweep(report):
     return "\n".join(lines)
 
 
-def _first_line(text):
-    return text.strip().splitlines()[0] if text.strip() else ""
+def _outcome(run):
+    """A run's Fmax, or its failure as a line (:attr:`~.tasks.Failure.line`)."""
+    if "failure" in run:
+        return Failure(run["failure"], run["reason"]).line
+    return f"{run['fmax_mhz']:.1f} MHz"

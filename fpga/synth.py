@@ -49,8 +49,8 @@ from .targets import TARGETS, Target, check_fit, estimate, target
 from .tools import find_tool, run_tool, tool_version, tool_versions
 
 __all__ = [
-    "synthesize", "map_blocks", "build_name", "RAMREG_VERSION", "RAM_COPY_GROUP", "LUT_MAPPERS",
-    "PLACERS",
+    "synthesize", "check_before_synthesis", "map_blocks", "build_name", "RAMREG_VERSION",
+    "RAM_COPY_GROUP", "LUT_MAPPERS", "PLACERS",
     # from the flow's rooms
     "SynthError", "DoesNotFit", "NotRouted", "Target", "TARGETS", "target", "DESIGNS",
     "SynthTop", "TOP_NAME", "CLASSIC_ABC_STEPS", "estimate", "check_fit", "tool_versions",
@@ -189,8 +189,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         raise SynthError(f"unknown LUT mapper {lut_mapper!r}; known: {', '.join(LUT_MAPPERS)}")
     if placer not in PLACERS:
         raise SynthError(f"unknown placer {placer!r}; known: {', '.join(PLACERS)}")
-    check_design(design)         # before the fit check, which assumes a known design
-    check_fit(cfg, tgt, estimate(cfg, design), when="(estimated before synthesis)")
+    check_before_synthesis(cfg, tgt, design)
     run = _Run(cfg=cfg, tgt=tgt, design=design, seed=seed, lut_mapper=lut_mapper, placer=placer,
                build_dir=Path(build_root) / build_name(cfg, tgt, design, seed, lut_mapper,
                                                        placer),
@@ -229,6 +228,13 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
                      key=key)
     result_path.write_text(json.dumps(report, indent=2) + "\n")
     return dict(report, cached=False)
+
+
+def check_before_synthesis(cfg, tgt, design):
+    """Refuse an unknown design (:class:`SynthError`) or one whose estimate does not fit
+    ``tgt`` (:class:`DoesNotFit`), before any tool runs."""
+    check_design(design)         # before the fit check, which assumes a known design
+    check_fit(cfg, tgt, estimate(cfg, design), when="(estimated before synthesis)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -433,7 +433,7 @@ def _cmd_synth(args):
     from ..fpga.targets import target
     cfg = _config(args.config)
     try:
-        target(args.target)
+        tgt = target(args.target)
     except SynthError as error:
         raise _UsageError(str(error)) from None
     if not 0 <= args.seed < 1 << 31:
@@ -444,7 +444,7 @@ def _cmd_synth(args):
         raise _UsageError(f"--timeout must be a positive number of minutes, not {args.timeout}")
     _build_root(args.build_root)
     if args.seeds is not None:
-        return _synth_seeds(args, cfg)
+        return _synth_seeds(args, cfg, tgt)
     if args.address or args.workers is not None or args.retries is not None:
         raise _UsageError("--address, --workers and --retries apply to --seeds only")
     progress = (lambda text: print(f"bertaccel: {text}", file=sys.stderr)) if not args.json \
@@ -472,21 +472,20 @@ def _cmd_synth(args):
     return 0
 
 
-def _synth_seeds(args, cfg):
+def _synth_seeds(args, cfg, tgt):
     """``bertaccel synth --seeds``: a placement-seed sweep on Ray; exit status 1 if a seed did
     not route."""
     from pathlib import Path
 
     from ..cluster.connect import connect
     from ..cluster.seeds import format_seed_sweep, seed_sweep
-    from ..fpga.errors import DoesNotFit
-    from ..fpga.synth import check_fit, estimate, target
+    from ..fpga.errors import SynthError
+    from ..fpga.synth import check_before_synthesis
     seeds = _seed_list(args.seeds)
     address, workers, retries = _cluster_options(args)
-    tgt = target(args.target)
     try:
-        check_fit(cfg, tgt, estimate(cfg, args.design), when="(estimated before synthesis)")
-    except DoesNotFit as error:
+        check_before_synthesis(cfg, tgt, args.design)
+    except SynthError as error:
         raise _UsageError(str(error)) from None
     options = {"design": args.design, "freq_mhz": args.freq, "force": args.force,
                "build_root": str(Path(args.build_root).resolve()),
@@ -505,13 +504,13 @@ def _synth_seeds(args, cfg):
 
 def _seed_list(text):
     """The seeds of ``--seeds``: distinct integers from 0 to 2**31-1."""
-    items = [item.strip() for item in text.split(",")]
-    if not all(item.isdigit() for item in items):
-        raise _UsageError(f"--seeds takes comma-separated seeds (integers of 0 or more), "
-                          f"not {text!r}")
-    seeds = [int(item) for item in items]
-    if len(set(seeds)) != len(seeds):
-        raise _UsageError(f"--seeds names a seed twice: {text!r}")
+    from ..cluster.grid import GridError, int_list, name_list
+    try:
+        seeds = int_list("--seeds", text, minimum=0)
+        if len(seeds) < len(name_list("--seeds", text)):
+            raise GridError(f"--seeds names a seed twice: {text!r}")
+    except GridError as error:
+        raise _UsageError(str(error)) from None
     if max(seeds) >= 1 << 31:
         raise _UsageError(f"--seeds must be from 0 to 2**31-1, not {max(seeds)}")
     return seeds
