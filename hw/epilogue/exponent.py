@@ -6,14 +6,30 @@ Per lane, stage by stage (``L = log2(lanes)``)::
     U       SOFTMAX u = 4096 * M - t (first pass: M so far; second pass: the row's final M)
     EXP     EXP2 lookup at u & 4095
     EREG    ... registered (every table: block RAM has no logic after it)
-    ESH     2 * (EXP2 << 4) >> q, coarse (multiples of 8), for q = u >> 12
-    E       ... fine, then the rounding add: e = rshift_round(EXP2 << 4, q) (see :mod:`~.arith`),
-            0 from a shift of 23 and in pad lanes
-    L x     tree of sum e, then the loop S = (S >> dM) + sum e (SLOOP: shift, add)
+    ESH     2 * (EXP2 << 4) >> q, coarse (multiples of 8), for q = u >> 12; 0 for a shift of
+            23 or more and in pad lanes
+    E       ... fine, then the rounding add: e = rshift_round(EXP2 << 4, q) (see :mod:`~.arith`)
+    L x     tree of sum e << p, then the loop S = (S >> dM) + sum e, kept as S = A >> p
+            (SLOOP: one add)
 
 Each lane has an EXP2 table (4096 x 18 bits, :data:`bertaccel.golden.intops.EXP2_TABLE`). The
 other ops' lanes pass through unchanged. The sum's tree and loop read the tags of the stages
 after E, which they keep a copy of (the same registers as the back's, which synthesis merges).
+
+The rescaled sum
+----------------
+golden's ``S = (S >> dM) + sum e`` (floor shifts, one step a first-pass sub-beat) takes a
+shifter and an adder in one cycle if done as written, and sub-beats come one a cycle. The loop
+keeps ``S = A >> p`` instead, with ``p < 8`` bits of A below S. As ``(x >> a) >> b = x >> (a +
+b)`` and ``(x >> c) + e = (x + (e << c)) >> c`` for floor shifts, a step is exactly::
+
+    q = p + dM;  A' = (A >> 8 * (q >> 3)) + (sum e << (q & 7));  p' = q & 7
+
+(a row's first sub-beat, or dM >= 32, which empties S < 2**32: A' = sum e, p' = 0). ``p`` and
+the multiple of 8 that A drops depend only on the dM of earlier sub-beats, so they are decided
+where the sub-beat is in stage E; the lanes' e are shifted by ``p'`` before the tree; and the
+loop itself is a choice of A, A >> 8, ..., A >> 32 (one-hot, from registers) and an add. Since
+``S < 2**32``, ``A < 2**39``. The finalize reads S's bit length and mantissa from A and p.
 """
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
@@ -34,9 +50,13 @@ __all__ = ["Exponent"]
 _EXP2_WIDTH = max(EXP2_TABLE).bit_length()
 #: Bits of q = u >> 12 that the shifter takes (q < EXP2_CUTOFF = 23).
 _Q_WIDTH = (EXP2_CUTOFF - 1).bit_length()
-#: Bits of an exponential e (at most 2**21) and of a row's sum of them (below 2**32).
+#: Bits of an exponential e (at most 2**21).
 E_WIDTH = _EXP2_WIDTH + EXP2_GUARD
-SUM_WIDTH = SoftmaxSums["total"].shape.width
+#: The rescaled sum A (S = A >> p, S < 2**32, p < 8) and the bits of p.
+A_WIDTH = SoftmaxSums["a"].shape.width
+P_WIDTH = SoftmaxSums["p"].shape.width
+#: The shifts A can take in one step: 0, 8, ..., 32 (dM < 32, p < 8).
+_A_STEPS = range(0, (1 << P_WIDTH) + 32, 1 << P_WIDTH)
 
 
 class Exponent(wiring.Component):
@@ -106,47 +126,63 @@ class Exponent(wiring.Component):
         s = st(sch.EREG, a=signed(24), q=unsigned(_Q_WIDTH), zero=1, r=unsigned(_EXP2_WIDTH))
         for i in lanes:
             m.d.sync += s[i].r.eq(exp2[i])      # block RAM straight into a register
-        # The rounding shift as arith's ((2v >> q) + 1) >> 1, with v = EXP2 << 4.
-        p, s = s, st(sch.ESH, a=signed(24), q=unsigned(3), zero=1,
+        # The rounding shift as arith's ((2v >> q) + 1) >> 1, with v = EXP2 << 4; a zero e is
+        # a zero w, which rounds to 0 (so stage E is a shift and an add).
+        p, s = s, st(sch.ESH, a=signed(24), q=unsigned(3),
                      w=unsigned(_EXP2_WIDTH + EXP2_GUARD + 1))
         for i in lanes:
-            m.d.sync += [s[i].w.eq(coarse(p[i].r << (EXP2_GUARD + 1), p[i].q)),
-                         s[i].q.eq(p[i].q[:3])]
+            w = coarse(p[i].r << (EXP2_GUARD + 1), p[i].q)
+            m.d.sync += [s[i].w.eq(Mux(p[i].zero, 0, w)), s[i].q.eq(p[i].q[:3])]
         c = st.ctl[sch.E - 1]
         p, s = s, st(sch.E, **E_LANE)
         for i in lanes:
             with m.If(c.op == EpOp.SOFTMAX):
-                e = (fine(p[i].w, p[i].q) + 1)[1:E_WIDTH + 1]
-                m.d.sync += s[i].a.eq(Mux(p[i].zero, 0, e))
+                m.d.sync += s[i].a.eq((fine(p[i].w, p[i].q) + 1)[1:E_WIDTH + 1])
         return dm
 
     def _sum(self, m, st, dm):
-        """The e tree and the rescaled-sum loop (first passes): S = (S >> dM) + sum e."""
+        """The e tree and the rescaled-sum loop of first passes, as A and p (module docstring)."""
         sch = self._sch
+        p, step = self._sum_shifts(m, st, dm)
         e = st.lanes[sch.E]
-        e_sum, _ = tree(m, [e[i].a[:E_WIDTH] for i in range(sch.lanes)],
-                        lambda a, b: a + b, lambda n: unsigned(E_WIDTH + n), name="esum")
-        # Timing: the shift amount reaches the loop from registers of its own for each group of
-        # 8 bits of S (copies kept apart, hw/dsp.py KEEP), and so does whether S starts from 0
-        # (`zero`: dM of 32 or more, or the row's first sub-beat), decided a cycle ahead; so no
-        # net selects the whole shifter, and each bit's multiplexer reads one flag.
-        dm_before = delay(m, dm, sch.SLOOP - 2 - sch.U, name="dm")
-        groups = range(-(-SUM_WIDTH // 8))
-        shift = [Signal(5, name=f"dm_shift{g}", reset_less=True, attrs=KEEP) for g in groups]
-        zero = [Signal(init=1, name=f"s_zero{g}", attrs=KEEP) for g in groups]
-        s_fresh = Signal(init=1)          # the next first-pass sub-beat starts a row
-        total = Signal(unsigned(SUM_WIDTH), reset_less=True)
-        kept = Cat(Mux(zero[g], 0, (total >> shift[g])[8 * g:8 * g + 8])
-                   for g in groups)[:SUM_WIDTH]
+        e_sum, _ = tree(m, [e[i].a[:E_WIDTH] << p for i in range(sch.lanes)],
+                        lambda a, b: a + b, lambda n: unsigned(E_WIDTH + 7 + n), name="esum")
+        # Timing: the step reaches the loop from registers of its own for each group of 8 bits
+        # of A (copies kept apart, hw/dsp.py KEEP), so no net selects the whole loop; each
+        # bit of A >> 8j is an AND-OR of at most five bits (none selected: S starts afresh).
+        step_before = delay(m, step, sch.levels - 1, name="a_step")
+        groups = range(-(-A_WIDTH // 8))
+        picks = [Signal(len(_A_STEPS), name=f"a_pick{g}", reset_less=True, attrs=KEEP)
+                 for g in groups]
+        m.d.sync += [reg.eq(step_before) for reg in picks]
+        total = Signal(unsigned(A_WIDTH), reset_less=True)
+        kept = Cat(Cat(picks[i // 8][j] & total[i + shift]
+                       for j, shift in enumerate(_A_STEPS) if i + shift < A_WIDTH).any()
+                   for i in range(A_WIDTH))
         smx_fin = Signal()
         smx_fin_slot = Signal()
         _, c = st.tags(sch.SLOOP - 1)
-        looping = st.first_pass(sch.SLOOP - 1, EpOp.SOFTMAX)
-        fresh_next = Mux(looping, c.last, s_fresh)
-        m.d.sync += [reg.eq(dm_before[:5]) for reg in shift]
-        m.d.sync += [reg.eq(dm_before[5] | fresh_next) for reg in zero]
-        m.d.sync += [s_fresh.eq(fresh_next), smx_fin.eq(0)]
-        with m.If(looping):
+        m.d.sync += smx_fin.eq(0)
+        with m.If(st.first_pass(sch.SLOOP - 1, EpOp.SOFTMAX)):
             m.d.sync += [total.eq(kept + e_sum), smx_fin.eq(c.last), smx_fin_slot.eq(c.slot)]
-        m.d.comb += [self.o_sums.valid.eq(smx_fin), self.o_sums.payload.total.eq(total),
+        m.d.comb += [self.o_sums.valid.eq(smx_fin), self.o_sums.payload.a.eq(total),
+                     self.o_sums.payload.p.eq(delay(m, p, sch.levels + 1, name="a_p")),
                      self.o_sums.payload.slot.eq(smx_fin_slot)]
+
+    def _sum_shifts(self, m, st, dm):
+        """Beside stage E, for a first-pass sub-beat: ``p`` after its step, and its ``step``
+        (one-hot: A >> 8j is kept; all 0 when S starts afresh). A loop of 3 bits."""
+        sch = self._sch
+        c = st.ctl[sch.E - 1]
+        d = delay(m, dm, sch.E - 1 - sch.U, name="dm")
+        fresh = Signal(init=1)            # the next first-pass sub-beat starts a row
+        p = Signal(P_WIDTH, reset_less=True)
+        step = Signal(len(_A_STEPS), reset_less=True)
+        q = Signal(P_WIDTH + 3)
+        start = fresh | d[5]              # dM >= 32 empties S < 2**32
+        m.d.comb += q.eq(p + d[:5])
+        with m.If(st.first_pass(sch.E - 1, EpOp.SOFTMAX)):
+            m.d.sync += [fresh.eq(c.last), p.eq(Mux(start, 0, q[:P_WIDTH])),
+                         step.eq(Mux(start, 0, Cat(q[P_WIDTH:] == j
+                                                    for j in range(len(_A_STEPS)))))]
+        return p, step

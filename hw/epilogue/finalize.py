@@ -20,7 +20,7 @@ from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import MAX_ROW, RECIP_BITS, RECIP_TABLE, RSQRT_TABLE
 from ..isa import ParamsLayout
-from ..pipeline import delay
+from ..pipeline import delay, delay_line
 from .arith import msb, sum_shifted, tiles
 from .schedule import LayerNormSums, Schedule, SlotStats, SoftmaxSums
 
@@ -59,32 +59,53 @@ class Finalize(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         slots = Signal(data.ArrayLayout(SlotStats, 2), name="slots", reset_less=True)
-        m.d.comb += self.o_slots.eq(slots)
+        m.d.comb += self.o_slots.eq(slots)          # but SOFTMAX's r (see _softmax)
         self._softmax(m, slots)
         self._layernorm(m, slots, platform)
         return m
 
     def _softmax(self, m, slots):
         """k, mant, R = RECIP_TABLE[mant - 8192], into the slot."""
-        total = self.i_smx.payload.total
-        f1_k = Signal(5, reset_less=True)                  # S = mant * 2**(k - 13)
-        f1_total = Signal.like(total, reset_less=True)
-        m.d.sync += [f1_k.eq(msb(total)), f1_total.eq(total)]
-        # S holds the row's largest exponential (above 2**20), so k > RECIP_BITS: the mantissa
-        # is S shifted right.
+        # The row's sum is S = A >> p (the exponent's loop), so S's top bit is A's less p, and
+        # its mantissa, S >> (k - 13), is A >> (msb(A) - 13): S holds the row's largest
+        # exponential (above 2**20), so k > RECIP_BITS and the mantissa is a right shift.
+        a, p = self.i_smx.payload.a, self.i_smx.payload.p
+        f1_top = Signal(range(len(a)), reset_less=True)
+        f1_a = Signal.like(a, reset_less=True)
+        f1_p = Signal.like(p, reset_less=True)
+        m.d.sync += [f1_top.eq(msb(a)), f1_a.eq(a), f1_p.eq(p)]
         f2_mant = Signal(RECIP_BITS + 1, reset_less=True)
-        m.d.sync += f2_mant.eq(f1_total >> (f1_k - RECIP_BITS)[:5])
-        recip = m.submodules.recip = memory.Memory(
-            shape=unsigned(SlotStats["r"].shape.width), depth=len(RECIP_TABLE),
-            init=RECIP_TABLE)
-        recip_port = recip.read_port()
-        m.d.comb += recip_port.addr.eq(f2_mant[:RECIP_BITS])
-        f3_k = delay(m, f1_k, 2, name="smx_k")
-        fin_at = delay(m, Cat(self.i_smx.valid, self.i_smx.payload.slot), 3, name="smx_fin")
+        f2_k = Signal(SlotStats["k"].shape, reset_less=True)          # S = mant * 2**(k - 13)
+        m.d.sync += [f2_mant.eq(f1_a >> (f1_top - RECIP_BITS)[:len(f1_top)]),
+                     f2_k.eq(f1_top - f1_p)]
+        f4_r = self._recip(m, f2_mant[:RECIP_BITS])
+        f3_k = delay(m, f2_k, 1, name="smx_k")
+        fin = delay_line(m, Cat(self.i_smx.valid, self.i_smx.payload.slot), 4, name="smx_fin")
         assert self._sch.SMX_FINALIZE == 4
+        # R reaches its slot a cycle after k: until then the slot's r is R's register (the
+        # block RAMs' own output register), so a second pass reads it from cycle 4 all the same.
         for n in range(2):
-            with m.If(fin_at[0] & (fin_at[1] == n)):
-                m.d.sync += [slots[n].r.eq(recip_port.data), slots[n].k.eq(f3_k)]
+            with m.If(fin[3][0] & (fin[3][1] == n)):
+                m.d.sync += slots[n].k.eq(f3_k)
+            with m.If(fin[4][0] & (fin[4][1] == n)):
+                m.d.sync += slots[n].r.eq(f4_r)
+            m.d.comb += self.o_slots[n].r.eq(Mux(fin[4][0] & (fin[4][1] == n), f4_r, slots[n].r))
+
+    def _recip(self, m, addr):
+        """``RECIP_TABLE[addr]`` two cycles after ``addr``: block RAMs of 8192 x 2 bits side by
+        side (one DP16KD each, so no multiplexer after them), then a register of their data
+        alone, which synthesis moves into the RAMs (:mod:`bertaccel.fpga.ramreg`)."""
+        width = SlotStats["r"].shape.width
+        parts = []
+        for lo in range(0, width, 2):
+            bits = min(2, width - lo)
+            rom = m.submodules[f"recip{lo // 2}"] = memory.Memory(
+                shape=unsigned(bits), depth=len(RECIP_TABLE),
+                init=[value >> lo & ((1 << bits) - 1) for value in RECIP_TABLE])
+            port = rom.read_port()
+            m.d.comb += port.addr.eq(addr)
+            parts.append(port.data)
+        return delay(m, Cat(*parts), 1, name="recip")
 
     def _layernorm(self, m, slots, platform):
         """D, j, rsq, N*rsq, S1*rsq, into the slot."""

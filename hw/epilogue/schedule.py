@@ -209,10 +209,10 @@ def lane_layout(sch, fields):
     return data.ArrayLayout(data.StructLayout({**fields, "carry": Carry}), sch.lanes)
 
 
-#: A SOFTMAX row's sum of exponentials, valid for the one cycle its last first-pass sub-beat
-#: spends in stage SLOOP (the loop's register holds the row's sum then); ``slot`` is the row's
-#: statistics slot.
-SoftmaxSums = data.StructLayout({"total": unsigned(32), "slot": 1})
+#: A SOFTMAX row's sum of exponentials ``S = a >> p`` (``S < 2**32``, ``p < 8``: the rescaled-sum
+#: loop keeps ``p`` bits below S, :mod:`~.exponent`), valid for the one cycle its last first-pass
+#: sub-beat spends in stage SLOOP; ``slot`` is the row's statistics slot.
+SoftmaxSums = data.StructLayout({"a": unsigned(39), "p": unsigned(3), "slot": 1})
 
 #: A LAYERNORM row's sums of v and v * v, valid for the one cycle its last first-pass sub-beat
 #: spends in stage ACC.

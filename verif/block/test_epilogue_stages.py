@@ -239,11 +239,12 @@ def sums_of(port):
 
 # -- STOREs: rows in the documented pass order --------------------------------------------------
 
-def store_subs(rng, cfg, op):
+def store_subs(rng, cfg, op, n=None):
     """A STORE's sub-beats in order: ``(n, row_len, subs)``, each sub-beat a dict of its row,
-    second, column slice and tags (slots taken in turn, as the intake assigns them)."""
+    second, column slice and tags (slots taken in turn, as the intake assigns them); rows of
+    ``n`` columns (a multiple of ``cols``; default 1 to 3 beats)."""
     sch, lanes = Schedule.of(cfg), cfg.ep_lanes
-    rows, n = rng.randint(1, 4), rng.randint(1, 3) * cfg.cols
+    rows, n = rng.randint(1, 4), rng.randint(1, 3) * cfg.cols if n is None else n
     two_pass = op in TWO_PASS
     row_len = rng.randint(n - cfg.cols + 1, n) if two_pass else n
     subs = []
@@ -260,15 +261,27 @@ def store_subs(rng, cfg, op):
     return n, row_len, subs
 
 
-def logits(rng, n, lanes):
+#: How much M rises from one sub-beat to the next in a "climbing" row (:func:`logits`): in a
+#: row of three sub-beats, taken from anywhere in the list, the sum loop's A drops every
+#: multiple of 8 from 0 to 32 bits (7 then 25 drops 32), and 32 and 40 empty it.
+CLIMB = [7, 25, 9, 31, 17, 30, 3, 0, 32, 40, 12, 24]
+
+
+def logits(rng, n, lanes, kind=None):
     """A row of SOFTMAX logits t (int24): a spread, a plateau, one far above the rest, a row
-    whose maximum M rises by one each sub-beat, or a masked row (t at its floor but perhaps
-    one)."""
-    kind = rng.choice(["spread", "equal", "outlier", "edges", "rising", "masked"])
+    whose maximum M rises by one each sub-beat, one whose M rises by 0 to 40 each sub-beat
+    (every shift of the sum loop, hw/epilogue/exponent.py), or a masked row (t at its floor
+    but perhaps one); ``kind`` names one, else it is drawn."""
+    kind = kind or rng.choice(["spread", "equal", "outlier", "edges", "rising", "climbing",
+                               "masked"])
     if kind == "equal":
         return i64([rng.randint(-(1 << 23), (1 << 23) - 1)] * n)
-    if kind == "rising":
-        return rng.randint(-(1 << 22), 1 << 22) + ONE * (torch.arange(n) // lanes)
+    if kind in ("rising", "climbing"):
+        subs = -(-n // lanes)
+        start = rng.randrange(len(CLIMB))
+        steps = [1] * subs if kind == "rising" else (CLIMB[start:] + CLIMB[:start]) * subs
+        rise = torch.cumsum(i64(steps), 0).repeat_interleave(lanes)[:n]
+        return rng.randint(-(1 << 22), 1 << 22) + ONE * rise
     if kind == "masked":
         t = torch.full((n,), T_PAD)
         if rng.random() < 0.5:
@@ -567,8 +580,10 @@ def test_exponent(preset):
     cfg, rng = PRESETS[preset], make_rng("exponent", preset)
     sch, lanes = Schedule.of(cfg), cfg.ep_lanes
     dut = Exponent(cfg)
-    items = []
-    for op, _, _, subs, rows in stores(rng, cfg, 8):
+    items, steps = [], set()
+    for op, _, _, subs, rows in stores(rng, cfg, 8) + climbing_stores(rng, cfg, 4):
+        if op == EpOp.SOFTMAX:
+            steps.update(step for row in rows.values() for step in loop_steps(row["dm"]))
         for sub in subs:
             row = rows[sub["row"]]
             a = row["a"][sub["cols"]]
@@ -602,9 +617,38 @@ def test_exponent(preset):
         else:
             want = i64([lane["a"] for lane in item["in"]["lanes"]])
         assert torch.equal(got["a"], want), (t, sub, got["a"], want)
-    got_sums = {t: (r["sums"].total, r["sums"].slot)
+    # The loop keeps S = A >> p with p < 8 (hw/epilogue/exponent.py).
+    got_sums = {t: (r["sums"].a >> r["sums"].p, r["sums"].slot)
                 for t, r in enumerate(trace) if r["sums"] is not None}
     assert got_sums == sums_at
+    assert steps == {None, 0, 8, 16, 24, 32}, steps       # the loop took every step
+
+
+def climbing_stores(rng, cfg, count):
+    """``count`` SOFTMAX STOREs (as :func:`stores`) of "climbing" rows of six sub-beats."""
+    out = []
+    for _ in range(count):
+        n, row_len, subs = store_subs(rng, cfg, EpOp.SOFTMAX, n=6 * cfg.ep_lanes)
+        rows = {}
+        for row in sorted({sub["row"] for sub in subs}):
+            smx = softmax_row(logits(rng, n, cfg.ep_lanes, "climbing"), row_len, cfg.ep_lanes)
+            rows[row] = {**smx, "a": smx["t"]}
+        out.append((EpOp.SOFTMAX, n, row_len, subs, rows))
+    return out
+
+
+def loop_steps(dm):
+    """The bits the sum loop drops from A at each sub-beat of a row whose M grew by ``dm``
+    (hw/epilogue/exponent.py), None where S starts afresh."""
+    steps, p = [], 0
+    for j, grow in enumerate(dm):
+        if j == 0 or grow >= 32:
+            steps.append(None)
+            p = 0
+        else:
+            steps.append((p + grow) & ~7)
+            p = (p + grow) & 7
+    return steps
 
 
 # -- the finalize pipeline ---------------------------------------------------------------------
@@ -635,6 +679,13 @@ def finalize_rows(rng, cfg):
                 rows.append((EpOp.LAYERNORM, slot, row))
         groups.append(({"row_len": row_len, "eps": eps}, rows))
     return groups
+
+
+def sum_fields(rng, total, slot):
+    """A row's sum ``total`` as the exponent's loop leaves it, ``A >> p``: ``p`` bits below
+    ``total``, any of them (a row's whole range of p, 0 to 7)."""
+    p = rng.randrange(8)
+    return {"a": total << p | rng.getrandbits(p), "p": p, "slot": slot}
 
 
 @pytest.mark.parametrize("preset", CONFIGS)
@@ -668,7 +719,7 @@ def test_finalize(preset):
             prm_now.update(row[1])
         (op, slot, stats) = row[0] if row else (None, 0, {})
         put(ctx, dut.i_smx.valid, int(op == EpOp.SOFTMAX))
-        put(ctx, dut.i_smx.payload, {"total": stats["total"], "slot": slot}
+        put(ctx, dut.i_smx.payload, sum_fields(rng, stats["total"], slot)
             if op == EpOp.SOFTMAX else rng.getrandbits(bits_of(dut.i_smx.payload)))
         put(ctx, dut.i_ln.valid, int(op == EpOp.LAYERNORM))
         put(ctx, dut.i_ln.payload, {"s1": stats["s1"], "s2": stats["s2"], "slot": slot}
