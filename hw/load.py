@@ -15,10 +15,11 @@ class LoadUnit(wiring.Component):
 
     A LOAD waits for its ``pop_next`` token (operand buffers are free), and for room in the
     load->execute channel if it pushes, then writes ``count`` beats of ``i_data`` to consecutive
-    scratchpad rows at one beat a cycle, pushing with the last beat. A LOAD takes ``count + 1``
-    cycles when the data stream keeps up. A LOAD into the parameter memory packs
-    ``cfg.pmem_beats_per_row`` beats into each row, the first beat in the lowest bits. Scratchpad A keeps the low ``rows`` lanes
-    of a beat, scratchpad B the low ``cols`` lanes.
+    scratchpad rows at one beat a cycle (each a cycle after it comes), pushing with the last
+    beat. A LOAD takes ``count + 1`` cycles when the data stream keeps up. A LOAD into the
+    parameter memory packs ``cfg.pmem_beats_per_row`` beats into each row, the first beat in the
+    lowest bits. Scratchpad A keeps the low ``rows`` lanes of a beat, scratchpad B the low
+    ``cols`` lanes.
 
     Members
     -------
@@ -60,11 +61,26 @@ class LoadUnit(wiring.Component):
         push = Signal()
 
         beat = self.i_data.payload
-        m.d.comb += [
-            self.spad_a.addr.eq(addr),
-            self.spad_b.addr.eq(addr),
-            self.spad_a.data.eq(beat.as_value()[:cfg.rows * cfg.in_width]),
-            self.spad_b.data.eq(beat.as_value()[:cfg.cols * cfg.in_width]),
+        # Timing: the write ports are driven from registers, loaded every cycle with what the
+        # accept decided (a row is written a cycle after its beat came): the decision, a few
+        # LUTs deep, reaches no RAM pin nor the enable of an address copy beside the RAMs
+        # (fpga/ramreg.py), which spread across the chip. No unit can tell: the execute unit
+        # reads a row at the earliest three cycles after the token that the last write pushes.
+        write = {}                        # the accept writes into this memory, this cycle
+        regs = {}                         # what its write port gets next cycle
+        for name in ("spad_a", "spad_b", "pmem"):
+            port = getattr(self, name)
+            write[name] = Signal(name=f"{name}_write")
+            regs[name] = (Signal.like(port.addr, name=f"{name}_waddr", reset_less=True),
+                          Signal.like(port.data, name=f"{name}_wdata", reset_less=True))
+            wen = Signal(name=f"{name}_wen")
+            m.d.sync += wen.eq(write[name])
+            m.d.comb += [port.en.eq(wen), port.addr.eq(regs[name][0]),
+                         port.data.eq(regs[name][1])]
+        m.d.sync += [
+            regs["spad_a"][0].eq(addr), regs["spad_b"][0].eq(addr),
+            regs["spad_a"][1].eq(beat.as_value()[:cfg.rows * cfg.in_width]),
+            regs["spad_b"][1].eq(beat.as_value()[:cfg.cols * cfg.in_width]),
         ]
 
         # Parameter rows are wider than a beat: a gearbox shifts beats in from the top, so
@@ -80,7 +96,12 @@ class LoadUnit(wiring.Component):
             gear = Signal(row_bits - beat_bits)
             row = Signal(row_bits)
             m.d.comb += row.eq(Cat(gear, beat.as_value()[:beat_bits]))
-        m.d.comb += [self.pmem.addr.eq(pmem_addr), self.pmem.data.eq(row)]
+        m.d.sync += [regs["pmem"][0].eq(pmem_addr), regs["pmem"][1].eq(row)]
+        # A beat shifts into the gearbox whenever one is offered: only a PMEM load's accepted
+        # beats make up a row that is written (phase starts at 0 with every LOAD).
+        if per_row > 1:
+            with m.If(self.i_data.valid):
+                m.d.sync += gear.eq(row[beat_bits:])
 
         with m.FSM(name="load_fsm"):
             with m.State("Idle"):
@@ -108,21 +129,18 @@ class LoadUnit(wiring.Component):
                 with m.If(self.i_data.valid):
                     with m.Switch(target):
                         with m.Case(Target.SPAD_A):
-                            m.d.comb += self.spad_a.en.eq(1)
+                            m.d.comb += write["spad_a"].eq(1)
                         with m.Case(Target.SPAD_B):
-                            m.d.comb += self.spad_b.en.eq(1)
+                            m.d.comb += write["spad_b"].eq(1)
                         with m.Case(Target.PMEM):
-                            if per_row > 1:
-                                m.d.sync += gear.eq(row[beat_bits:])
                             with m.If(phase == per_row - 1):
-                                m.d.comb += self.pmem.en.eq(1)
+                                m.d.comb += write["pmem"].eq(1)
                                 m.d.sync += [pmem_addr.eq(pmem_addr + 1), phase.eq(0)]
                             with m.Else():
                                 m.d.sync += phase.eq(phase + 1)
                     m.d.sync += [addr.eq(addr + 1), remaining.eq(remaining - 1)]
                     with m.If(remaining == 1):
-                        # The last beat: the rows are written at this clock edge, so the
-                        # execute unit may read them from the next cycle on.
+                        # The last beat: its row is written at the next clock edge.
                         m.d.comb += self.to_exec.push.eq(push)
                         m.next = "Idle"
         return m
