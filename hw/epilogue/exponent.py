@@ -146,7 +146,8 @@ class Exponent(wiring.Component):
         p, step = self._sum_shifts(m, st, dm)
         e = st.lanes[sch.E]
         e_sum, _ = tree(m, [e[i].a[:E_WIDTH] << p for i in range(sch.lanes)],
-                        lambda a, b: a + b, lambda n: unsigned(E_WIDTH + 7 + n), name="esum")
+                        lambda a, b: a + b, lambda n: unsigned(E_WIDTH + (1 << P_WIDTH) - 1 + n),
+                        name="esum")
         # Timing: the step reaches the loop from registers of its own for each group of 8 bits
         # of A (copies kept apart, hw/dsp.py KEEP), so no net selects the whole loop; each
         # bit of A >> 8j is an AND-OR of at most five bits (none selected: S starts afresh).
