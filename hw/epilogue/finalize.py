@@ -19,6 +19,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import MAX_ROW, RECIP_BITS, RECIP_TABLE, RSQRT_TABLE
+from ..dsp import uses_ecp5_dsp
 from ..isa import ParamsLayout
 from ..pipeline import delay, delay_line
 from .arith import msb, sum_shifted, tiles
@@ -60,11 +61,11 @@ class Finalize(wiring.Component):
         m = Module()
         slots = Signal(data.ArrayLayout(SlotStats, 2), name="slots", reset_less=True)
         m.d.comb += self.o_slots.eq(slots)          # but SOFTMAX's r (see _softmax)
-        self._softmax(m, slots)
+        self._softmax(m, slots, platform)
         self._layernorm(m, slots, platform)
         return m
 
-    def _softmax(self, m, slots):
+    def _softmax(self, m, slots, platform):
         """k, mant, R = RECIP_TABLE[mant - 8192], into the slot."""
         # The row's sum is S = A >> p (the exponent's loop), so S's top bit is A's less p, and
         # its mantissa, S >> (k - 13), is A >> (msb(A) - 13): S holds the row's largest
@@ -78,7 +79,7 @@ class Finalize(wiring.Component):
         f2_k = Signal(SlotStats["k"].shape, reset_less=True)          # S = mant * 2**(k - 13)
         m.d.sync += [f2_mant.eq(f1_a >> (f1_top - RECIP_BITS)[:len(f1_top)]),
                      f2_k.eq(f1_top - f1_p)]
-        f4_r = self._recip(m, f2_mant[:RECIP_BITS])
+        f4_r = self._recip(m, f2_mant[:RECIP_BITS], platform)
         f3_k = delay(m, f2_k, 1, name="smx_k")
         fin = delay_line(m, Cat(self.i_smx.valid, self.i_smx.payload.slot), 4, name="smx_fin")
         assert self._sch.SMX_FINALIZE == 4
@@ -91,15 +92,19 @@ class Finalize(wiring.Component):
                 m.d.sync += slots[n].r.eq(f4_r)
             m.d.comb += self.o_slots[n].r.eq(Mux(fin[4][0] & (fin[4][1] == n), f4_r, slots[n].r))
 
-    def _recip(self, m, addr):
-        """``RECIP_TABLE[addr]`` two cycles after ``addr``: block RAMs of 8192 x 2 bits side by
-        side (one DP16KD each, so no multiplexer after them), then a register of their data
-        alone, which synthesis moves into the RAMs (:mod:`bertaccel.fpga.ramreg`)."""
+    def _recip(self, m, addr, platform):
+        """``RECIP_TABLE[addr]`` two cycles after ``addr``: the table, then a register of its data
+        alone, which synthesis moves into the block RAMs (:mod:`bertaccel.fpga.ramreg`). For an
+        ECP5 (``platform``, as :func:`~bertaccel.hw.dsp.uses_ecp5_dsp`) the table is RAMs of
+        8192 x 2 bits side by side, one DP16KD each, so no multiplexer sits between them and
+        that register; elsewhere one memory (the same values in the same cycles, in a ninth of
+        the Verilog a simulator compiles)."""
         width = SlotStats["r"].shape.width
+        step = 2 if uses_ecp5_dsp(platform) else width
         parts = []
-        for lo in range(0, width, 2):
-            bits = min(2, width - lo)
-            rom = m.submodules[f"recip{lo // 2}"] = memory.Memory(
+        for lo in range(0, width, step):
+            bits = min(step, width - lo)
+            rom = m.submodules[f"recip{lo // step}"] = memory.Memory(
                 shape=unsigned(bits), depth=len(RECIP_TABLE),
                 init=[value >> lo & ((1 << bits) - 1) for value in RECIP_TABLE])
             port = rom.read_port()
