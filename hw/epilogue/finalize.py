@@ -25,7 +25,7 @@ from ..pipeline import delay, delay_line
 from .arith import msb, sum_shifted, tiles
 from .schedule import LayerNormSums, Schedule, SlotStats, SoftmaxSums
 
-__all__ = ["Finalize", "N_WIDTH"]
+__all__ = ["Finalize", "N_WIDTH", "recip_table"]
 
 #: Width of ``N`` (row_len) in the LayerNorm statistics.
 N_WIDTH = MAX_ROW.bit_length()
@@ -79,7 +79,7 @@ class Finalize(wiring.Component):
         f2_k = Signal(SlotStats["k"].shape, reset_less=True)          # S = mant * 2**(k - 13)
         m.d.sync += [f2_mant.eq(f1_a >> (f1_top - RECIP_BITS)[:len(f1_top)]),
                      f2_k.eq(f1_top - f1_p)]
-        f4_r = self._recip(m, f2_mant[:RECIP_BITS], platform)
+        f4_r = recip_table(m, f2_mant[:RECIP_BITS], platform)
         f3_k = delay(m, f2_k, 1, name="smx_k")
         fin = delay_line(m, Cat(self.i_smx.valid, self.i_smx.payload.slot), 4, name="smx_fin")
         assert self._sch.SMX_FINALIZE == 4
@@ -91,26 +91,6 @@ class Finalize(wiring.Component):
             with m.If(fin[4][0] & (fin[4][1] == n)):
                 m.d.sync += slots[n].r.eq(f4_r)
             m.d.comb += self.o_slots[n].r.eq(Mux(fin[4][0] & (fin[4][1] == n), f4_r, slots[n].r))
-
-    def _recip(self, m, addr, platform):
-        """``RECIP_TABLE[addr]`` two cycles after ``addr``: the table, then a register of its data
-        alone, which synthesis moves into the block RAMs (:mod:`bertaccel.fpga.ramreg`). For an
-        ECP5 (``platform``, as :func:`~bertaccel.hw.dsp.uses_ecp5_dsp`) the table is RAMs of
-        8192 x 2 bits side by side, one DP16KD each, so no multiplexer sits between them and
-        that register; elsewhere one memory (the same values in the same cycles, in a ninth of
-        the Verilog a simulator compiles)."""
-        width = SlotStats["r"].shape.width
-        step = 2 if uses_ecp5_dsp(platform) else width
-        parts = []
-        for lo in range(0, width, step):
-            bits = min(step, width - lo)
-            rom = m.submodules[f"recip{lo // step}"] = memory.Memory(
-                shape=unsigned(bits), depth=len(RECIP_TABLE),
-                init=[value >> lo & ((1 << bits) - 1) for value in RECIP_TABLE])
-            port = rom.read_port()
-            m.d.comb += port.addr.eq(addr)
-            parts.append(port.data)
-        return delay(m, Cat(*parts), 1, name="recip")
 
     def _layernorm(self, m, slots, platform):
         """D, j, rsq, N*rsq, S1*rsq, into the slot."""
@@ -171,3 +151,24 @@ class Finalize(wiring.Component):
                      ln_f7_j.eq(Mux(ln_f6_pos, ln_f6_j, 0))]
         m.d.comb += rsqrt_port.addr.eq(ln_f7_addr)                     # c0 + 8
         return delay(m, rsqrt_port.data, 1, name="ln_rsq"), ln_f7_j    # c0 + 9, c0 + 7
+
+
+def recip_table(m, addr, platform):
+    """``RECIP_TABLE[addr]`` two cycles after ``addr``: the table, then a register of its data
+    alone, which synthesis moves into the block RAMs (:mod:`bertaccel.fpga.ramreg`). For an
+    ECP5 (``platform``, as :func:`~bertaccel.hw.dsp.uses_ecp5_dsp`) the table is RAMs of 8192 x
+    2 bits side by side, one DP16KD each, so no multiplexer sits between them and that
+    register; elsewhere one memory (the same values in the same cycles, with a ninth of the
+    lines of initial values in the Verilog a simulator compiles)."""
+    width = SlotStats["r"].shape.width
+    step = 2 if uses_ecp5_dsp(platform) else width
+    parts = []
+    for lo in range(0, width, step):
+        bits = min(step, width - lo)
+        rom = m.submodules[f"recip{lo // step}"] = memory.Memory(
+            shape=unsigned(bits), depth=len(RECIP_TABLE),
+            init=[value >> lo & ((1 << bits) - 1) for value in RECIP_TABLE])
+        port = rom.read_port()
+        m.d.comb += port.addr.eq(addr)
+        parts.append(port.data)
+    return delay(m, Cat(*parts), 1, name="recip")

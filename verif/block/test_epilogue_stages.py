@@ -32,15 +32,16 @@ import random
 
 import pytest
 import torch
-from amaranth import Value
+from amaranth import Elaboratable, Module, Signal, Value
 from amaranth.lib import data
 from amaranth.sim import Simulator
 from bertaccel.golden import intops
 from bertaccel.hw.config import PRESETS
+from bertaccel.hw.dsp import ECP5
 from bertaccel.hw.epilogue import Schedule
 from bertaccel.hw.epilogue.back import Back
 from bertaccel.hw.epilogue.exponent import Exponent
-from bertaccel.hw.epilogue.finalize import Finalize
+from bertaccel.hw.epilogue.finalize import Finalize, recip_table
 from bertaccel.hw.epilogue.front import Front
 from bertaccel.hw.epilogue.intake import Intake
 from bertaccel.hw.epilogue.outlet import Outlet
@@ -733,6 +734,32 @@ def test_finalize(preset):
             assert same(got[n], slots[n]), (t, n, got[n], slots[n])
     simulate(dut, step, end + sch.LN_FINALIZE + 2)
     assert len(writes) > 20
+
+
+@pytest.mark.parametrize("platform", [None, ECP5], ids=["portable", "ecp5"])
+def test_recip_table(platform):
+    """RECIP_TABLE[addr] two cycles after addr, the same in the portable form (one memory) and
+    the ECP5 one (2-bit slices): every entry's edges and random addresses, one a cycle."""
+    rng = make_rng("recip", "ecp5" if platform else "portable")
+
+    class Table(Elaboratable):
+        def __init__(self):
+            self.addr = Signal(intops.RECIP_BITS)
+            self.data = Signal(max(intops.RECIP_TABLE).bit_length())
+
+        def elaborate(self, _):
+            m = Module()
+            m.d.comb += self.data.eq(recip_table(m, self.addr, platform))
+            return m
+    dut = Table()
+    table = intops.RECIP_TABLE
+    addrs = [0, 1, len(table) - 1] + [rng.randrange(len(table)) for _ in range(200)]
+
+    def step(ctx, t):
+        ctx.set(dut.addr, addrs[t] if t < len(addrs) else 0)
+        return ctx.get(dut.data)
+    got = simulate(dut, step, len(addrs) + 2)
+    assert got[2:] == [table[a] for a in addrs]
 
 
 # -- the back ----------------------------------------------------------------------------------
