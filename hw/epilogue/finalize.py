@@ -86,11 +86,12 @@ class Finalize(wiring.Component):
         # R reaches its slot a cycle after k: until then the slot's r is R's register (the
         # block RAMs' own output register), so a second pass reads it from cycle 4 all the same.
         for n in range(2):
+            r_now = fin[4][0] & (fin[4][1] == n)          # R of slot n is in its register
             with m.If(fin[3][0] & (fin[3][1] == n)):
                 m.d.sync += slots[n].k.eq(f3_k)
-            with m.If(fin[4][0] & (fin[4][1] == n)):
+            with m.If(r_now):
                 m.d.sync += slots[n].r.eq(f4_r)
-            m.d.comb += self.o_slots[n].r.eq(Mux(fin[4][0] & (fin[4][1] == n), f4_r, slots[n].r))
+            m.d.comb += self.o_slots[n].r.eq(Mux(r_now, f4_r, slots[n].r))
 
     def _layernorm(self, m, slots, platform):
         """D, j, rsq, N*rsq, S1*rsq, into the slot."""
