@@ -148,7 +148,7 @@ def sum_shifted(m, terms, *, name):
     return value << shift, levels
 
 
-def tree(m, leaves, combine, shape_of, *, name):
+def tree(m, leaves, combine, shape_of, *, name, below=0):
     """A pipelined reduction tree: one level of ``combine`` per cycle.
 
     Parameters
@@ -158,13 +158,16 @@ def tree(m, leaves, combine, shape_of, *, name):
     combine : callable(a, b) -> Value
     shape_of : callable(level) -> Shape
         Register shape of a node ``level`` levels above the leaves.
+    below : int
+        Levels the caller has built under ``leaves`` (they count in the levels returned and
+        in the nodes' names).
 
     Returns
     -------
     (Signal, int)
-        The root, and the levels (cycles) after the leaves it is valid.
+        The root, and its levels (cycles after the leaves it is valid), ``below`` included.
     """
-    level, depth = list(leaves), 0
+    level, depth = list(leaves), below
     assert len(level) & (len(level) - 1) == 0, "a tree needs a power of two of leaves"
     while len(level) > 1:
         depth += 1

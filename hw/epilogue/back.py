@@ -12,8 +12,8 @@ Per lane, stage by stage (the names are :class:`~.schedule.Schedule`'s)::
     MUL3    SOFTMAX done (clamp 0..4095) | GELU z * phi | LAYERNORM z * gamma: two tiles
     PSUM3   the tiles added
     SHC3    GELU: rshift_round by 24, limits; LAYERNORM >> (gshift - 8), coarse
-    SHF3    GELU done (sat8); LAYERNORM ... fine
-    ADD3    LAYERNORM + beta + 128
+    SHF3    GELU done (sat8); LAYERNORM ... fine; beta + 128 -+ 2**15
+    ADD3    LAYERNORM y = + beta + 128, and y compared with +-2**15 beside the add
     (out)   LAYERNORM sat8(>> 8), pads 0; every lane to the outlet
 
 LayerNorm's last rounding is rebuilt without golden's ``beta << (gshift - 8)``: with
@@ -22,17 +22,21 @@ gshift) == (h + beta + 128) >> 8`` exactly, since ``beta * 2**(gshift - 8)`` is 
 the bits that the first shift drops. LAYERNORM's ``gshift`` is at least 8.
 """
 
-from amaranth import Cat, Module, Mux, signed, unsigned
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import PROB_SCALE, RECIP_SHIFT
+from ..dsp import KEEP
 from ..isa import EpOp, ParamsLayout
-from .arith import INT8, TILE, clamp, coarse, fine, pick, product, round_parts
+from .arith import INT8, TILE, coarse, fine, pick, product, round_parts
 from .lanes import Stages
 from .schedule import E_LANE, Schedule, SlotStats, lane_layout, row_layout, stage_signature
 
 __all__ = ["Back"]
+
+#: LAYERNORM's y at which sat8(y >> 8) saturates: 127 from 2**15 up, -128 below -2**15.
+_Y_LIMIT = 1 << 15
 
 
 class Back(wiring.Component):
@@ -163,21 +167,35 @@ class Back(wiring.Component):
                 s[i].r.eq((q[:32] + (1 << 23))[24:32]),
             ]
         c = st.ctl[k + 2]
-        p, s = s, st(k + 3, q=signed(42))
+        p, s = s, st(k + 3, q=signed(42), bhi=signed(18), blo=signed(18))
         for i in lanes:
-            m.d.sync += s[i].q.eq(fine(p[i].q, p[i].gsf))
+            beta = p[i].carry.coef.beta
+            m.d.sync += [s[i].q.eq(fine(p[i].q, p[i].gsf)),
+                         s[i].bhi.eq(beta - _Y_LIMIT), s[i].blo.eq(beta + _Y_LIMIT)]
             with m.If(c.op == EpOp.GELU):                             # GELU done
                 m.d.sync += s[i].carry.out.eq(pick(p[i].over, p[i].under, p[i].r, *INT8))
-        p, s = s, st(k + 4, y=signed(43))
+        # LAYERNORM's y = q + beta, and its saturation limits compared beside the add, each as
+        # the sign of a sum of registers: sat8(y >> 8) is 127 when y >= 2**15 and -128 when
+        # y < -2**15, so the output row is a choice of registers (a timing choice).
+        p, s = s, st(k + 4, y=signed(43), over=1, under=1)
         for i in lanes:
-            m.d.sync += s[i].y.eq(p[i].q + p[i].carry.coef.beta)
+            q = p[i].q
+            m.d.sync += [s[i].y.eq(q + p[i].carry.coef.beta),
+                         s[i].over.eq(~(q + p[i].bhi)[-1]), s[i].under.eq((q + p[i].blo)[-1])]
         assert k + 4 == sch.depth - 1, (k, sch.depth)
 
     def _row(self, m, st):
         """The results of the last stage: LAYERNORM sat8(y >> 8) (pads 0), else ``carry.out``."""
         k = self._sch.depth - 1
         c, last, row = st.ctl[k], st.lanes[k], self.o_row.payload.lanes
+        # Whether a lane's row takes LAYERNORM's result: the op's decode a cycle ahead, a
+        # register a lane (kept apart, hw/dsp.py KEEP), as the output FIFO's data has no
+        # register before it (a timing choice).
+        takes = [Signal(name=f"row_ln{i}", reset_less=True, attrs=KEEP)
+                 for i in range(self._sch.lanes)]
+        m.d.sync += [reg.eq(st.ctl[k - 1].op == EpOp.LAYERNORM) for reg in takes]
         for i in range(self._sch.lanes):
-            ln = Mux(c.lane_valid[i], clamp(last[i].y >> 8, *INT8), 0)
-            m.d.comb += row[i].eq(Mux(c.op == EpOp.LAYERNORM, ln, last[i].carry.out))
+            y = pick(last[i].over, last[i].under, last[i].y[8:16].as_signed(), *INT8)
+            ln = Mux(c.lane_valid[i], y, 0)
+            m.d.comb += row[i].eq(Mux(takes[i], ln, last[i].carry.out))
         m.d.comb += [self.o_row.valid.eq(st.valid[k]), self.o_row.payload.ctl.eq(c)]

@@ -13,7 +13,8 @@ Per lane, stage by stage (the names are :class:`~.schedule.Schedule`'s)::
     RND     the rounding add, narrow, and the saturation limits compared beside it
     SAT     REQUANT done (sat8); GELU z = clamp24, PHI lookup at clamp(t + 257, 0, 513);
             SOFTMAX t = clamp24 (pads: -2**23); LAYERNORM v = sat16 (pads: 0)
-    PRE     PHI registered; SOFTMAX ceil(t / 4096); LAYERNORM v * v
+    PRE     PHI registered; SOFTMAX ceil(t / 4096), and t compared with the next lane's;
+            LAYERNORM v * v
 
 Each lane has a PHI table (514 x 17: golden's table with its two saturations, 0 and 2**16, at
 the ends).
@@ -23,11 +24,15 @@ Parameter ranges: every scale is a 16-bit multiplier (golden's convention) excep
 the formula says (``2**63 >> 1`` is added); golden's int64 ``1 << 63`` overflows there.
 """
 
+import operator
+from functools import reduce
+
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import PHI_TABLE, SOFTMAX_FRAC
+from ..dsp import KEEP
 from ..isa import EpOp, ParamsLayout
 from .arith import INT8, INT16, INT24, coarse, fine, pick, product, round_parts
 from .lanes import Stages
@@ -155,20 +160,22 @@ class Front(wiring.Component):
         p, s = s, st(sch.SHF, a=signed(51), b=signed(50))
         for i in range(sch.lanes):
             m.d.sync += [s[i].a.eq(fine(p[i].a, p[i].shf)), s[i].b.eq(fine(p[i].b, p[i].shf1))]
-        c = st.ctl[sch.RND - 1]
+        ahead = st.ctl[sch.RND - 2]
         p, s = s, st(sch.RND, over=1, under=1, r=signed(25), ir=unsigned(10), ihi=1, ilo=1)
         for i in range(sch.lanes):
             w, z = p[i].a, p[i].b
             flags = Cat(s[i].over, s[i].under, s[i].r)
-            with m.Switch(c.op):
-                with m.Case(EpOp.REQUANT):
-                    m.d.sync += flags.eq(Cat(*round_parts(w, *INT8)))
-                with m.Case(EpOp.GELU):
-                    m.d.sync += flags.eq(Cat(*round_parts(z, *INT24)))
-                with m.Case(EpOp.SOFTMAX):
-                    m.d.sync += flags.eq(Cat(*round_parts(w, *INT24)))
-                with m.Case(EpOp.LAYERNORM):
-                    m.d.sync += flags.eq(Cat(*round_parts(w, *INT16)))
+            parts = {EpOp.REQUANT: Cat(*round_parts(w, *INT8)),
+                     EpOp.GELU: Cat(*round_parts(z, *INT24)),
+                     EpOp.SOFTMAX: Cat(*round_parts(w, *INT24)),
+                     EpOp.LAYERNORM: Cat(*round_parts(w, *INT16))}
+            # The op's decode a cycle ahead, one-hot in registers of this lane's own (kept
+            # apart, hw/dsp.py KEEP), and the flags loaded every cycle (RAW ignores them): an
+            # AND-OR after the compares, no enable (a timing choice).
+            sel = Signal(len(parts), name=f"rnd_op{i}", reset_less=True, attrs=KEEP)
+            m.d.sync += sel.eq(Cat(ahead.op == op for op in parts))
+            m.d.sync += flags.eq(reduce(operator.or_, (part & sel[k].replicate(len(part))
+                                                       for k, part in enumerate(parts.values()))))
             # GELU's PHI index is clamp(t + 257, 0, 513) (see PHI_ROM): t = (w + 1) >> 1, so
             # t + 257 = (w + 515) >> 1, and the limits are compared on w.
             m.d.sync += [s[i].ir.eq((w[:11] + 515)[1:11]), s[i].ihi.eq(w >= 511),
@@ -201,12 +208,16 @@ class Front(wiring.Component):
         return phi
 
     def _pre(self, m, st, phi, platform):
-        """PRE: PHI registered, ceil(t / 4096), v * v."""
+        """PRE: PHI registered, ceil(t / 4096) and the compare of t by lane pairs, v * v."""
         k = self._sch.PRE
         c, p, s = st.ctl[k - 1], st.lanes[k - 1], st(k, **PRE_LANE)
         for i in range(self._sch.lanes):
             v = p[i].a[:16].as_signed()
             m.d.sync += s[i].c.eq((p[i].a + (1 << SOFTMAX_FRAC) - 1) >> SOFTMAX_FRAC)
+            if i % 2 == 0:
+                # the max tree's first level as a compare of registers, beside the ceiling
+                # rather than after it (a timing choice)
+                m.d.sync += s[i].gt.eq(p[i].a > p[i + 1].a)
             m.d.comb += s[i].v2.eq(product(m, v, v, name=f"pre_v2{i}", platform=platform))
             # block RAM straight into a register: no logic after its slow clk-to-q
             with m.If(c.op == EpOp.GELU):

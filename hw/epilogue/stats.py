@@ -68,8 +68,7 @@ class RowStats(wiring.Component):
         sch = self._sch
         st = Stages(m, sch, self.i_lanes, sch.PRE + 1)
         pre = self.i_lanes.payload.lanes
-        c_max, levels = tree(m, [pre[i].c for i in range(sch.lanes)],
-                             lambda a, b: Mux(a > b, a, b), lambda _: signed(17), name="cmax")
+        c_max, levels = self._max_tree(m, pre)
         v_sum, _ = tree(m, [pre[i].a[:16].as_signed() for i in range(sch.lanes)],
                         lambda a, b: a + b, lambda n: signed(16 + n), name="vsum")
         v2_sum, _ = tree(m, [pre[i].v2 for i in range(sch.lanes)],
@@ -82,32 +81,55 @@ class RowStats(wiring.Component):
         m.d.comb += self.o_busy_next.eq(st.busy_next())
         return m
 
+    def _max_tree(self, m, pre):
+        """SOFTMAX's max over the lanes of ceil(t / 4096): the first level picks by the compare
+        of t made in stage PRE, the levels above compare and pick."""
+        pairs = range(0, self._sch.lanes, 2)
+        first = [Signal(signed(17), name=f"cmax_l1_{i // 2}", reset_less=True) for i in pairs]
+        m.d.sync += [node.eq(Mux(pre[i].gt, pre[i].c, pre[i + 1].c))
+                     for node, i in zip(first, pairs)]
+        return tree(m, first, lambda a, b: Mux(a > b, a, b), lambda _: signed(17), name="cmax",
+                    below=1)
+
     def _running_max(self, m, st, c_max):
         """ACC, SOFTMAX: the running maximum M, into every lane and at a row's end its slot."""
         k = self._sch.ACC
-        c, before = st.ctl[k - 1], k - 1
+        c = st.ctl[k - 1]
         acc_lanes = st(k, **ACC_LANE)                      # M, a copy in every lane
         row_dm = Signal(unsigned(17), reset_less=True)      # how much M grew at that beat
         # M so far in this row, -2**15 before its first sub-beat: a row's last sub-beat sets it
-        # back, so no multiplexer for a row's start sits in front of the compare and the loop
-        # is a compare of two registers and one LUT (a timing choice).
+        # back, so no multiplexer for a row's start sits in front of the compare.
         m_run = Signal(signed(17), init=-(1 << 15))
         smx_m = [Signal(signed(17), name=f"smx_m{n}", reset_less=True) for n in range(2)]
+        # Whether stage k - 1 holds a first pass, and the M of its slot, are registers decided
+        # from stage k - 2, and a row's M reaches its slot a cycle after the row's last
+        # sub-beat: the loop is a compare of two registers and one LUT, and nothing follows it
+        # but registers (a timing choice). A row's second pass reads the slot a cycle ahead,
+        # which Schedule.gap leaves at least a cycle after the write.
+        sch = self._sch
+        assert sch.gap[EpOp.SOFTMAX] - (sch.ratio - 1) >= 3, "a second pass reads M too early"
+        fp = Signal()
+        slot_m = Signal(signed(17), reset_less=True)
+        ahead = st.ctl[k - 2]
+        m.d.sync += [fp.eq(st.first_pass(k - 2, EpOp.SOFTMAX)),
+                     slot_m.eq(Mux(ahead.slot, smx_m[1], smx_m[0]))]
+        row_m = Signal(signed(17), reset_less=True)         # the row's M, a cycle late
+        row_end = Signal(2)                                 # ... and its slot, one-hot
         grow = Signal(signed(18))
+        new = Mux(grow > 0, c_max, m_run)
         m.d.comb += [grow.eq(c_max - m_run), self.o_dm.eq(row_dm)]
-        lanes = range(self._sch.lanes)
-        with m.If(st.first_pass(before, EpOp.SOFTMAX)):
-            new = Mux(grow > 0, c_max, m_run)
+        m.d.sync += [row_m.eq(new), row_end.eq(0)]
+        lanes = range(sch.lanes)
+        with m.If(fp):
             m.d.sync += [m_run.eq(Mux(c.last, -(1 << 15), new)),
-                         row_dm.eq(Mux(grow > 0, grow, 0))]
+                         row_dm.eq(Mux(grow > 0, grow, 0)),
+                         row_end.eq(Mux(c.last, 1 << c.slot, 0))]
             m.d.sync += [acc_lanes[i].m.eq(new) for i in lanes]
-            with m.If(c.last):
-                with m.If(c.slot):
-                    m.d.sync += smx_m[1].eq(new)
-                with m.Else():
-                    m.d.sync += smx_m[0].eq(new)
         with m.Else():
-            m.d.sync += [acc_lanes[i].m.eq(Mux(c.slot, smx_m[1], smx_m[0])) for i in lanes]
+            m.d.sync += [acc_lanes[i].m.eq(slot_m) for i in lanes]
+        for n in range(2):
+            with m.If(row_end[n]):
+                m.d.sync += smx_m[n].eq(row_m)
 
     def _sums(self, m, st, v_sum, v2_sum):
         """ACC, LAYERNORM: the row sums of v and v * v."""

@@ -202,6 +202,24 @@ def place(groups, rng, *, idle, gap=0):
     return at, t
 
 
+def place_passes(items, rng, sch, *, idle):
+    """The cycle each item enters, as :func:`place`, with a row's second pass no earlier than
+    the intake lets it in: ``gap - (ratio - 1)`` cycles after the last first-pass sub-beat of
+    its slot (a beat's last sub-beat enters ``ratio - 1`` cycles after its first)."""
+    t, at, earliest = 2, [], {}
+    for item in items:
+        ctl = item["in"]["ctl"]
+        while rng.random() < idle:
+            t += 1
+        if ctl["second"]:
+            t = max(t, earliest.get(ctl["slot"], 0))
+        elif ctl["last"] and item["op"] in sch.gap:
+            earliest[ctl["slot"]] = t + sch.gap[item["op"]] - (sch.ratio - 1)
+        at.append(t)
+        t += 1
+    return at, t
+
+
 def same(const, value):
     """The layout constant ``const`` holds ``value`` (a mapping or list)."""
     return const.as_bits() == const.shape().const(value).as_bits()
@@ -398,7 +416,8 @@ def front_expected(item, lanes):
     if op == EpOp.SOFTMAX:
         t = sat(intops.rshift_round(sat(x, 32) * prm["mul0"], prm["shift0"]), 24)
         t = torch.where(valid, t, T_PAD)
-        return {"a": t, "c": (t + ONE - 1) >> intops.SOFTMAX_FRAC}
+        pairs = torch.stack([t[0::2] > t[1::2], torch.zeros(len(t) // 2, dtype=torch.bool)], 1)
+        return {"a": t, "c": (t + ONE - 1) >> intops.SOFTMAX_FRAC, "gt": pairs.flatten().long()}
     res = i64(beat["res"])
     v = sat(intops.rshift_round(x * prm["mul0"] + res * prm["mul1"], prm["shift0"]), 16)
     v = torch.where(valid, v, 0)
@@ -534,7 +553,7 @@ def stats_items(rng, cfg, store_list):
             a = rows[sub["row"]]["a"][sub["cols"]]
             a16 = (a + (1 << 15)) % (1 << 16) - (1 << 15)
             lane = [{"a": int(a[i]), "c": int((a[i] + ONE - 1) >> intops.SOFTMAX_FRAC),
-                     "v2": int(a16[i] ** 2),
+                     "v2": int(a16[i] ** 2), "gt": int(i % 2 == 0 and a[i] > a[i + 1]),
                      "carry": carry_bits(rng)} for i in range(lanes)]
             items.append({"in": {"ctl": sub["ctl"], "lanes": lane}, "op": op, "sub": sub,
                           "row": rows[sub["row"]]})
@@ -550,7 +569,7 @@ def test_row_stats(preset):
     sch, lanes = Schedule.of(cfg), cfg.ep_lanes
     dut = RowStats(cfg)
     items = stats_items(rng, cfg, stores(rng, cfg, 8))
-    at, end = place([items], rng, idle=0.3)
+    at, end = place_passes(items, rng, sch, idle=0.3)
     watch = sums_of(dut.o_sums)
     outs, trace = run_lanes(dut, dut.i_lanes, dut.o_lanes, items, at, end, sch.ACC - sch.PRE,
                             rng, watch=lambda ctx: {**watch(ctx), "dm": ctx.get(dut.o_dm)})
