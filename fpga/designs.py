@@ -148,7 +148,7 @@ class SynthTop(wiring.Component):
         wiring.connect(m, controller.o_store, store.i_instr)
         wiring.connect(m, store.from_exec, e2s.consumer)
         wiring.connect(m, store.to_exec, s2e.producer)
-        m.d.comb += store.i_empty.eq(controller.o_store_empty)
+        m.d.comb += store.i_head.eq(controller.o_store_head)
         return ([controller.i_instr.payload, controller.i_instr.valid,
                  controller.o_load.ready, controller.o_exec.ready,
                  store.acc.data, store.pmem.data, store.res.data, store.o_data.ready,

@@ -4,7 +4,7 @@ from amaranth import Cat, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .isa import TOKEN_MAX, TOKEN_WIDTH, Instr, Opcode
+from .isa import TOKEN_MAX, TOKEN_WIDTH, Instr, Opcode, StoreHead, store_head
 from .queue import Queue
 
 __all__ = ["TokenProducer", "TokenConsumer", "TokenChannel", "Controller"]
@@ -88,11 +88,11 @@ class Controller(wiring.Component):
     -------
     i_instr : In(stream.Signature(Instr))
     o_load, o_exec, o_store : Out(stream.Signature(Instr))
-    o_store_empty : Out(1)
-        Whether the STORE at ``o_store``'s head moves nothing (``rows`` or ``strips`` zero;
-        meaningless for a SET). Timing: it is decided as the instruction is queued and kept
-        beside it, so the store unit's accept logic starts from a register, not a compare of
-        two 16-bit fields.
+    o_store_head : Out(StoreHead)
+        What the STORE at ``o_store``'s head is (:func:`~.isa.store_head`: whether it moves
+        nothing, is two-pass, has one or two rows, one strip; meaningless for a SET). Timing:
+        it is decided as the instruction is queued and kept beside it, so the store unit's
+        accept and its registers start from registers, not from compares of 16-bit fields.
     o_error : Out(1)
     o_busy : Out(1)
         Some queue is not empty.
@@ -105,7 +105,7 @@ class Controller(wiring.Component):
             "o_load":  Out(stream.Signature(Instr)),
             "o_exec":  Out(stream.Signature(Instr)),
             "o_store": Out(stream.Signature(Instr)),
-            "o_store_empty": Out(1),
+            "o_store_head": Out(StoreHead),
             "o_error": Out(1),
             "o_busy":  Out(1),
         })
@@ -114,12 +114,12 @@ class Controller(wiring.Component):
         m = Module()
         queues = {}
         store = self.i_instr.payload.body.store
-        extra = {"load": [], "exec": [], "store": [(store.rows == 0) | (store.strips == 0)]}
+        extra = {"load": [], "exec": [], "store": [store_head(store)]}
         # Timing: each entry is the flags in `extra`, then the instruction, so its opcode and
         # dependence flags, which the units' accept logic decides from, are among the queue's
         # `fast` bits: registers with no multiplexer after them (hw/queue.py).
         for name in ("load", "exec", "store"):
-            n_extra = len(extra[name])
+            n_extra = sum(len(value) for value in extra[name])
             queue = Queue(width=n_extra + Instr.size, depth=self._cfg.queue_depth,
                           fast=slice(0, n_extra + Instr["body"].offset))
             m.submodules[f"{name}_queue"] = queue
@@ -131,7 +131,7 @@ class Controller(wiring.Component):
                 queue.r_en.eq(out.ready),
                 queue.w_data.eq(Cat(*extra[name], self.i_instr.payload)),
             ]
-        m.d.comb += self.o_store_empty.eq(queues["store"].r_data[0])
+        m.d.comb += self.o_store_head.eq(queues["store"].r_data[:StoreHead.size])
         route = {Opcode.LOAD: "load", Opcode.MATMUL: "exec", Opcode.STORE: "store",
                  Opcode.SET: "store"}
 

@@ -18,6 +18,7 @@ one to either after it finishes. For the load unit "next" is the execute unit; f
 import dataclasses
 from dataclasses import dataclass
 
+from amaranth import Cat
 from amaranth.lib import data, enum
 
 from ..golden.intops import PROB_DIGIT_BITS
@@ -25,7 +26,7 @@ from ..golden.intops import PROB_DIGIT_BITS
 __all__ = [
     "INSTR_WIDTH", "FIELD_WIDTH", "FIELD_MAX", "TOKEN_MAX", "SET_VALUE_WIDTH", "MATMUL_SHIFT",
     "Opcode", "Target", "EpOp", "Dest", "Param", "DepFlags",
-    "LoadBody", "MatmulBody", "StoreBody", "SetBody", "Body", "Instr", "PmemWord",
+    "LoadBody", "MatmulBody", "StoreBody", "StoreHead", "store_head", "SetBody", "Body", "Instr", "PmemWord",
     "ParamsLayout", "PARAM_WIDTHS",
     "Load", "Matmul", "Store", "Set", "IllegalInstruction", "encode", "decode", "unit_of",
 ]
@@ -163,6 +164,21 @@ StoreBody = data.StructLayout({
     "param_addr": FIELD_WIDTH,
     "aux_addr":   FIELD_WIDTH,
 })
+
+#: What the controller decodes of a STORE as it queues it (:func:`store_head`), for the store
+#: unit to take from registers: ``empty`` (``rows`` or ``strips`` zero), ``two_pass`` (SOFTMAX,
+#: LAYERNORM), ``one_row``, ``two_rows``, ``one_strip``.
+StoreHead = data.StructLayout({"empty": 1, "two_pass": 1, "one_row": 1, "two_rows": 1,
+                               "one_strip": 1})
+
+
+def store_head(body):
+    """The :data:`StoreHead` bits of the STORE ``body`` (a :data:`StoreBody` view), in the
+    layout's order."""
+    return Cat((body.rows == 0) | (body.strips == 0),
+               (body.op == EpOp.SOFTMAX) | (body.op == EpOp.LAYERNORM),
+               body.rows == 1, body.rows == 2, body.strips == 1)
+
 
 #: SET: store-unit parameter register ``index`` takes ``value``.
 SetBody = data.StructLayout({

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from .controller import TokenConsumer, TokenProducer
 from .dsp import KEEP
 from .epilogue import Epilogue, beat_layout
-from .isa import FIELD_WIDTH, EpOp, Instr, Opcode, Param, ParamsLayout, PmemWord
+from .isa import FIELD_WIDTH, EpOp, Instr, Opcode, Param, ParamsLayout, PmemWord, StoreHead
 from .queue import Queue
 
 __all__ = ["StoreUnit"]
@@ -42,9 +42,9 @@ class StoreUnit(wiring.Component):
     Members
     -------
     i_instr : In(stream.Signature(Instr))
-    i_empty : In(1)
-        Whether the STORE at ``i_instr``'s head is empty (``rows`` or ``strips`` zero), from
-        the controller (:class:`~bertaccel.hw.controller.Controller`, ``o_store_empty``).
+    i_head : In(StoreHead)
+        What the STORE at ``i_instr``'s head is, decoded by the controller
+        (:class:`~bertaccel.hw.controller.Controller`, ``o_store_head``).
     acc, pmem, res : In(ReadPort.Signature)
         The accumulator's store port, the parameter memory, scratchpad B's auxiliary port.
     o_data : Out(stream.Signature(ArrayLayout(signed(acc_width), cols)))
@@ -63,7 +63,7 @@ class StoreUnit(wiring.Component):
         self._row = data.ArrayLayout(signed(cfg.acc_width), cfg.cols)
         super().__init__({
             "i_instr":   In(stream.Signature(Instr)),
-            "i_empty":   In(1),
+            "i_head":    In(StoreHead),
             "acc":       In(memory.ReadPort.Signature(addr_width=cfg.acc_addr_width,
                                                       shape=self._row)),
             "pmem":      In(memory.ReadPort.Signature(
@@ -246,7 +246,7 @@ class StoreUnit(wiring.Component):
         instr = self.i_instr.payload
         pushing = Signal()
         m.d.comb += pushing.eq(last & drain.push)
-        empty = self.i_empty
+        empty = self.i_head.empty
         drained = ~drain.active & none_out & ~epilogue_busy
         # An empty STORE pushes as it is accepted, so it waits for the unit to be idle and never
         # pushes in the same cycle as the last read of the STORE before it.
@@ -284,22 +284,21 @@ class StoreUnit(wiring.Component):
         `ready` wait for the tokens. So the enable of these registers does not wait for the
         token checks, and a STORE that is not accepted leaves nothing that matters behind.
         """
-        instr = self.i_instr.payload
-        body = instr.body.store
-        is_two_pass = (body.op == EpOp.SOFTMAX) | (body.op == EpOp.LAYERNORM)
+        instr, head = self.i_instr.payload, self.i_head
+        body, is_two_pass = instr.body.store, head.two_pass
         with m.If(free):
             m.d.sync += [
                 s.rows.eq(body.rows), s.strips.eq(body.strips), s.stride.eq(body.stride),
                 s.param_addr.eq(body.param_addr), s.op.eq(body.op),
                 s.two_pass.eq(is_two_pass), s.push.eq(instr.deps.push_prev),
                 s.second.eq(0), s.strip.eq(0), s.odd.eq(0),
-                s.at_row_end.eq(body.strips == 1), s.one_strip.eq(body.strips == 1),
+                s.at_row_end.eq(head.one_strip), s.one_strip.eq(head.one_strip),
                 s.strips_m2.eq(body.strips - 2),
                 s.left.eq(Mux(is_two_pass, (body.rows << 1) - 1, body.rows - 1)),
-                s.left_is_0.eq(~is_two_pass & (body.rows == 1)),
-                s.left_is_1.eq(Mux(is_two_pass, body.rows == 1, body.rows == 2)),
-                s.final.eq((body.strips == 1) & ~is_two_pass & (body.rows == 1)),
-                s.next_second.eq(is_two_pass & (body.rows == 1)),
+                s.left_is_0.eq(~is_two_pass & head.one_row),
+                s.left_is_1.eq(Mux(is_two_pass, head.one_row, head.two_rows)),
+                s.final.eq(head.one_strip & ~is_two_pass & head.one_row),
+                s.next_second.eq(is_two_pass & head.one_row),
                 s.acc_ptr.eq(body.acc_addr), s.aux_ptr.eq(body.aux_addr),
                 s.pm_ptr.eq(body.param_addr), s.lanes_left.eq(row_len),
                 # The first pass is P1(0) (or row 0): the next first-pass row is 1, the next

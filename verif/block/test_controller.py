@@ -17,7 +17,7 @@ from cocotb.triggers import FallingEdge, ReadOnly
 
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.controller import Controller
-from bertaccel.hw.isa import EpOp, Load, Matmul, Param, Set, Store, Target, encode
+from bertaccel.hw.isa import EpOp, Load, Matmul, Param, Set, Store, StoreHead, Target, encode
 from bertaccel.sim.build import build, run_cocotb
 
 __all__ = []
@@ -38,7 +38,7 @@ def _random_instr(rng):
                       accumulate=rng.random() < 0.5, **flags)
     if kind is Set:
         return Set(index=rng.choice(list(Param)), value=rng.getrandbits(64), **flags)
-    count = lambda: 0 if rng.random() < 0.2 else field()  # noqa: E731
+    count = lambda: rng.choice([0, 1, 2, field(), field()])  # noqa: E731
     return Store(acc_addr=field(), rows=count(), strips=count(), stride=field(),
                  op=rng.choice(list(EpOp)), param_addr=field(), aux_addr=field(), **flags)
 
@@ -61,7 +61,7 @@ async def dispatch(dut):
 
     async def run(words, expect, idle=0.3, stall=0.4, limit=20000):
         got = {name: [] for name in OUTPUTS}
-        empties = []
+        heads = []
         sent = 0
         for _ in range(limit):
             offer = sent < len(words) and rng.random() >= idle
@@ -76,24 +76,29 @@ async def dispatch(dut):
                 if getattr(dut, f"{name}__valid").value and getattr(dut, f"{name}__ready").value:
                     got[name].append(int(getattr(dut, f"{name}__payload").value))
                     if name == "o_store":
-                        empties.append(int(dut.o_store_empty.value))
+                        heads.append(int(dut.o_store_head.value))
             await FallingEdge(dut.clk)
             if sent == len(words) and not dut.o_busy.value:
                 break
         else:
             raise AssertionError(f"dispatch did not finish in {limit} cycles ({sent} sent)")
         assert got == expect
-        return empties
+        return heads
 
     program = [_random_instr(rng) for _ in range(400)]
     expect = {name: [encode(i) for i in program if isinstance(i, kinds)]
               for name, kinds in OUTPUTS.items()}
-    empties = await run([encode(i) for i in program], expect)
-    stores = [(i, flag) for i, flag in zip([i for i in program if isinstance(i, (Store, Set))],
-                                           empties) if isinstance(i, Store)]
-    assert any(flag for _, flag in stores) and not all(flag for _, flag in stores)
-    for instr, flag in stores:
-        assert flag == (instr.rows == 0 or instr.strips == 0), instr
+    heads = await run([encode(i) for i in program], expect)
+    stores = [(i, head) for i, head in zip([i for i in program if isinstance(i, (Store, Set))],
+                                           heads) if isinstance(i, Store)]
+    flags = [(instr, {name: head >> field.offset & 1 for name, field in StoreHead})
+             for instr, head in stores]
+    for name, _ in StoreHead:           # each flag set somewhere and clear somewhere
+        assert {got[name] for _, got in flags} == {0, 1}, name
+    for instr, got in flags:
+        assert got == {"empty": instr.rows == 0 or instr.strips == 0, "two_pass": instr.two_pass,
+                       "one_row": instr.rows == 1, "two_rows": instr.rows == 2,
+                       "one_strip": instr.strips == 1}, instr
     assert not dut.o_error.value and not dut.o_busy.value
 
     # An illegal opcode (0) in the middle: what came before is dispatched, nothing after.
