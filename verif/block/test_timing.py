@@ -25,7 +25,7 @@ import pytest
 
 from bertaccel.fpga import synth
 from bertaccel.fpga.depth import main as depth_main
-from bertaccel.fpga.depth import wide_enables
+from bertaccel.fpga.depth import deep_registers, wide_enables
 from bertaccel.fpga.tools import find_tool
 from bertaccel.hw.config import PRESETS
 
@@ -112,6 +112,36 @@ def test_enable_depth_counts_levels_to_the_flip_flops():
     assert {net["flip_flop"] for net in found} == {"wide0", "chain0"}
 
 
+def test_deep_registers_lists_each_register_once_by_its_deepest_input(tmp_path, capsys):
+    # A LUT of two flip-flops feeds a carry chain, which feeds a LUT: two and three levels in
+    # front of the two flip-flops of register `r` (one entry, its deepest), one in front of
+    # `q`'s enable.
+    def cell(kind, **pins):
+        outputs = {"Z", "Q", "S0", "S1", "COUT"}
+        return {"type": kind, "connections": {p: [b] for p, b in pins.items()},
+                "port_directions": {p: "output" if p in outputs else "input" for p in pins}}
+    cells = {f"src{i}": cell("TRELLIS_FF", Q=2 + i, DI=1, CLK=0) for i in range(2)}
+    cells["lut0"] = cell("LUT4", A=2, B=3, Z=10)
+    cells["carry0"] = cell("CCU2C", A0=10, COUT=11)
+    cells["carry1"] = cell("CCU2C", CIN=11, S0=12)
+    cells["lut1"] = cell("LUT4", A=12, B=2, Z=13)
+    cells["r_TRELLIS_FF_Q"] = cell("TRELLIS_FF", Q=20, DI=13, CLK=0)
+    cells["r_TRELLIS_FF_Q_1"] = cell("TRELLIS_FF", Q=21, DI=12, CLK=0)
+    cells["q_TRELLIS_FF_Q"] = cell("TRELLIS_FF", Q=22, DI=2, CE=10, CLK=0)
+    netlist = {"modules": {"top": {"cells": cells}}}
+    assert deep_registers(netlist, "top", min_depth=2) == [
+        {"register": "r", "port": "DI", "depth": 3, "cells": 2}]
+    assert {(r["register"], r["port"], r["depth"])
+            for r in deep_registers(netlist, "top", min_depth=1)} == {
+        ("r", "DI", 3), ("q", "CE", 1)}
+    path = tmp_path / "netlist.json"
+    path.write_text(json.dumps({"modules": {synth.TOP_NAME: {"cells": cells}}}))
+    assert depth_main([str(path), "--registers", "--min-depth", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line) for line in lines] == [
+        {"register": "r", "port": "DI", "depth": 3, "cells": 2}]
+
+
 def test_depth_command_refuses_bad_input(tmp_path, capsys):
     # One line on stderr and exit status 2, before any work.
     assert depth_main([str(tmp_path / "missing.json")]) == 2
@@ -123,3 +153,6 @@ def test_depth_command_refuses_bad_input(tmp_path, capsys):
     assert depth_main([str(other), "--min-fanout", "0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--min-fanout must be at least 1, not 0" in err
+    assert depth_main([str(other), "--registers", "--min-depth", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--min-depth must be at least 1, not 0" in err
