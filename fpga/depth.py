@@ -18,6 +18,7 @@ address). Flip-flops, block RAMs, DSPs, ports and constants start at zero.
 import argparse
 import functools
 import json
+import os
 import re
 import sys
 
@@ -191,8 +192,12 @@ def main(argv=None):
         found = deep_registers(netlist, TOP_NAME, min_depth=args.min_depth)
     else:
         found = wide_enables(netlist, TOP_NAME, min_fanout=args.min_fanout)
-    for entry in found:
-        print(json.dumps(entry))
+    try:
+        for entry in found:
+            print(json.dumps(entry))
+        sys.stdout.flush()
+    except BrokenPipeError:              # the reader stopped early (``| head``): not an error
+        sys.stdout = open(os.devnull, "w")
     return 0
 
 
