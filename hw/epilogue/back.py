@@ -12,8 +12,8 @@ Per lane, stage by stage (the names are :class:`~.schedule.Schedule`'s)::
     MUL3    SOFTMAX done (clamp 0..4095) | GELU z * phi | LAYERNORM z * gamma: two tiles
     PSUM3   the tiles added
     SHC3    GELU: rshift_round by 24, limits; LAYERNORM >> (gshift - 8), coarse
-    SHF3    GELU done (sat8); LAYERNORM ... fine; beta + 128 -+ 2**15
-    ADD3    LAYERNORM y = + beta + 128, and y compared with +-2**15 beside the add
+    SHF3    GELU done (sat8); LAYERNORM ... fine, and (beta + 128) - 2**15, + 2**15
+    ADD3    LAYERNORM y = h + beta + 128, compared with -2**15 and 2**15 beside the add
     (out)   LAYERNORM sat8(>> 8), pads 0; every lane to the outlet
 
 LayerNorm's last rounding is rebuilt without golden's ``beta << (gshift - 8)``: with
