@@ -5,14 +5,14 @@
     python bench/synth.py [--target ecp5-85k] [--seed 1] [--presets 2x2 4x4 ...]
                           [--mesh-seeds 1 2 3] [--mesh-presets 2x2 ...]
                           [--datapath-seeds 1 2 3] [--datapath-presets 8x8 ...]
-                          [--classic-abc 4x8 8x8] [--static-placer 4x8 8x8] [--core-seed 8x8=2]
+                          [--classic-abc 4x8 8x8] [--static-placer 4x8 8x8] [--core-seed 8x8=2 ...]
                           [--jobs 1] [--force]
 
 Each preset goes through :func:`bertaccel.fpga.synth.synthesize` (what ``bertaccel synth`` runs);
 results are cached in ``build/synth/<tag>-<target>/``, so a rerun prints at once. A preset that
 does not fit the part is listed with the reason instead of being run, and one that outlives
 ``--timeout`` (minutes) with its yosys counts. A core is placed with ``--seed`` unless
-``--core-seed`` names another for its preset (8x8=2, the fastest of three), and with nextpnr's
+``--core-seed`` names another for its preset (none by default), and with nextpnr's
 static placer where ``--static-placer`` names the preset (4x8, 8x8: the heap placer's
 placements of them route slowly or not at all, docs/fpga.md); the table names such a seed and
 placer. Then the PE array of every preset (or of ``--mesh-presets``) that fits is placed and
@@ -68,9 +68,8 @@ def main(argv=None):
                         help="presets whose core is placed by nextpnr's static placer instead "
                              "of heap (4x8, 8x8: heap's placements route slowly or not at all; "
                              "docs/fpga.md)")
-    parser.add_argument("--core-seed", nargs="*", default=["8x8=2"], metavar="PRESET=SEED",
-                        help="a placement seed for one preset's core instead of --seed (8x8=2: "
-                             "the fastest of seeds 1 to 3; docs/fpga.md)")
+    parser.add_argument("--core-seed", nargs="*", default=[], metavar="PRESET=SEED",
+                        help="a placement seed for one preset's core instead of --seed (none)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="place-and-route runs side by side (1); each takes a core and up "
                              "to a few GB")
