@@ -25,8 +25,8 @@ from ..golden.intops import PROB_DIGIT_BITS
 
 __all__ = [
     "INSTR_WIDTH", "FIELD_WIDTH", "FIELD_MAX", "TOKEN_MAX", "SET_VALUE_WIDTH", "MATMUL_SHIFT",
-    "Opcode", "Target", "EpOp", "Dest", "Param", "DepFlags",
-    "LoadBody", "MatmulBody", "StoreBody", "StoreHead", "store_head", "SetBody", "Body", "Instr", "PmemWord",
+    "Opcode", "Target", "EpOp", "Dest", "Param", "DepFlags", "StoreHead", "store_head",
+    "LoadBody", "MatmulBody", "StoreBody", "SetBody", "Body", "Instr", "PmemWord",
     "ParamsLayout", "PARAM_WIDTHS",
     "Load", "Matmul", "Store", "Set", "IllegalInstruction", "encode", "decode", "unit_of",
 ]
