@@ -88,24 +88,25 @@ def test_handshakes_fmax(handshakes):
         f"({path['delay_ns']} ns, {path['levels']} levels)")
 
 
+def _cell(kind, **pins):
+    """A cell of a yosys JSON netlist, each pin on one net (its number)."""
+    outputs = {"Z", "Q", "S0", "S1", "COUT"}
+    return {"type": kind, "connections": {p: [b] for p, b in pins.items()},
+            "port_directions": {p: "output" if p in outputs else "input" for p in pins}}
 
 
 def test_enable_depth_counts_levels_to_the_flip_flops():
     # Two flip-flops drive a LUT, whose output and a third flip-flop drive another LUT, which
     # enables 40 flip-flops: two levels. A carry chain after a LUT adds one, however long.
-    def cell(kind, **pins):
-        outputs = {"Z", "Q", "S0", "S1", "COUT"}
-        return {"type": kind, "connections": {p: [b] for p, b in pins.items()},
-                "port_directions": {p: "output" if p in outputs else "input" for p in pins}}
-    cells = {f"src{i}": cell("TRELLIS_FF", Q=2 + i, DI=1) for i in range(3)}
-    cells["lut0"] = cell("LUT4", A=2, B=3, Z=10)
-    cells["lut1"] = cell("LUT4", A=10, B=4, Z=11)
-    cells["carry0"] = cell("CCU2C", A0=10, B0=4, COUT=12, S0=13)
-    cells["carry1"] = cell("CCU2C", CIN=12, A0=2, S0=14)
+    cells = {f"src{i}": _cell("TRELLIS_FF", Q=2 + i, DI=1) for i in range(3)}
+    cells["lut0"] = _cell("LUT4", A=2, B=3, Z=10)
+    cells["lut1"] = _cell("LUT4", A=10, B=4, Z=11)
+    cells["carry0"] = _cell("CCU2C", A0=10, B0=4, COUT=12, S0=13)
+    cells["carry1"] = _cell("CCU2C", CIN=12, A0=2, S0=14)
     for i in range(40):
-        cells[f"wide{i}"] = cell("TRELLIS_FF", Q=100 + i, DI=1, CE=11)
-        cells[f"chain{i}"] = cell("TRELLIS_FF", Q=200 + i, DI=1, CE=14)
-    cells["narrow"] = cell("TRELLIS_FF", Q=300, DI=1, CE=10)
+        cells[f"wide{i}"] = _cell("TRELLIS_FF", Q=100 + i, DI=1, CE=11)
+        cells[f"chain{i}"] = _cell("TRELLIS_FF", Q=200 + i, DI=1, CE=14)
+    cells["narrow"] = _cell("TRELLIS_FF", Q=300, DI=1, CE=10)
     netlist = {"modules": {"top": {"cells": cells}}}
     found = wide_enables(netlist, "top", min_fanout=32)
     assert [(net["depth"], net["fanout"]) for net in found] == [(2, 40), (2, 40)]
@@ -116,18 +117,14 @@ def test_deep_registers_lists_each_register_once_by_its_deepest_input(tmp_path, 
     # A LUT of two flip-flops feeds a carry chain, which feeds a LUT: two and three levels in
     # front of the two flip-flops of register `r` (one entry, its deepest), one in front of
     # `q`'s enable.
-    def cell(kind, **pins):
-        outputs = {"Z", "Q", "S0", "S1", "COUT"}
-        return {"type": kind, "connections": {p: [b] for p, b in pins.items()},
-                "port_directions": {p: "output" if p in outputs else "input" for p in pins}}
-    cells = {f"src{i}": cell("TRELLIS_FF", Q=2 + i, DI=1, CLK=0) for i in range(2)}
-    cells["lut0"] = cell("LUT4", A=2, B=3, Z=10)
-    cells["carry0"] = cell("CCU2C", A0=10, COUT=11)
-    cells["carry1"] = cell("CCU2C", CIN=11, S0=12)
-    cells["lut1"] = cell("LUT4", A=12, B=2, Z=13)
-    cells["r_TRELLIS_FF_Q"] = cell("TRELLIS_FF", Q=20, DI=13, CLK=0)
-    cells["r_TRELLIS_FF_Q_1"] = cell("TRELLIS_FF", Q=21, DI=12, CLK=0)
-    cells["q_TRELLIS_FF_Q"] = cell("TRELLIS_FF", Q=22, DI=2, CE=10, CLK=0)
+    cells = {f"src{i}": _cell("TRELLIS_FF", Q=2 + i, DI=1, CLK=0) for i in range(2)}
+    cells["lut0"] = _cell("LUT4", A=2, B=3, Z=10)
+    cells["carry0"] = _cell("CCU2C", A0=10, COUT=11)
+    cells["carry1"] = _cell("CCU2C", CIN=11, S0=12)
+    cells["lut1"] = _cell("LUT4", A=12, B=2, Z=13)
+    cells["r_TRELLIS_FF_Q"] = _cell("TRELLIS_FF", Q=20, DI=13, CLK=0)
+    cells["r_TRELLIS_FF_Q_1"] = _cell("TRELLIS_FF", Q=21, DI=12, CLK=0)
+    cells["q_TRELLIS_FF_Q"] = _cell("TRELLIS_FF", Q=22, DI=2, CE=10, CLK=0)
     netlist = {"modules": {"top": {"cells": cells}}}
     assert deep_registers(netlist, "top", min_depth=2) == [
         {"register": "r", "port": "DI", "depth": 3, "cells": 2}]
