@@ -38,6 +38,8 @@ read_verilog {verilog}
 {keep}
 synth_ecp5 -top {top} -run :map_luts
 tee -q -o stat.json stat -json
+select {top}
+write_json -selected netlist.json
 """
 
 
@@ -55,7 +57,9 @@ def yosys_scripts():
 
 
 def blocks_script():
-    """``synth_ecp5`` up to LUT mapping (for :func:`~bertaccel.fpga.synth.map_blocks`)."""
+    """``synth_ecp5`` up to LUT mapping (for :func:`~bertaccel.fpga.synth.map_blocks`); it writes
+    the top module's netlist too (the cell library's models, which hold processes until LUT
+    mapping, are left out)."""
     return _YOSYS_BLOCKS_SCRIPT.format(verilog="top.v", top=TOP_NAME, keep=KEEP_REGISTERS)
 
 

@@ -101,7 +101,7 @@ def map_blocks(cfg, design="core", *, build_dir, dsp_primitives=True):
     design : str
         See :class:`SynthTop`.
     build_dir : path
-        Where yosys runs (``top.v``, ``yosys.log``, ``stat.json``).
+        Where yosys runs (``top.v``, ``yosys.log``, ``stat.json``, ``netlist.json``).
     dsp_primitives : bool
         Write the Verilog as :func:`synthesize` does, with the MULT18X18D instances of
         :mod:`bertaccel.hw.dsp`; False: the portable Verilog, whose multipliers yosys infers.
@@ -110,7 +110,9 @@ def map_blocks(cfg, design="core", *, build_dir, dsp_primitives=True):
     -------
     dict
         ``memories`` (:func:`parse_memory_mapping`), ``mult18x18d``, ``dp16kd`` (both as
-        yosys counts them: its DP16KD cells include the PDPW16KD ones) and ``lutram16x4``.
+        yosys counts them: its DP16KD cells include the PDPW16KD ones), ``lutram16x4`` and
+        ``netlist`` (the path of the mapped netlist: block RAMs, DSPs and flip-flops as cells,
+        the logic between them as yosys's gates).
     """
     build_dir = Path(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -123,7 +125,7 @@ def map_blocks(cfg, design="core", *, build_dir, dsp_primitives=True):
     return {
         "memories": parse_memory_mapping((build_dir / "yosys.log").read_text(errors="replace")),
         "mult18x18d": used["mult18x18d"], "dp16kd": used["dp16kd"],
-        "lutram16x4": used["lutram16x4"],
+        "lutram16x4": used["lutram16x4"], "netlist": build_dir / "netlist.json",
     }
 
 

