@@ -25,8 +25,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e '.[dev]'
 	touch $@
 
+# TEST_WORKERS pytest processes (pytest-xdist), each taking whole test files, so a file's
+# module fixtures (a synthesis, a simulator build) are made once; builds are locked per folder.
+TEST_WORKERS ?= 2
 test: setup
-	HF_HUB_OFFLINE=1 $(BIN)/pytest -q
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Ends with all-MiniLM-L6-v2 on the bit-exact software device (about 15 s; --device rtl runs the
 # same on the Verilated RTL in about 2 minutes, with a progress bar, checked bit for bit).

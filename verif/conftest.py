@@ -24,7 +24,7 @@ Each test gets the marker of its tier (``unit``, ``block``, ``system``) from its
 the software device and ``bench bert`` in ``unit/``). The markers are registered in
 ``pyproject.toml``, where ``--strict-markers`` refuses any other::
 
-    pytest -q                       # everything (make test)
+    pytest -q                       # everything (make test: -n 2 --dist loadfile)
     pytest -q -m "not slow"         # pure Python and block tests: a few minutes on 2 cores
     pytest -q -m unit               # pure Python only
     pytest -q -m system             # end to end only
