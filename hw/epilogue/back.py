@@ -27,7 +27,6 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import PROB_SCALE, RECIP_SHIFT
-from ..dsp import KEEP
 from ..isa import EpOp, ParamsLayout
 from .arith import INT8, TILE, coarse, fine, pick, product, round_parts
 from .lanes import Stages
@@ -188,12 +187,9 @@ class Back(wiring.Component):
         """The results of the last stage: LAYERNORM sat8(y >> 8) (pads 0), else ``carry.out``."""
         k = self._sch.depth - 1
         c, last, row = st.ctl[k], st.lanes[k], self.o_row.payload.lanes
-        # Whether a lane's row takes LAYERNORM's result: the op's decode a cycle ahead, a
-        # register a lane (kept apart, hw/dsp.py KEEP), as the output FIFO's data has no
-        # register before it (a timing choice).
-        takes = [Signal(name=f"row_ln{i}", reset_less=True, attrs=KEEP)
-                 for i in range(self._sch.lanes)]
-        m.d.sync += [reg.eq(st.ctl[k - 1].op == EpOp.LAYERNORM) for reg in takes]
+        # Whether a lane's row takes LAYERNORM's result, a register a lane, as the output
+        # FIFO's data has no register before it.
+        takes = st.decoded(k, lambda ctl: ctl.op == EpOp.LAYERNORM, name="row_ln")
         for i in range(self._sch.lanes):
             y = pick(last[i].over, last[i].under, last[i].y[8:16].as_signed(), *INT8)
             ln = Mux(c.lane_valid[i], y, 0)

@@ -133,11 +133,9 @@ class Exponent(wiring.Component):
         for i in lanes:
             w = coarse(p[i].r << (EXP2_GUARD + 1), p[i].q)
             m.d.sync += [s[i].w.eq(Mux(p[i].zero, 0, w)), s[i].q.eq(p[i].q[:3])]
-        # Whether a lane takes e in stage E: the op's decode a cycle ahead, a register a lane
-        # (copies kept apart, hw/dsp.py KEEP), so that no one net reaches every lane's E
-        # registers across the DSP rows (a timing choice).
-        takes = [Signal(name=f"e_takes{i}", reset_less=True, attrs=KEEP) for i in lanes]
-        m.d.sync += [reg.eq(st.ctl[sch.E - 2].op == EpOp.SOFTMAX) for reg in takes]
+        # Whether a lane takes e in stage E, a register a lane: no one net reaches every
+        # lane's E registers across the DSP rows.
+        takes = st.decoded(sch.E - 1, lambda ctl: ctl.op == EpOp.SOFTMAX, name="e_takes")
         p, s = s, st(sch.E, **E_LANE)
         for i in lanes:
             with m.If(takes[i]):

@@ -32,7 +32,6 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import PHI_TABLE, SOFTMAX_FRAC
-from ..dsp import KEEP
 from ..isa import EpOp, ParamsLayout
 from .arith import INT8, INT16, INT24, coarse, fine, pick, product, round_parts
 from .lanes import Stages
@@ -160,22 +159,21 @@ class Front(wiring.Component):
         p, s = s, st(sch.SHF, a=signed(51), b=signed(50))
         for i in range(sch.lanes):
             m.d.sync += [s[i].a.eq(fine(p[i].a, p[i].shf)), s[i].b.eq(fine(p[i].b, p[i].shf1))]
-        ahead = st.ctl[sch.RND - 2]
         p, s = s, st(sch.RND, over=1, under=1, r=signed(25), ir=unsigned(10), ihi=1, ilo=1)
-        for i in range(sch.lanes):
-            w, z = p[i].a, p[i].b
+        # Each op rounds one lane field (a: w, b: GELU's z) at its width; the op one-hot in
+        # registers of each lane's own, and the flags loaded every cycle (RAW ignores them):
+        # an AND-OR after the compares, no enable (a timing choice).
+        rounding = {EpOp.REQUANT: ("a", INT8), EpOp.GELU: ("b", INT24),
+                    EpOp.SOFTMAX: ("a", INT24), EpOp.LAYERNORM: ("a", INT16)}
+        sels = st.decoded(sch.RND - 1, lambda ctl: Cat(ctl.op == op for op in rounding),
+                          len(rounding), name="rnd_op")
+        for i, sel in enumerate(sels):
+            parts = [Cat(*round_parts(getattr(p[i], field), *limits))
+                     for field, limits in rounding.values()]
             flags = Cat(s[i].over, s[i].under, s[i].r)
-            parts = {EpOp.REQUANT: Cat(*round_parts(w, *INT8)),
-                     EpOp.GELU: Cat(*round_parts(z, *INT24)),
-                     EpOp.SOFTMAX: Cat(*round_parts(w, *INT24)),
-                     EpOp.LAYERNORM: Cat(*round_parts(w, *INT16))}
-            # The op's decode a cycle ahead, one-hot in registers of this lane's own (kept
-            # apart, hw/dsp.py KEEP), and the flags loaded every cycle (RAW ignores them): an
-            # AND-OR after the compares, no enable (a timing choice).
-            sel = Signal(len(parts), name=f"rnd_op{i}", reset_less=True, attrs=KEEP)
-            m.d.sync += sel.eq(Cat(ahead.op == op for op in parts))
             m.d.sync += flags.eq(reduce(operator.or_, (part & sel[k].replicate(len(part))
-                                                       for k, part in enumerate(parts.values()))))
+                                                       for k, part in enumerate(parts))))
+            w = p[i].a
             # GELU's PHI index is clamp(t + 257, 0, 513) (see PHI_ROM): t = (w + 1) >> 1, so
             # t + 257 = (w + 515) >> 1, and the limits are compared on w.
             m.d.sync += [s[i].ir.eq((w[:11] + 515)[1:11]), s[i].ihi.eq(w >= 511),

@@ -10,6 +10,7 @@ no enable depends on ``valid``.
 from amaranth import Cat, Signal
 from amaranth.lib import data
 
+from ..dsp import KEEP
 from .schedule import WAIT_LANE, Carry, ctl_layout
 
 __all__ = ["Stages"]
@@ -70,6 +71,17 @@ class Stages:
             self._m.d.sync += [self.valid[j].eq(self.valid[j - 1]),
                                self.ctl[j].eq(self.ctl[j - 1])]
         return self.valid[k], self.ctl[k]
+
+    def decoded(self, k, decode, shape=1, *, name):
+        """Per lane, a register that holds ``decode(ctl)`` of the sub-beat in stage ``k``:
+        loaded from stage ``k - 1``'s tags, a copy a lane kept apart (hw/dsp.py KEEP), so that
+        no one net of the decode reaches every lane's registers (a timing choice)."""
+        self.tags(k)
+        value = decode(self.ctl[k - 1])
+        regs = [Signal(shape, name=f"{name}{i}", reset_less=True, attrs=KEEP)
+                for i in range(self._sch.lanes)]
+        self._m.d.sync += [reg.eq(value) for reg in regs]
+        return regs
 
     def wait(self, stop):
         """Stages from the next one to ``stop - 1``, where the lanes only wait."""
