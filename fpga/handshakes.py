@@ -1,7 +1,7 @@
 """The epilogue's handshakes without its arithmetic: a stand-in for the FPGA flow's fast check.
 
 The store unit's timing is set by handshakes: the store queue's head into the unit's accept,
-the beat FIFO's head into the epilogue's ``ready``, the epilogue's credits and busy flag back
+the epilogue's queue of beats into its ``ready``, the epilogue's credits and busy flag back
 into the unit's decisions. Those live in the store unit and in the epilogue's
 :class:`~bertaccel.hw.epilogue.intake.Intake` and :class:`~bertaccel.hw.epilogue.outlet.Outlet`;
 the epilogue's arithmetic between them is a pipeline that never stalls, with no handshake.
@@ -39,6 +39,7 @@ class EpilogueHandshakes(wiring.Component):
     i_beat : In(stream.Signature(beat_layout(cfg)))
     o_data : Out(stream.Signature(ArrayLayout(signed(acc_width), cols)))
     params : In(ParamsLayout)
+    o_taken : Out(1)
     o_busy : Out(1)
     """
 
@@ -48,6 +49,7 @@ class EpilogueHandshakes(wiring.Component):
             "i_beat": In(stream.Signature(beat_layout(cfg))),
             "o_data": Out(stream.Signature(data.ArrayLayout(signed(cfg.acc_width), cfg.cols))),
             "params": In(ParamsLayout),
+            "o_taken": Out(1),
             "o_busy": Out(1),
         })
 
@@ -59,7 +61,8 @@ class EpilogueHandshakes(wiring.Component):
         m.submodules.outlet = outlet = Outlet(cfg)
         wiring.connect(m, wiring.flipped(self.i_beat), intake.i_beat)
         wiring.connect(m, outlet.o_data, wiring.flipped(self.o_data))
-        m.d.comb += [intake.i_credit.eq(outlet.o_credit), outlet.i_owe.eq(intake.o_owe)]
+        m.d.comb += [intake.i_credit_next.eq(outlet.o_credit_next), outlet.i_owe.eq(intake.o_owe),
+                     self.o_taken.eq(intake.o_taken)]
 
         sub = intake.o_sub
         valid = delay_line(m, sub.valid, sch.depth, name="valid", reset_less=False)

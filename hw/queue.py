@@ -8,7 +8,8 @@ in the same cycles and reports the same level, but the head is one of two regist
 ``slot1``) picked by a pointer, and the register that is not the head is filled from the memory
 ahead of time, with an enable decided from registers only. The price is one multiplexer between
 the slots and ``r_data``; the head's ``fast`` bits are also kept in a register of their own
-(``head_bits``) for a reader that decides from them.
+(``head_bits``) for a reader that decides from them, and shown a cycle ahead (``r_fast_next``)
+for a reader whose decision is itself a register.
 
 The entries are cut into chunks of at most :data:`CHUNK` bits, each with its own memory and
 its own copy of the control registers (the head pointer, the valid flags, the memory's
@@ -22,7 +23,7 @@ and a write is taken while fewer than ``depth - 1`` entries wait behind the head
 """
 
 from amaranth import Cat, Module, Mux, Signal
-from amaranth.lib import memory, wiring
+from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .dsp import KEEP
@@ -57,6 +58,9 @@ class Queue(wiring.Component):
     r_rdy : Out(1)
     r_en : In(1)
     level : Out(range(depth + 1))
+    r_fast_next : Out(ArrayLayout(fast bits, 2))
+        With ``fast`` bits only: what they will be next cycle if ``r_en`` is low ([0]) or
+        high ([1]) this cycle.
     """
 
     def __init__(self, *, width, depth, fast=slice(0, 0)):
@@ -66,11 +70,14 @@ class Queue(wiring.Component):
             raise ValueError(f"a Queue's fast bits are a slice within its width {width}, "
                              f"not {fast}")
         self.width, self.depth, self.fast = width, depth, fast
-        super().__init__({
+        members = {
             "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
             "r_data": Out(width), "r_rdy": Out(1), "r_en": In(1),
             "level": Out(range(depth + 1)),
-        })
+        }
+        if fast.stop > fast.start:
+            members["r_fast_next"] = Out(data.ArrayLayout(fast.stop - fast.start, 2))
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -119,17 +126,21 @@ class Queue(wiring.Component):
             filled.append(r_port.data)
         m.d.comb += self.r_data.eq(Cat(*data))
         if self.fast.stop > self.fast.start:
-            self._head_bits(m, ctl, pop, slots, Cat(*filled))
+            self._head_bits(m, ctl, slots, Cat(*filled))
         return m
 
-    def _head_bits(self, m, ctl, pop, slots, filled):
+    def _head_bits(self, m, ctl, slots, filled):
         """The head's ``fast`` bits in a register: after a pop, the spare slot's or the
-        memory's; with no head, the memory's."""
+        memory's; with no head, the memory's. Both next values (no pop, a pop) are outputs."""
         bits = self.fast
         head_bits = Signal(bits.stop - bits.start, name="head_bits", reset_less=True)
         spare = Mux(ctl.head, slots[0][bits], slots[1][bits])
-        m.d.sync += head_bits.eq(Mux(pop & ctl.spare_valid, spare,
-                                     Mux(ctl.head_valid & ~pop, head_bits, filled[bits])))
+        for taken in (0, 1):
+            pop = ctl.head_valid & taken
+            m.d.comb += self.r_fast_next[taken].eq(
+                Mux(pop & ctl.spare_valid, spare,
+                    Mux(ctl.head_valid & ~pop, head_bits, filled[bits])))
+        m.d.sync += head_bits.eq(self.r_fast_next[self.r_en])
         m.d.comb += self.r_data[bits].eq(head_bits)
 
 

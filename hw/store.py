@@ -9,8 +9,8 @@ from amaranth.lib.wiring import In, Out
 from .controller import TokenConsumer, TokenProducer
 from .dsp import KEEP
 from .epilogue import Epilogue, beat_layout
+from .epilogue.intake import Intake
 from .isa import FIELD_WIDTH, EpOp, Instr, Opcode, Param, ParamsLayout, PmemWord, StoreHead
-from .queue import Queue
 
 __all__ = ["StoreUnit"]
 
@@ -26,8 +26,8 @@ class StoreUnit(wiring.Component):
     ``aux_addr + s*rows + m`` for strip *s* of output row *m*. Single-pass ops visit rows in order;
     SOFTMAX and LAYERNORM visit each row twice, interleaved as P1(0), P1(1), P2(0), P1(2), P2(1),
     ..., P2(R-1), so the epilogue finishes a row's statistics while the next row's first pass
-    streams. Beats go through a small FIFO into the :class:`Epilogue`; a read is only issued when
-    the FIFO has room for it, so backpressure on ``o_data`` stalls the reads and nothing is lost.
+    streams. Beats go into the :class:`Epilogue`'s queue; a read is only issued when the queue
+    has room for it, so backpressure on ``o_data`` stalls the reads and nothing is lost.
     The store->execute token is pushed with the last read, and the next STORE is accepted in
     that cycle.
 
@@ -53,9 +53,8 @@ class StoreUnit(wiring.Component):
     o_busy : Out(1)
     """
 
-    #: Beats read and not yet taken by the epilogue, at most: a read reaches the epilogue five
-    #: cycles after it is issued, so six keep the reads flowing one a cycle.
-    FIFO_DEPTH = 6
+    #: Beats read and not yet taken by the epilogue, at most: its queue's depth.
+    FIFO_DEPTH = Intake.QUEUE_DEPTH
 
     def __init__(self, cfg, *, epilogue=Epilogue):
         self._cfg = cfg
@@ -80,47 +79,30 @@ class StoreUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.epilogue = epilogue = self._epilogue(self._cfg)
-        beats = self._beat_fifo(m, epilogue)
+        wiring.connect(m, epilogue.o_data, wiring.flipped(self.o_data))
         params = Signal(ParamsLayout)
         m.d.comb += epilogue.params.eq(params)
 
         drain = _Drain()
-        issue, none_out = self._credit(m, beats, drain)
-        tags = self._assemble(m, beats, issue["ctl"])
+        issue, none_out = self._credit(m, epilogue.o_taken, drain)
+        tags = self._assemble(m, epilogue.i_beat, issue["ctl"])
         last = self._walk(m, drain, issue, params, tags)
         # The STORE's registers load after the walk's updates, so an accept wins over them.
         self._accept(m, drain, last, none_out, epilogue.o_busy, params)
         m.d.comb += self.o_busy.eq(drain.active | ~none_out | epilogue.o_busy)
         return m
 
-    def _beat_fifo(self, m, epilogue):
-        """The FIFO of beats read and not yet taken, into the epilogue, out to ``o_data``."""
-        # Timing: the beat's tags that the epilogue's `ready` decodes (op, second, last) are
-        # the Queue's fast bits, registers with no multiplexer after them, and its `ready`
-        # reaches a few of the queue's flip-flops, not its head or read pointers.
-        Beat = beat_layout(self._cfg)
-        m.submodules.fifo = beats = Queue(
-            width=Beat.size, depth=self.FIFO_DEPTH,
-            fast=slice(Beat["op"].offset, Beat["last"].offset + 1))
-        m.d.comb += [
-            epilogue.i_beat.payload.eq(beats.r_data),
-            epilogue.i_beat.valid.eq(beats.r_rdy),
-            beats.r_en.eq(epilogue.i_beat.ready),
-        ]
-        wiring.connect(m, epilogue.o_data, wiring.flipped(self.o_data))
-        return beats
-
-    def _credit(self, m, beats, s):
+    def _credit(self, m, taken, s):
         """``(issue, none_out)``: whether a beat's reads are issued this cycle (a dict of
         copies, one for each group of registers the issue enables: :data:`_ISSUE_GROUPS`), and
         whether no beat is read and not yet taken by the epilogue.
 
         A read is issued only while fewer than FIFO_DEPTH beats are read and not yet taken
-        (beats.level + reading + copying + writing). Timing: that count is kept in a register of
-        its own, and beside it whether it is below FIFO_DEPTH (`room`) and zero (`none_out`);
-        an issue or a take (the epilogue's `ready`) only selects their next values among
-        compares of the count made beside it, so the issue is an AND of two registers and the
-        `ready` reaches these few flip-flops through one LUT, not the walk's enables or the
+        (``taken``: the epilogue's ``o_taken``), so the epilogue's queue always has room for
+        it. Timing: that count is kept in a register of its own, and beside it whether it is
+        below FIFO_DEPTH (`room`) and zero (`none_out`); an issue or a take only selects their
+        next values among compares of the count made beside it, so the issue is an AND of two
+        registers and the take reaches these few flip-flops, not the walk's enables or the
         accept. `room` and `active` have a copy for each group, kept apart in the FPGA flows
         (:data:`~bertaccel.hw.dsp.KEEP`), so that no one net enables the hundreds of
         flip-flops that a read moves.
@@ -130,8 +112,6 @@ class StoreUnit(wiring.Component):
         rooms = {g: Signal(init=1, name=f"room_{g}", attrs=KEEP) for g in _ISSUE_GROUPS}
         issue = {g: Signal(name=f"issue_{g}") for g in _ISSUE_GROUPS}
         none_out = Signal(init=1)
-        taken = Signal()
-        m.d.comb += taken.eq(beats.r_rdy & beats.r_en)
         m.d.comb += [issue[g].eq(s.actives[g] & rooms[g]) for g in _ISSUE_GROUPS]
         more, fewer = issue["ctl"] & ~taken, taken & ~issue["ctl"]
         with m.If(more):
@@ -142,22 +122,23 @@ class StoreUnit(wiring.Component):
             m.d.sync += [room.eq(1) for room in rooms.values()]
         return issue, none_out
 
-    def _assemble(self, m, beats, issue):
-        """Put each beat together from the three reads and its tags, into the FIFO; returns the
-        tags register, which the walk sets with the reads' issue."""
+    def _assemble(self, m, into, issue):
+        """Put each beat together from the three reads and its tags, into the epilogue's queue
+        (``into``, its ``i_beat``); returns the tags register, which the walk sets with the
+        reads' issue."""
         cfg = self._cfg
         reading = Signal()          # a beat's reads were issued last cycle
         copying = Signal()          # ... two cycles ago: `beat` is copied into `beat_copy`
-        writing = Signal()          # ... three cycles ago: `beat_copy` goes into the FIFO
+        writing = Signal()          # ... three cycles ago: `beat_copy` goes into the queue
         tags = Signal(data.StructLayout({"op": EpOp, "second": 1, "last": 1,
                                          "lane_valid": cfg.cols}))
-        # Timing: the memories' read data is registered before the FIFO (whose storage is LUT
-        # RAM): nextpnr puts an ECP5 block RAM's clock-to-output at 5.8 ns, which leaves time
-        # for routing to a flip-flop and nothing more at 150 MHz; the register is reset-less
-        # (`writing` says when it matters), so an ECP5 flow moves it into the block RAMs as
-        # their output register (fpga/ramreg.py). It is copied once more in the fabric before
-        # the FIFO: from the RAMs' output registers, which spread across the chip, to one
-        # place was up to 5.9 ns of routing on the 8x8 array.
+        # Timing: the memories' read data is registered before the epilogue's queue (whose
+        # storage is LUT RAM): nextpnr puts an ECP5 block RAM's clock-to-output at 5.8 ns,
+        # which leaves time for routing to a flip-flop and nothing more at 150 MHz; the
+        # register is reset-less (`writing` says when it matters), so an ECP5 flow moves it
+        # into the block RAMs as their output register (fpga/ramreg.py). It is copied once more
+        # in the fabric before the queue: from the RAMs' output registers, which spread across
+        # the chip, to one place was up to 5.9 ns of routing on the 8x8 array.
         Beat = beat_layout(cfg)
         beat = Signal(Beat, reset_less=True)
         beat_copy = Signal(Beat, reset_less=True)
@@ -175,8 +156,8 @@ class StoreUnit(wiring.Component):
             writing.eq(copying),
         ]
         m.d.comb += [
-            beats.w_data.eq(beat_copy),
-            beats.w_en.eq(writing),
+            into.payload.eq(beat_copy),
+            into.valid.eq(writing),
         ]
         return tags
 
@@ -195,7 +176,7 @@ class StoreUnit(wiring.Component):
 
         # Timing: the memories read every cycle, at addresses straight from registers: no
         # logic between the issue decision and the block RAMs (tens of them, across the chip).
-        # A read that was not issued is never written to the FIFO (`writing`), so what it
+        # A read that was not issued is never written to the queue (`writing`), so what it
         # returns does not matter.
         m.d.comb += [
             self.acc.addr.eq(s.acc_ptr), self.acc.en.eq(1),

@@ -57,9 +57,10 @@ Cycle 0 is the first cycle after the clock edge that samples ``start``.
   scratchpad read and its data registers, the mesh, then the sum's write-data registers).
 * STORE and SET (hw/store.py, hw/epilogue/unit.py): a STORE is accepted when the unit is idle or on
   the last read of the STORE before it (an empty STORE: idle), and reads one beat a cycle from
-  the next cycle on; a read is at the ``StoreUnit.FIFO_DEPTH``-deep beat FIFO's output
-  :data:`STORE_READ_TO_FIFO` cycles later and is only issued while the FIFO has room for it.
-  The epilogue takes one beat a cycle from the FIFO, or one every ``cfg.ep_ratio`` cycles
+  the next cycle on; a read is at the head of the epilogue's beat queue
+  (``StoreUnit.FIFO_DEPTH`` deep) :data:`STORE_READ_TO_FIFO` cycles later and is only issued
+  while the queue has room for it.
+  The epilogue takes one beat a cycle from the queue, or one every ``cfg.ep_ratio`` cycles
   when it is narrower than a beat; a beat leaves on ``o_data`` ``Schedule.latency`` cycles
   after that. SOFTMAX and LAYERNORM read every row twice in the
   interleaved order, and the epilogue holds back a row's first second-pass beat until
@@ -158,8 +159,8 @@ QUEUE_LATENCY = 2
 TOKEN_DELAY = 1
 #: ``done`` rises the cycle after the last busy cycle, and ``cycles`` counts that edge too.
 DONE_CYCLES = 2
-#: A store-unit read issued in cycle t is at the beat FIFO's output from cycle t + 5 (memory
-#: read, the register after the memories and its copy, then the beat queue's two cycles).
+#: A store-unit read issued in cycle t is at the head of the epilogue's beat queue from cycle
+#: t + 5 (memory read, the register after the memories and its copy, then the queue's two).
 STORE_READ_TO_FIFO = 5
 #: A MATMUL's weight preload: ``rows`` reads in the cycles after the accept, hand-over in the
 #: cycle of the last (the first operand read comes after it), and the next accept in that cycle.
@@ -742,7 +743,7 @@ class _StoreUnit(_Unit):
         return first_issue, last_issue, last_accept
 
     def _beats(self, count, issue_min, accept_min):
-        """``count`` beats through the beat FIFO into the epilogue: the first read no earlier
+        """``count`` beats through the beat queue into the epilogue: the first read no earlier
         than ``issue_min``, the first accept no earlier than ``accept_min``. Returns
         ``(first_issue, last_issue, last_accept)`` and advances :attr:`beats`.
 
@@ -813,7 +814,7 @@ class CycleModel:
     cfg : AccelConfig
     timing : dict
         The latencies read from the gateware: ``mesh_latency``, ``fifo_depth``
-        (the store unit's beat FIFO), ``ep_latency``, ``ep_depth``, ``ep_ratio`` (cycles
+        (the epilogue's beat queue), ``ep_latency``, ``ep_depth``, ``ep_ratio`` (cycles
         between the epilogue's accepts) and ``gap`` (the epilogue schedule).
     """
 

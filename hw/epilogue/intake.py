@@ -1,33 +1,44 @@
-"""The epilogue's input: which beats it accepts, and their sub-beats into stage IN.
+"""The epilogue's input: its queue of beats, which beats it takes, and their sub-beats into
+stage IN.
 
-A beat that will produce an output is only accepted while a *credit* is left (a row of the
-output FIFO not yet promised to a beat inside, :class:`~.outlet.Outlet`). Row statistics live
-in two *slots*, taken in turn by the rows' first passes and read in turn by their second
-passes. The pipeline never stalls, so a slot is final a fixed number of cycles after its row's
-last first-pass beat was accepted, and the input holds back a second-pass beat of that slot
-until it would reach BIND no earlier (:attr:`~.schedule.Schedule.gap` cycles). In the
-documented pass order a second pass follows at least one other pass of its STORE, and beats
-enter ``ratio`` cycles apart, so rows of ``ceil(gap / ratio) - 1`` strips or more (at most 7
-for every preset) never wait; only a STORE of one row does.
+Beats wait in a queue (:attr:`Intake.QUEUE_DEPTH` entries) whose head is *taken* into the
+pipeline when the checks allow. A beat that will produce an output is only taken while a
+*credit* is left (a row of the output FIFO not yet promised to a beat inside,
+:class:`~.outlet.Outlet`). Row statistics live in two *slots*, taken in turn by the rows' first
+passes and read in turn by their second passes. The pipeline never stalls, so a slot is final a
+fixed number of cycles after its row's last first-pass beat was taken, and the intake holds
+back a second-pass beat of that slot until it would reach BIND no earlier
+(:attr:`~.schedule.Schedule.gap` cycles). In the documented pass order a second pass follows at
+least one other pass of its STORE, and beats enter ``ratio`` cycles apart, so rows of
+``ceil(gap / ratio) - 1`` strips or more (at most 7 for every preset) never wait; only a STORE
+of one row does.
 
-With ``ratio = cols / lanes`` > 1, an accepted beat enters as ``ratio`` sub-beats of ``lanes``
+With ``ratio = cols / lanes`` > 1, a taken beat enters as ``ratio`` sub-beats of ``lanes``
 columns, one a cycle, and the input is closed until the last has entered; only that sub-beat
 carries ``last``, so the row statistics and the SOFTMAX running maximum advance a sub-beat at a
 time (golden's ``softmax(..., cols=lanes)``).
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal, Value
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..isa import EpOp, PmemWord
+from ..queue import Queue
 from .schedule import Schedule, beat_layout, ctl_layout, stage_signature
 
 __all__ = ["Intake"]
 
 
 class Intake(wiring.Component):
-    """Accepts beats and registers their sub-beats into stage IN, with their tags.
+    """Queues beats, takes them, and registers their sub-beats into stage IN, with their tags.
+
+    Beats wait in a :class:`~bertaccel.hw.queue.Queue` of :data:`QUEUE_DEPTH` entries; the head
+    is *taken* when the checks above allow. Timing: whether the head may be taken (``ready``)
+    is a register, decided a cycle ahead from what the queue, the slots, the gap timers and
+    the credits will hold next cycle, once for a take this cycle and once for none, so the
+    take is an AND of two registers where it reaches the queue's and the store unit's
+    control registers.
 
     Parameters
     ----------
@@ -36,103 +47,150 @@ class Intake(wiring.Component):
     Members
     -------
     i_beat : In(stream.Signature(beat_layout(cfg)))
-    i_credit : In(1)
-        An output FIFO row is not yet promised (a second-pass or single-pass beat may enter).
+        Into the queue: ``ready`` while it has room for one more.
+    i_credit_next : In(ArrayLayout(1, 2))
+        An output FIFO row will not be promised next cycle, if no beat that produces an output
+        is taken this cycle ([0]) or one is ([1]) (:class:`~.outlet.Outlet`).
     o_sub : Out(stage_signature(schedule, beat_layout(cfg, lanes)))
         Stage IN: the sub-beat, its valid bit and its tags.
+    o_taken : Out(1)
+        A beat leaves the queue this cycle.
     o_owe : Out(1)
-        A beat is accepted this cycle that will produce an output beat.
+        A beat is taken this cycle that will produce an output beat.
     o_busy_next : Out(1)
-        Stage IN will hold a sub-beat next cycle, or a beat will be held for its sub-beats.
+        The queue or stage IN will hold a beat next cycle, or a beat will be held for its
+        sub-beats.
     """
+
+    #: Beats the queue holds: the store unit's reads reach it five cycles after they are
+    #: issued, so six keep them flowing one a cycle (``StoreUnit.FIFO_DEPTH``).
+    QUEUE_DEPTH = 6
 
     def __init__(self, cfg):
         self._cfg = cfg
         self._sch = sch = Schedule.of(cfg)
         super().__init__({
             "i_beat": In(stream.Signature(beat_layout(cfg))),
-            "i_credit": In(1),
+            "i_credit_next": In(data.ArrayLayout(1, 2)),
             "o_sub": Out(stage_signature(sch, beat_layout(cfg, sch.lanes))),
+            "o_taken": Out(1),
             "o_owe": Out(1),
             "o_busy_next": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
-        beat = self.i_beat.payload
-        accept = self.i_beat.valid & self.i_beat.ready
-        two_pass = (beat.op == EpOp.SOFTMAX) | (beat.op == EpOp.LAYERNORM)
-        p1_slot = Signal()       # slot of the next first pass
-        p2_slot = Signal()       # slot of the next second pass
-        waited = self._gap_timers(m, p1_slot, accept & two_pass & beat.last & ~beat.second)
-        stats_ok = ~(two_pass & beat.second) | Mux(p2_slot, waited[1], waited[0])
-        credit_ok = ~beat.second | self.i_credit
-        # With ratio > 1 a beat is held while its sub-beats enter, one a cycle: `phase` is the
-        # sub-beat entering next (0: none held, the input is open).
-        ratio = self._sch.ratio
-        phase = Signal(range(ratio)) if ratio > 1 else Const(0, 1)
-        m.d.comb += [self.i_beat.ready.eq(stats_ok & credit_ok & (phase == 0)),
-                     self.o_owe.eq(accept & beat.second)]
-        with m.If(accept & two_pass & beat.last):
-            with m.If(beat.second):
-                m.d.sync += p2_slot.eq(~p2_slot)
-            with m.Else():
-                m.d.sync += p1_slot.eq(~p1_slot)
-        self._sequence(m, accept, phase, Mux(beat.second, p2_slot, p1_slot))
+        Beat = beat_layout(self._cfg)
+        # The tags that `ready` decodes (op, second, last) are the queue's fast bits.
+        m.submodules.queue = queue = Queue(width=Beat.size, depth=self.QUEUE_DEPTH,
+                                           fast=slice(Beat["op"].offset, Beat["last"].offset + 1))
+        write = self.i_beat.valid & queue.w_rdy
+        m.d.comb += [queue.w_data.eq(self.i_beat.payload), queue.w_en.eq(self.i_beat.valid),
+                     self.i_beat.ready.eq(queue.w_rdy)]
+        beat = Signal(Beat)
+        m.d.comb += beat.eq(queue.r_data)
+        ready = Signal(init=1)
+        accept = Signal()
+        m.d.comb += [accept.eq(queue.r_rdy & ready), queue.r_en.eq(ready),
+                     self.o_taken.eq(accept), self.o_owe.eq(accept & beat.second)]
+
+        state = self._state()
+        for name, value in self._next(state, beat, accept).items():
+            m.d.sync += state[name].eq(value)
+        # `ready` next cycle, for a take now and for none: the state's next values, the tags of
+        # the queue's next head and the credit that taking this beat leaves.
+        Tags = data.StructLayout({"op": EpOp, "second": 1, "last": 1})
+        ready_next = []
+        for taken in (0, 1):
+            after = self._next(state, beat, Const(taken))
+            tags = data.View(Tags, queue.r_fast_next[taken])
+            credit = self.i_credit_next[beat.second & taken]
+            ready_next.append(self._ready(after, tags, credit))
+        m.d.sync += ready.eq(Mux(accept, ready_next[1], ready_next[0]))
+
+        slot = Mux(beat.second, state["p2_slot"], state["p1_slot"])
+        busy_next = self._sequence(m, beat, accept, state["phase"], slot)
+        m.d.comb += self.o_busy_next.eq(busy_next | write | (queue.level != 0))
         return m
 
-    def _gap_timers(self, m, p1_slot, row_done):
-        """Per slot, a count of the cycles its second pass must still wait, started when a
-        row's last first-pass beat is accepted (``row_done``); returns the ``waited`` flags
-        (the count is zero)."""
-        sch, op = self._sch, self.i_beat.payload.op
-        wait = [Signal(range(max(sch.gap.values()) + 1), name=f"wait{s}") for s in range(2)]
-        # wait[s] == 0, in a register of its own (a timing choice, as the outlet's `owed`)
-        waited = [Signal(init=1, name=f"waited{s}") for s in range(2)]
-        for counter, zero in zip(wait, waited):
-            with m.If(counter != 0):
-                m.d.sync += [counter.eq(counter - 1), zero.eq(counter == 1)]
-        with m.If(row_done):
-            gap = Mux(op == EpOp.SOFTMAX, sch.gap[EpOp.SOFTMAX] - 1, sch.gap[EpOp.LAYERNORM] - 1)
-            with m.If(p1_slot):
-                m.d.sync += [wait[1].eq(gap), waited[1].eq(gap == 0)]
-            with m.Else():
-                m.d.sync += [wait[0].eq(gap), waited[0].eq(gap == 0)]
-        return waited
+    def _state(self):
+        """The registers ``ready`` is decided from, by name: the slot of the next first pass
+        and of the next second pass; per slot, the cycles its second pass must still wait
+        (``wait``) and whether that is none (``waited``, a register of its own, a timing
+        choice as the outlet's ``owed``); with ``ratio > 1``, ``phase``: the sub-beat entering
+        next (0: none held, the input is open)."""
+        sch = self._sch
+        wait_shape = range(max(sch.gap.values()) + 1)
+        state = {"p1_slot": Signal(name="p1_slot"), "p2_slot": Signal(name="p2_slot")}
+        for s in range(2):
+            state[f"wait{s}"] = Signal(wait_shape, name=f"wait{s}")
+            state[f"waited{s}"] = Signal(init=1, name=f"waited{s}")
+        state["phase"] = Signal(range(sch.ratio), name="phase") if sch.ratio > 1 else Const(0, 1)
+        return state
 
-    def _sequence(self, m, accept, phase, slot):
-        """Stage IN, and with ``ratio > 1`` the held beat and its sub-beats."""
-        cfg, sch, beat = self._cfg, self._sch, self.i_beat.payload
+    def _next(self, state, beat, taken):
+        """The next values of ``state``'s registers when ``beat`` is ``taken`` (a value) or not.
+
+        A row's last first-pass beat starts its slot's count of the cycles its second pass
+        must wait; a row's last beat of either pass moves that pass on to the other slot. With
+        ``ratio > 1`` a taken beat enters as sub-beats, one a cycle, while ``phase`` counts."""
+        sch = self._sch
+        two_pass = (beat.op == EpOp.SOFTMAX) | (beat.op == EpOp.LAYERNORM)
+        row_end = taken & two_pass & beat.last
+        row_done = row_end & ~beat.second
+        gap = Mux(beat.op == EpOp.SOFTMAX, sch.gap[EpOp.SOFTMAX] - 1, sch.gap[EpOp.LAYERNORM] - 1)
+        after = {"p1_slot": state["p1_slot"] ^ row_done,
+                 "p2_slot": state["p2_slot"] ^ (row_end & beat.second)}
+        for s in range(2):
+            wait, waited = state[f"wait{s}"], state[f"waited{s}"]
+            starts = row_done & (state["p1_slot"] == s)
+            after[f"wait{s}"] = Mux(starts, gap, Mux(wait != 0, wait - 1, wait))
+            after[f"waited{s}"] = Mux(starts, gap == 0, Mux(wait != 0, wait == 1, waited))
+        if sch.ratio > 1:
+            phase = state["phase"]
+            # phase + 1 wraps to 0 after ratio - 1 (a power of two)
+            after["phase"] = Mux(phase == 0, taken, (phase + 1)[:len(phase)])
+        return after
+
+    def _ready(self, state, tags, credit):
+        """Whether a beat with ``tags`` may be taken, given ``state`` and ``credit``: the input
+        is open, a beat that produces an output has a credit, and a second pass of a two-pass
+        op finds its slot's statistics final."""
+        two_pass = (tags.op == EpOp.SOFTMAX) | (tags.op == EpOp.LAYERNORM)
+        waited = Mux(state["p2_slot"], state["waited1"], state["waited0"])
+        stats_ok = ~(two_pass & tags.second) | waited
+        credit_ok = ~tags.second | credit
+        phase_ok = state["phase"] == 0 if "phase" in state else 1
+        return stats_ok & credit_ok & phase_ok
+
+    def _sequence(self, m, beat, accept, phase, slot):
+        """Stage IN, and with ``ratio > 1`` the held beat and its sub-beats (``phase`` is
+        :meth:`_state`'s). Returns whether stage IN will be valid next cycle or a beat held."""
+        cfg, sch = self._cfg, self._sch
         # Stage IN: the registers behind `o_sub`.
         stage_in = (Signal(name="s0_valid"),
                     Signal(ctl_layout(sch), name="s0_ctl", reset_less=True),
                     Signal(beat_layout(cfg, sch.lanes), name="inb", reset_less=True))
         m.d.comb += [self.o_sub.valid.eq(stage_in[0]), self.o_sub.payload.ctl.eq(stage_in[1]),
                      self.o_sub.payload.lanes.eq(stage_in[2])]
-        # Timing: the beat and its tags are registered every cycle, whether accepted or not
+        # Timing: the beat and its tags are registered every cycle, whether taken or not
         # (`valid` says which): `accept` drives no enable of these hundreds of flip-flops.
         ratio = sch.ratio
         if ratio == 1:
             self._enter(m, stage_in, beat, 0, is_valid=accept, last=beat.last, slot=slot)
-            m.d.comb += self.o_busy_next.eq(accept)
-            return
-        # Sub-beat 0 enters from the input as a whole beat would; the beat is copied into
-        # `hold` whenever the input is open (not on `accept`, for the same reason), and
+            return accept
+        # Sub-beat 0 enters from the queue's head as a whole beat would; the beat is copied
+        # into `hold` whenever the input is open (not on `accept`, for the same reason), and
         # sub-beats 1 .. ratio - 1 enter from there in the next cycles.
         hold = Signal(beat_layout(cfg), reset_less=True)
         hold_slot = Signal(reset_less=True)
         with m.If(phase == 0):
             m.d.sync += [hold.eq(beat), hold_slot.eq(slot)]
             self._enter(m, stage_in, beat, 0, is_valid=accept, last=0, slot=slot)
-            with m.If(accept):
-                m.d.sync += phase.eq(1)
         with m.Else():
             self._enter(m, stage_in, hold, phase, is_valid=1,
                         last=hold.last & (phase == ratio - 1), slot=hold_slot)
-            m.d.sync += phase.eq(phase + 1)   # wraps to 0 after ratio - 1 (a power of two)
-        # Stage IN will be valid next cycle, or a beat will be held.
-        m.d.comb += self.o_busy_next.eq(accept | (phase != 0)
-                                        | Mux(phase == 0, accept, phase != ratio - 1))
+        return accept | (phase != 0)
 
     def _enter(self, m, stage_in, src, j, *, is_valid, last, slot):
         """Register sub-beat ``j`` (lanes ``j * lanes`` on) of the full beat ``src`` into

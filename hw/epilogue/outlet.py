@@ -6,7 +6,7 @@ whatever reaches its end, and a beat that will produce an output is only accepte
 the outlet collects a beat's sub-beats and writes the FIFO row with the last.
 """
 
-from amaranth import Cat, Const, Module, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -30,8 +30,9 @@ class Outlet(wiring.Component):
         the FIFO; first passes leave nothing.
     i_owe : In(1)
         A beat accepted this cycle will produce an output beat.
-    o_credit : Out(1)
-        A FIFO row is not yet promised.
+    o_credit_next : Out(ArrayLayout(1, 2))
+        A FIFO row will not be promised next cycle, if ``i_owe`` is low ([0]) or high ([1])
+        this cycle (the intake decides its ``ready`` a cycle ahead).
     o_data : Out(stream.Signature(row_layout(cfg)))
     o_busy_next : Out(1)
         An output beat will be owed next cycle (accepted, not yet sent).
@@ -43,7 +44,7 @@ class Outlet(wiring.Component):
         super().__init__({
             "i_row": In(stage_signature(sch, row_layout(cfg, sch.lanes))),
             "i_owe": In(1),
-            "o_credit": Out(1),
+            "o_credit_next": Out(data.ArrayLayout(1, 2)),
             "o_data": Out(stream.Signature(row_layout(cfg))),
             "o_busy_next": Out(1),
         })
@@ -77,26 +78,26 @@ class Outlet(wiring.Component):
         return m
 
     def _credits(self, m, popped):
-        """The output beats owed (accepted, not yet sent), and whether a credit is left."""
+        """The output beats owed (accepted, not yet sent), and whether a credit will be left."""
         depth = self._sch.fifo_depth
         # Output beats owed = `owed` + `owe_d`. `owe_d` is the accept of the cycle before, and
         # `owed` the beats owed before that, as a thermometer code (`owed[i]` is "more than i").
         # Timing choices: the thermometer's enable reads two registers and the output's pop, not
-        # the intake's accept (the end of its `ready`); the credit check and `o_busy` read a few
-        # bits, and each bit's next value is a LUT of its neighbours, with no counter's adder
-        # and compares between the accept and the registers.
+        # the intake's accept; the credits and `o_busy` read a few bits, and each bit's next
+        # value is a LUT of its neighbours, with no counter's adder and compares between the
+        # accept and the registers.
         owed = Signal(depth)
         owe_d = Signal()
         m.d.sync += owe_d.eq(self.i_owe)
         up, down = Cat(Const(1), owed[:-1]), Cat(owed[1:], Const(0))   # one more, one fewer
-        with m.If(owe_d & ~popped):
-            m.d.sync += owed.eq(up)
-        with m.Elif(popped & ~owe_d):
-            m.d.sync += owed.eq(down)
-        # One owed or more, two or more, `depth` or more; then owed next cycle: one accepted
-        # now, or two or more now, or one not leaving now (a beat only leaves while one is owed).
+        owed_next = Mux(owe_d & ~popped, up, Mux(popped & ~owe_d, down, owed))
+        m.d.sync += owed.eq(owed_next)
+        # One owed or more, two or more; then owed next cycle: one accepted now, or two or
+        # more now, or one not leaving now (a beat only leaves while one is owed).
         some = owed[0] | owe_d
         two = (owed[1] if depth > 1 else 0) | (owed[0] & owe_d)
-        full = owed[-1] | ((owed[-2] if depth > 1 else 1) & owe_d)
-        m.d.comb += [self.o_credit.eq(~full),
-                     self.o_busy_next.eq(self.i_owe | two | (some & ~popped))]
+        m.d.comb += self.o_busy_next.eq(self.i_owe | two | (some & ~popped))
+        # `depth` or more owed next cycle (no credit): `owed` next cycle and `i_owe` as `owe_d`.
+        for owe in (0, 1):
+            full = owed_next[-1] | ((owed_next[-2] if depth > 1 else 1) & owe)
+            m.d.comb += self.o_credit_next[owe].eq(~full)

@@ -10,8 +10,8 @@ send each row once, with ``second`` set. Two-pass ops (SOFTMAX, LAYERNORM) send 
 first with ``second`` clear (statistics only, no output), then with ``second`` set (output).
 The passes of consecutive rows interleave as P1(0), P1(1), P2(0), P1(2), P2(1), ..., P2(R-1),
 so at most two rows have statistics outstanding, and a row's second pass may have to wait until
-its statistics are final (the unit then holds ``i_beat.ready`` low). ``last`` marks the last
-beat of a row in either pass. ``lane_valid`` marks the columns before ``row_len``.
+its statistics are final (it then waits in the unit's queue, which ``i_beat`` fills, and
+``o_taken`` says when a beat leaves it). ``last`` marks the last beat of a row in either pass. ``lane_valid`` marks the columns before ``row_len``.
 
 The parameters (``params``) are written by SET instructions, which the store unit only lets
 through when this unit is idle, so they are constant while beats flow.
@@ -39,7 +39,8 @@ The pipeline is built by these parts, in the order a sub-beat meets them (each m
 describes its stages, :mod:`~.schedule` numbers them and :mod:`~.lanes` builds their
 registers):
 
-* :class:`~.intake.Intake`: the credit check, the statistics gap, the slots, stage IN;
+* :class:`~.intake.Intake`: the queue of beats, the credit check, the statistics gap, the
+  slots, stage IN;
 * :class:`~.front.Front`: stages ADD to PRE, every op up to its row statistics;
 * :class:`~.stats.RowStats`: the trees over the lanes, SOFTMAX's running maximum and the
   LAYERNORM row sums (to ACC);
@@ -76,11 +77,14 @@ class Epilogue(wiring.Component):
     Members
     -------
     i_beat : In(stream.Signature(beat_layout(cfg)))
+        Into the intake's queue (``ready``: it has room for one more).
     o_data : Out(stream.Signature(ArrayLayout(signed(acc_width), cols)))
         RAW beats carry the accumulator values; the int8 ops carry int8 results sign-extended.
     params : In(ParamsLayout)
+    o_taken : Out(1)
+        A beat leaves the queue for the pipeline this cycle.
     o_busy : Out(1)
-        A beat is inside the unit.
+        A beat is inside the unit, its queue included.
     schedule : Schedule
         Stage numbers, depth, FIFO depth and the statistics gap (see the module docstring).
     """
@@ -92,6 +96,7 @@ class Epilogue(wiring.Component):
             "i_beat": In(stream.Signature(beat_layout(cfg))),
             "o_data": Out(stream.Signature(data.ArrayLayout(signed(cfg.acc_width), cfg.cols))),
             "params": In(ParamsLayout),
+            "o_taken": Out(1),
             "o_busy": Out(1),
         })
 
@@ -118,15 +123,16 @@ class Epilogue(wiring.Component):
         m.d.comb += [
             exponent.i_dm.eq(stats.o_dm),
             back.i_slots.eq(finalize.o_slots),
-            intake.i_credit.eq(outlet.o_credit),
+            intake.i_credit_next.eq(outlet.o_credit_next),
             outlet.i_owe.eq(intake.o_owe),
+            self.o_taken.eq(intake.o_taken),
         ]
         for part in (front, finalize, back):
             m.d.comb += part.params.eq(self.params)
 
-        # Timing: `o_busy` (any stage valid, a beat held or an output beat owed) is a register,
-        # loaded with what the parts will hold next cycle, so the OR of the stage valid bits
-        # does not reach the store unit's enables in the cycle it is formed.
+        # Timing: `o_busy` (a beat queued, any stage valid, a beat held or an output beat owed)
+        # is a register, loaded with what the parts will hold next cycle, so the OR of the
+        # stage valid bits does not reach the store unit's enables in the cycle it is formed.
         busy = Signal()
         m.d.sync += busy.eq(intake.o_busy_next | front.o_busy_next | stats.o_busy_next
                             | exponent.o_busy_next | back.o_busy_next | outlet.o_busy_next)

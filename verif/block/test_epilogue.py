@@ -12,8 +12,8 @@ extremes, and rows whose length is not a multiple of ``cols``; LayerNorm with co
 
 Every segment runs with random idle cycles on the input and random backpressure on the output,
 and every output beat is compared with golden's, in order. Then two checks of throughput with
-neither: a long single-pass stream is accepted at one beat a cycle, and SOFTMAX and LAYERNORM
-STOREs whose rows have 8 strips or more are accepted without a single stall.
+neither: a long single-pass stream is taken at one beat a cycle, and SOFTMAX and LAYERNORM
+STOREs whose rows have 8 strips or more are taken without a single stall.
 
 This module is the pytest file and, inside the simulator, the cocotb test module. The seed is
 logged; ``BERTACCEL_SEED=<n> pytest verif/block/test_epilogue.py`` replays a run.
@@ -196,7 +196,8 @@ class EpilogueTB:
         raise AssertionError(f"o_busy still high {limit} cycles after the last output")
 
     async def run(self, segment, *, idle, stall):
-        """Send every beat of ``segment``; check every output; return the accept cycles."""
+        """Send every beat of ``segment``; check every output; return the cycles in which the
+        epilogue took a beat from its queue (``o_taken``)."""
         dut, codec = self.dut, self.codec
         cols = self.cfg.cols
         await self.drain()
@@ -215,7 +216,7 @@ class EpilogueTB:
         self.drv_log.info("segment %s: %d beats in, %d out", segment.name, len(beats),
                           len(expected))
         want = [codec.lanes32(row) for row in expected]
-        accepts, sent, got, offered = [], 0, 0, None
+        takes, sent, got, offered = [], 0, 0, None
         self.first_output = None
         limit = self.cycle + 20 * len(beats) + 1000
         while sent < len(beats) or got < len(want):
@@ -227,9 +228,10 @@ class EpilogueTB:
             dut.o_data__ready.value = int(ready)
             await ReadOnly()
             if offered is not None and dut.i_beat__ready.value:
-                accepts.append(self.cycle)
                 sent += 1
                 offered = None
+            if dut.o_taken.value:
+                takes.append(self.cycle)
             if ready and dut.o_data__valid.value:
                 word = int(dut.o_data__payload.value)
                 if got >= len(want):
@@ -250,7 +252,7 @@ class EpilogueTB:
         dut.o_data__ready.value = 0
         self.mon_log.info("segment %s: %d output beats equal golden's", segment.name, got)
         self.checked += got
-        return accepts
+        return takes
 
 
 # -- realistic parameters and rows ----------------------------------------------------------------
@@ -562,20 +564,20 @@ async def epilogue_ops(dut):
         idle, stall = tb.rng.choice([(0.0, 0.0), (0.3, 0.4), (0.1, 0.7), (0.6, 0.1)])
         await tb.run(segment, idle=idle, stall=stall)
 
-    # Throughput: nothing idle, nothing pressing back. Every beat is accepted ep_ratio cycles
-    # after the one before (the next cycle when the epilogue is as wide as the beat), and the
-    # first output comes Schedule.latency cycles after its beat.
+    # Throughput: nothing idle, nothing pressing back. Every beat is taken from the queue
+    # ep_ratio cycles after the one before (the next cycle when the epilogue is as wide as the
+    # beat), and the first output comes Schedule.latency cycles after its beat was taken.
     schedule = Schedule.of(cfg)
     latency, ratio = schedule.latency, schedule.ratio
     for segment in work.throughput():
-        accepts = await tb.run(segment, idle=0, stall=0)
-        span = accepts[-1] - accepts[0] + 1
-        tb.log.info("%s: %d beats accepted in %d cycles, first output after %d", segment.name,
-                    len(accepts), span, tb.first_output - accepts[0])
-        assert span == ratio * (len(accepts) - 1) + 1, \
-            f"{segment.name}: {len(accepts)} beats took {span} cycles to be accepted"
+        takes = await tb.run(segment, idle=0, stall=0)
+        span = takes[-1] - takes[0] + 1
+        tb.log.info("%s: %d beats taken in %d cycles, first output after %d", segment.name,
+                    len(takes), span, tb.first_output - takes[0])
+        assert span == ratio * (len(takes) - 1) + 1, \
+            f"{segment.name}: {len(takes)} beats took {span} cycles to be taken"
         if not segment.stores[0].two_pass:
-            assert tb.first_output - accepts[0] == latency
+            assert tb.first_output - takes[0] == latency
     await tb.drain()
     tb.log.info("%d output beats checked in %d cycles", tb.checked, tb.cycle)
 
@@ -596,7 +598,8 @@ class EpilogueTop(wiring.Component):
         m.submodules.epilogue = epilogue = self._epilogue
         wiring.connect(m, wiring.flipped(self.i_beat), epilogue.i_beat)
         wiring.connect(m, epilogue.o_data, wiring.flipped(self.o_data))
-        m.d.comb += [epilogue.params.eq(self.params), self.o_busy.eq(epilogue.o_busy)]
+        m.d.comb += [epilogue.params.eq(self.params), self.o_busy.eq(epilogue.o_busy),
+                     self.o_taken.eq(epilogue.o_taken)]
         return m
 
 

@@ -5,8 +5,9 @@ idle cycles (whose payloads are random bits that must change nothing), and its o
 checked against what :mod:`bertaccel.golden.intops` defines for its share of the work, in the
 cycle that :class:`~bertaccel.hw.epilogue.Schedule` gives:
 
-* the intake: which beats it accepts (credits, the statistics gap after a row's last first pass,
-  one beat per ``ratio`` cycles), and the sub-beats and tags it puts into stage IN;
+* the intake: its queue's room, which beats it takes (credits, the statistics gap after a row's
+  last first pass, one beat per ``ratio`` cycles), and the sub-beats and tags it puts into
+  stage IN;
 * the front: REQUANT's result against ``intops.requant``; GELU's z and phi, SOFTMAX's t and
   ceil(t / 4096), LAYERNORM's v, v * v, gamma and beta, against ``intops.rshift_round`` and the
   clamps;
@@ -902,27 +903,44 @@ def sub_beat(cfg, beat, j, slot):
 
 
 class IntakeModel:
-    """What the intake must do: a beat is accepted while the input is open (``ratio`` cycles
-    after the last accept), a beat that will produce an output only on credit, and a
-    second pass of a two-pass op no earlier than ``gap`` cycles after its slot's last first
-    pass; slots are taken in turn by first passes and by second passes."""
+    """What the intake must do. Its queue shows a beat written in cycle W at the head from
+    cycle W + 2, and the next one the cycle after a take at the earliest, and has room while
+    fewer than ``QUEUE_DEPTH - 1`` beats wait behind the head. The head is taken while the
+    input is open (``ratio`` cycles after the last take), a beat that will produce an output
+    only on credit, and a second pass of a two-pass op no earlier than ``gap`` cycles after
+    its slot's last first pass; slots are taken in turn by first passes and by second passes."""
 
     def __init__(self, cfg):
         self.cfg, self.sch = cfg, Schedule.of(cfg)
+        self.queued = []                         # (beat, cycle written), oldest first
+        self.last_take = -2                      # cycle of the last take
         self.slot = {False: 0, True: 0}          # next slot of first / second passes
         self.earliest = [0, 0]                   # first cycle a second pass may read a slot
         self.open = 0                            # first cycle the input is open
         self.stage_in = {}                       # cycle -> sub-beat in stage IN
+
+    def head(self, t):
+        """The beat at the queue's head in cycle ``t``, or None."""
+        if self.queued and max(self.queued[0][1] + 2, self.last_take + 1) <= t:
+            return self.queued[0][0]
+        return None
+
+    def room(self, t):
+        behind = len(self.queued) - (self.head(t) is not None)
+        return behind < Intake.QUEUE_DEPTH - 1
 
     def waits(self, t, beat):
         """``beat`` is a second pass whose slot is not final yet."""
         return (beat["op"] in TWO_PASS and bool(beat["second"])
                 and t < self.earliest[self.slot[True]])
 
-    def ready(self, t, beat, credit):
+    def takes(self, t, credit):
+        """Whether the head (there is one) is taken in cycle ``t``."""
+        beat = self.head(t)
         return t >= self.open and (not beat["second"] or credit) and not self.waits(t, beat)
 
-    def accept(self, t, beat):
+    def take(self, t):
+        beat, _ = self.queued.pop(0)
         second, two_pass = bool(beat["second"]), beat["op"] in TWO_PASS
         slot = self.slot[second]
         for j in range(self.sch.ratio):
@@ -932,55 +950,66 @@ class IntakeModel:
                 self.earliest[slot] = t + self.sch.gap[beat["op"]]
             self.slot[second] ^= 1
         self.open = t + self.sch.ratio
+        self.last_take = t
+        return beat
 
 
 @pytest.mark.parametrize("preset", CONFIGS)
 def test_intake(preset):
-    """Accepts, stage IN and the busy flag against :class:`IntakeModel`, with a source that
-    idles at random (random payloads while not valid) and random credits."""
+    """The queue's room, the takes, stage IN and the busy flag against :class:`IntakeModel`,
+    with a source that idles at random (random payloads while not valid), random credits and
+    runs where the queue fills."""
     cfg, rng = PRESETS[preset], make_rng("intake", preset)
     dut, model = Intake(cfg), IntakeModel(cfg)
-    held, accepted, gap_waits = [None], [], [0]
+    credit, taken, counts = [1], [], {"gap_waits": 0, "full": 0}
 
     def step(ctx, t):
-        if held[0] is None and rng.random() < 0.7:
-            held[0] = random_beat(rng, cfg)
-        beat = held[0] or random_beat(rng, cfg)
-        credit = int(rng.random() < 0.7)
-        put(ctx, dut.i_beat.valid, int(held[0] is not None))
+        offer = rng.random() < (0.9 if t // 100 % 2 else 0.5)
+        beat = random_beat(rng, cfg)
+        put(ctx, dut.i_beat.valid, int(offer))
         put(ctx, dut.i_beat.payload, beat)
-        put(ctx, dut.i_credit, credit)
-        ready = model.ready(t, beat, credit)
-        assert ctx.get(dut.i_beat.ready) == ready, (t, beat["op"], beat["second"])
-        gap_waits[0] += held[0] is not None and model.waits(t, beat)
-        accept = held[0] is not None and ready
-        assert ctx.get(dut.o_owe) == (accept and bool(beat["second"]))
+        # Whether a credit will be left next cycle, if no output-owing beat is taken now or
+        # if one is: random, and the model takes the one that applies.
+        credit_next = [int(rng.random() < 0.7) for _ in range(2)]
+        put(ctx, dut.i_credit_next, credit_next)
+        room = model.room(t)
+        assert ctx.get(dut.i_beat.ready) == room, t
+        counts["full"] += not room
+        head = model.head(t)
+        take = head is not None and model.takes(t, credit[0])
+        counts["gap_waits"] += head is not None and model.waits(t, head)
+        assert ctx.get(dut.o_taken) == take, (t, head and (head["op"], head["second"]))
+        owe = take and bool(head["second"])
+        assert ctx.get(dut.o_owe) == owe, t
         want = model.stage_in.pop(t, None)
         assert ctx.get(dut.o_sub.valid) == (want is not None), t
         if want is not None:
             got = ctx.get(dut.o_sub.payload)
             assert same(got.ctl, want["ctl"]) and same(got.lanes, want["lanes"]), t
-        if accept:
-            model.accept(t, beat)
-            accepted.append((beat["op"], beat["second"]))
-            held[0] = None
-        busy_next = (t + 1) in model.stage_in or t + 1 < model.open
+        if take:
+            model.take(t)
+            taken.append((head["op"], head["second"]))
+        if offer and room:
+            model.queued.append((beat, t))
+        credit[0] = credit_next[owe]
+        busy_next = (t + 1) in model.stage_in or t + 1 < model.open or bool(model.queued)
         assert ctx.get(dut.o_busy_next) == busy_next, t
     simulate(dut, step, 1500)
-    assert len({op for op, second in accepted if second and op in TWO_PASS}) == 2
-    assert gap_waits[0] > 0
+    assert len({op for op, second in taken if second and op in TWO_PASS}) == 2
+    assert counts["gap_waits"] > 0 and counts["full"] > 0 and len(taken) > 200, counts
 
 
 @pytest.mark.parametrize("preset", CONFIGS)
 def test_outlet(preset):
     """Every beat that owes an output leaves as one row of its sub-beats, in order, under
-    random backpressure; a credit is offered exactly while fewer than ``fifo_depth`` output
-    beats are owed; ``o_busy_next`` says whether one will be owed in the next cycle."""
+    random backpressure; a credit is left next cycle (``o_credit_next``, for the ``i_owe``
+    given) exactly while fewer than ``fifo_depth`` output beats will be owed; ``o_busy_next``
+    says whether one will be owed in the next cycle."""
     cfg, rng = PRESETS[preset], make_rng("outlet", preset)
     sch, lanes = Schedule.of(cfg), cfg.ep_lanes
     dut = Outlet(cfg)
     cycles, arriving, sent, got = 1500, {}, [], []
-    state = {"owed": 0, "open": 0, "ready": 1.0, "refused": 0}
+    state = {"owed": 0, "open": 0, "ready": 1.0, "refused": 0, "credit": 1}
     pressure = [1.0, 0.05, 0.7, 0.3]        # chance of o_data.ready, 150 cycles each
 
     def intake(t, credit):
@@ -1003,7 +1032,7 @@ def test_outlet(preset):
         return int(second)
 
     def step(ctx, t):
-        credit = ctx.get(dut.o_credit)
+        credit = state["credit"]
         assert credit == (state["owed"] < sch.fifo_depth), t
         owe = intake(t, credit)
         put(ctx, dut.i_owe, owe)
@@ -1021,5 +1050,6 @@ def test_outlet(preset):
             got.append([row[i] for i in range(cfg.cols)])
         state["owed"] += owe - popped
         assert ctx.get(dut.o_busy_next) == (state["owed"] > 0), t
+        state["credit"] = ctx.get(dut.o_credit_next[owe])
     simulate(dut, step, cycles)
     assert got == sent and len(sent) > 100 and state["refused"] > 0

@@ -3,7 +3,9 @@
 Both FIFOs get the same writes and reads: random data, a writer that offers in random cycles,
 a reader whose ``r_en`` is random (also while the FIFO is empty), and runs where the reader
 stalls long enough to fill it. Every cycle their ``w_rdy``, ``r_rdy``, ``level`` and, while the
-head is valid, ``r_data`` must be equal: the cycle model (``sw/cycles.py``) counts on
+head is valid, ``r_data`` must be equal (and the fast bits must be what ``r_fast_next`` said
+they would be a cycle before, for the ``r_en`` given, whether the head is valid or not): the
+cycle model (``sw/cycles.py``) counts on
 ``SyncFIFOBuffered``'s timing for the instruction queues, the beat FIFO and the epilogue's
 output FIFO. Amaranth's simulator runs it; the random seed is logged (``BERTACCEL_SEED``
 replays another).
@@ -42,6 +44,8 @@ def test_queue_equals_syncfifobuffered(depth, fast):
     m.submodules.ref = ref = fifo.SyncFIFOBuffered(width=WIDTH, depth=depth)
     m.submodules.dut = dut = Queue(width=WIDTH, depth=depth, fast=fast)
     compared = {"reads": 0, "full": 0}
+    has_fast = fast.stop > fast.start
+    said = [None]                    # r_fast_next[r_en] of the cycle before
 
     async def bench(ctx):
         for cycle in range(CYCLES):
@@ -60,6 +64,10 @@ def test_queue_equals_syncfifobuffered(depth, fast):
             if ctx.get(ref.r_rdy):
                 assert ctx.get(dut.r_data) == ctx.get(ref.r_data), f"cycle {cycle}: r_data"
                 compared["reads"] += r_en
+            if has_fast:
+                bits = (ctx.get(dut.r_data) >> fast.start) & ((1 << fast.stop - fast.start) - 1)
+                assert said[0] in (None, bits), f"cycle {cycle}: r_fast_next"
+                said[0] = ctx.get(dut.r_fast_next[int(r_en)])
             compared["full"] += not ctx.get(ref.w_rdy)
             await ctx.tick()
 
