@@ -34,7 +34,7 @@ class Intake(wiring.Component):
     """Queues beats, takes them, and registers their sub-beats into stage IN, with their tags.
 
     Beats wait in a :class:`~bertaccel.hw.queue.Queue` of :data:`QUEUE_DEPTH` entries; the head
-    is *taken* when the checks above allow. Timing: whether the head may be taken (``ready``)
+    is *taken* when the module's checks allow. Timing: whether the head may be taken (``ready``)
     is a register, decided a cycle ahead from what the queue, the slots, the gap timers and
     the credits will hold next cycle, once for a take this cycle and once for none, so the
     take is an AND of two registers where it reaches the queue's and the store unit's
@@ -135,8 +135,7 @@ class Intake(wiring.Component):
         must wait; a row's last beat of either pass moves that pass on to the other slot. With
         ``ratio > 1`` a taken beat enters as sub-beats, one a cycle, while ``phase`` counts."""
         sch = self._sch
-        two_pass = (beat.op == EpOp.SOFTMAX) | (beat.op == EpOp.LAYERNORM)
-        row_end = taken & two_pass & beat.last
+        row_end = taken & _two_pass(beat.op) & beat.last
         row_done = row_end & ~beat.second
         gap = Mux(beat.op == EpOp.SOFTMAX, sch.gap[EpOp.SOFTMAX] - 1, sch.gap[EpOp.LAYERNORM] - 1)
         after = {"p1_slot": state["p1_slot"] ^ row_done,
@@ -156,9 +155,8 @@ class Intake(wiring.Component):
         """Whether a beat with ``tags`` may be taken, given ``state`` and ``credit``: the input
         is open, a beat that produces an output has a credit, and a second pass of a two-pass
         op finds its slot's statistics final."""
-        two_pass = (tags.op == EpOp.SOFTMAX) | (tags.op == EpOp.LAYERNORM)
         waited = Mux(state["p2_slot"], state["waited1"], state["waited0"])
-        stats_ok = ~(two_pass & tags.second) | waited
+        stats_ok = ~(_two_pass(tags.op) & tags.second) | waited
         credit_ok = ~tags.second | credit
         phase_ok = state["phase"] == 0 if "phase" in state else 1
         return stats_ok & credit_ok & phase_ok
@@ -210,3 +208,8 @@ class Intake(wiring.Component):
         ]
         if self._sch.ratio > 1:
             m.d.sync += ctl.sub.eq(j)
+
+
+def _two_pass(op):
+    """``op`` reads each row twice (SOFTMAX, LAYERNORM)."""
+    return (op == EpOp.SOFTMAX) | (op == EpOp.LAYERNORM)
