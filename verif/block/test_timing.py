@@ -4,8 +4,8 @@ The whole core's place and route takes many minutes (docs/fpga.md), and what has
 a handshake: a decision several LUTs deep (a ``ready``, an issue) driving the clock enable of a
 wide register. The 2x2 design ``handshakes`` (:class:`bertaccel.fpga.designs.SynthTop`) holds
 the handshakes where that has happened: the controller's store queue, the store unit's accept
-and read issue, the token channels, the beat FIFO, and the epilogue's intake and outlet (its
-arithmetic replaced by a delay line, :class:`bertaccel.fpga.handshakes.EpilogueHandshakes`).
+and read issue, the token channels, and the epilogue's intake (with its beat queue) and outlet
+(its arithmetic replaced by a delay line, :class:`bertaccel.fpga.handshakes.EpilogueHandshakes`).
 One run of the flow of ``bertaccel synth`` (yosys and nextpnr) gives two checks:
 
 * the structure, which is exact: every net that enables :data:`WIDE` flip-flops or more has at

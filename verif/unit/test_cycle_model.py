@@ -74,7 +74,7 @@ def test_closed_forms(name):
     assert cycles([matmul(0)]) == taken + r + cm.PRELOAD_EXTRA + 1 + done
     # STORE (RAW): one read a cycle from the cycle after the accept, the epilogue takes the
     # first STORE_READ_TO_FIFO cycles later and the others ep_ratio cycles apart (the reads
-    # wait for room in the beat FIFO, never long enough to delay an accept), the last leaves
+    # wait for room in the beat queue, never long enough to delay an accept), the last leaves
     # ep_latency after that.
     for beats in (1, 10, 64):
         assert cycles([store(beats)]) == (taken + 1 + cm.STORE_READ_TO_FIFO
