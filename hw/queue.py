@@ -103,7 +103,7 @@ class Queue(wiring.Component):
         ctl.load(m, next_values)
 
         slots = [Signal(self.width, name=f"slot{i}", reset_less=True) for i in range(2)]
-        data, filled = [], []
+        heads, filled = [], []
         for n, start in enumerate(range(0, self.width, CHUNK)):
             part = slice(start, min(start + CHUNK, self.width))
             if n == 0:
@@ -122,9 +122,9 @@ class Queue(wiring.Component):
             for i, slot in enumerate(slots):
                 with m.If(copy.fill & (target == i)):
                     m.d.sync += slot[part].eq(r_port.data)
-            data.append(Mux(copy.head, slots[1][part], slots[0][part]))
+            heads.append(Mux(copy.head, slots[1][part], slots[0][part]))
             filled.append(r_port.data)
-        m.d.comb += self.r_data.eq(Cat(*data))
+        m.d.comb += self.r_data.eq(Cat(*heads))
         if self.fast.stop > self.fast.start:
             self._head_bits(m, ctl, slots, Cat(*filled))
         return m

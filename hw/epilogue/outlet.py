@@ -29,13 +29,13 @@ class Outlet(wiring.Component):
         The pipeline's last stage: a second-pass or single-pass sub-beat's results go into
         the FIFO; first passes leave nothing.
     i_owe : In(1)
-        A beat accepted this cycle will produce an output beat.
+        A beat taken this cycle will produce an output beat.
     o_credit_next : Out(ArrayLayout(1, 2))
         A FIFO row will not be promised next cycle, if ``i_owe`` is low ([0]) or high ([1])
         this cycle (the intake decides its ``ready`` a cycle ahead).
     o_data : Out(stream.Signature(row_layout(cfg)))
     o_busy_next : Out(1)
-        An output beat will be owed next cycle (accepted, not yet sent).
+        An output beat will be owed next cycle (taken, not yet sent).
     """
 
     def __init__(self, cfg):

@@ -11,7 +11,8 @@ first with ``second`` clear (statistics only, no output), then with ``second`` s
 The passes of consecutive rows interleave as P1(0), P1(1), P2(0), P1(2), P2(1), ..., P2(R-1),
 so at most two rows have statistics outstanding, and a row's second pass may have to wait until
 its statistics are final (it then waits in the unit's queue, which ``i_beat`` fills, and
-``o_taken`` says when a beat leaves it). ``last`` marks the last beat of a row in either pass. ``lane_valid`` marks the columns before ``row_len``.
+``o_taken`` says when a beat leaves it). ``last`` marks the last beat of a row in either pass.
+``lane_valid`` marks the columns before ``row_len``.
 
 The parameters (``params``) are written by SET instructions, which the store unit only lets
 through when this unit is idle, so they are constant while beats flow.
