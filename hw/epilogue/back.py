@@ -22,7 +22,7 @@ gshift) == (h + beta + 128) >> 8`` exactly, since ``beta * 2**(gshift - 8)`` is 
 the bits that the first shift drops. LAYERNORM's ``gshift`` is at least 8.
 """
 
-from amaranth import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Module, Mux, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
