@@ -4,7 +4,8 @@ from amaranth import Cat, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .isa import TOKEN_MAX, TOKEN_WIDTH, Instr, Opcode, StoreHead, store_head
+from .isa import (TOKEN_MAX, TOKEN_WIDTH, Instr, LoadHead, Opcode, StoreHead, load_head,
+                  store_head)
 from .queue import Queue
 
 __all__ = ["TokenProducer", "TokenConsumer", "TokenChannel", "Controller"]
@@ -88,6 +89,9 @@ class Controller(wiring.Component):
     -------
     i_instr : In(stream.Signature(Instr))
     o_load, o_exec, o_store : Out(stream.Signature(Instr))
+    o_load_head : Out(LoadHead)
+        What the LOAD at ``o_load``'s head is (:func:`~.isa.load_head`: whether it moves no
+        beat, one beat), decided as ``o_store_head`` is.
     o_store_head : Out(StoreHead)
         What the STORE at ``o_store``'s head is (:func:`~.isa.store_head`: whether it moves
         nothing, is two-pass, has one or two rows, one strip; meaningless for a SET). Timing:
@@ -105,6 +109,7 @@ class Controller(wiring.Component):
             "o_load":  Out(stream.Signature(Instr)),
             "o_exec":  Out(stream.Signature(Instr)),
             "o_store": Out(stream.Signature(Instr)),
+            "o_load_head": Out(LoadHead),
             "o_store_head": Out(StoreHead),
             "o_error": Out(1),
             "o_busy":  Out(1),
@@ -113,8 +118,8 @@ class Controller(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         queues = {}
-        store = self.i_instr.payload.body.store
-        extra = {"load": [], "exec": [], "store": [store_head(store)]}
+        body = self.i_instr.payload.body
+        extra = {"load": [load_head(body.load)], "exec": [], "store": [store_head(body.store)]}
         # Timing: each entry is the flags in `extra`, then the instruction, so its opcode and
         # dependence flags, which the units' accept logic decides from, are among the queue's
         # `fast` bits: registers with no multiplexer after them (hw/queue.py).
@@ -131,7 +136,8 @@ class Controller(wiring.Component):
                 queue.r_en.eq(out.ready),
                 queue.w_data.eq(Cat(*extra[name], self.i_instr.payload)),
             ]
-        m.d.comb += self.o_store_head.eq(queues["store"].r_data[:StoreHead.size])
+        m.d.comb += [self.o_load_head.eq(queues["load"].r_data[:LoadHead.size]),
+                     self.o_store_head.eq(queues["store"].r_data[:StoreHead.size])]
         route = {Opcode.LOAD: "load", Opcode.MATMUL: "exec", Opcode.STORE: "store",
                  Opcode.SET: "store"}
 

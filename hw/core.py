@@ -68,7 +68,8 @@ class BertAccelCore(wiring.Component):
         wiring.connect(m, controller.o_load, load.i_instr)
         wiring.connect(m, controller.o_exec, execute.i_instr)
         wiring.connect(m, controller.o_store, store.i_instr)
-        m.d.comb += store.i_head.eq(controller.o_store_head)
+        m.d.comb += [load.i_head.eq(controller.o_load_head),
+                     store.i_head.eq(controller.o_store_head)]
 
         wiring.connect(m, wiring.flipped(self.i_data), load.i_data)
         wiring.connect(m, load.spad_a, spad_a.wr)

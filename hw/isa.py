@@ -25,7 +25,8 @@ from ..golden.intops import PROB_DIGIT_BITS
 
 __all__ = [
     "INSTR_WIDTH", "FIELD_WIDTH", "FIELD_MAX", "TOKEN_MAX", "SET_VALUE_WIDTH", "MATMUL_SHIFT",
-    "Opcode", "Target", "EpOp", "Dest", "Param", "DepFlags", "StoreHead", "store_head",
+    "Opcode", "Target", "EpOp", "Dest", "Param", "DepFlags", "LoadHead", "load_head",
+    "StoreHead", "store_head",
     "LoadBody", "MatmulBody", "StoreBody", "SetBody", "Body", "Instr", "PmemWord",
     "ParamsLayout", "PARAM_WIDTHS",
     "Load", "Matmul", "Store", "Set", "IllegalInstruction", "encode", "decode", "unit_of",
@@ -135,6 +136,16 @@ LoadBody = data.StructLayout({
     "addr":   FIELD_WIDTH,
     "count":  FIELD_WIDTH,
 })
+
+#: What the controller decodes of a LOAD as it queues it (:func:`load_head`), for the load unit
+#: to take from registers: ``empty`` (``count`` zero), ``one`` (``count`` one).
+LoadHead = data.StructLayout({"empty": 1, "one": 1})
+
+
+def load_head(body):
+    """The :data:`LoadHead` bits of the LOAD ``body`` (a :data:`LoadBody` view), in the
+    layout's order."""
+    return Cat(body.count == 0, body.count == 1)
 
 #: MATMUL: preload the weight block B = spad_b[b_addr : b_addr + rows] into the array, then
 #: stream A = spad_a[a_addr : a_addr + m_len] through it and write A @ B into

@@ -5,7 +5,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .controller import TokenConsumer, TokenProducer
-from .isa import FIELD_WIDTH, Instr, PmemWord, Target
+from .isa import FIELD_WIDTH, Instr, LoadHead, PmemWord, Target
 
 __all__ = ["LoadUnit"]
 
@@ -24,6 +24,9 @@ class LoadUnit(wiring.Component):
     Members
     -------
     i_instr : In(stream.Signature(Instr))
+    i_head : In(LoadHead)
+        What the LOAD at ``i_instr``'s head is, decoded by the controller
+        (:class:`~bertaccel.hw.controller.Controller`, ``o_load_head``).
     i_data : In(stream.Signature(ArrayLayout(signed(8), cfg.lanes)))
     spad_a, spad_b, pmem : In(WritePort.Signature)
     to_exec : Out(TokenProducer())
@@ -37,6 +40,7 @@ class LoadUnit(wiring.Component):
         b_shape = data.ArrayLayout(signed(cfg.in_width), cfg.cols)
         super().__init__({
             "i_instr":   In(stream.Signature(Instr)),
+            "i_head":    In(LoadHead),
             "i_data":    In(stream.Signature(data.ArrayLayout(signed(cfg.in_width), cfg.lanes))),
             "spad_a":    In(memory.WritePort.Signature(addr_width=cfg.spad_addr_width,
                                                         shape=a_shape)),
@@ -58,6 +62,10 @@ class LoadUnit(wiring.Component):
         target = Signal(Target)
         addr = Signal(FIELD_WIDTH)
         remaining = Signal(FIELD_WIDTH)
+        # Timing: whether the LOAD's last beat is next, kept beside `remaining` (and, for the
+        # LOAD at the head, decoded by the controller), so the push starts from registers, not
+        # from compares of 16-bit counts behind the queue's slot multiplexer.
+        last = Signal()
         push = Signal()
 
         beat = self.i_data.payload
@@ -118,9 +126,10 @@ class LoadUnit(wiring.Component):
                         pmem_addr.eq(instr.body.load.addr),
                         phase.eq(0),
                         remaining.eq(instr.body.load.count),
+                        last.eq(self.i_head.one),
                         push.eq(instr.deps.push_next),
                     ]
-                    with m.If(instr.body.load.count == 0):
+                    with m.If(self.i_head.empty):
                         m.d.comb += self.to_exec.push.eq(instr.deps.push_next)
                     with m.Else():
                         m.next = "Load"
@@ -138,8 +147,9 @@ class LoadUnit(wiring.Component):
                                 m.d.sync += [pmem_addr.eq(pmem_addr + 1), phase.eq(0)]
                             with m.Else():
                                 m.d.sync += phase.eq(phase + 1)
-                    m.d.sync += [addr.eq(addr + 1), remaining.eq(remaining - 1)]
-                    with m.If(remaining == 1):
+                    m.d.sync += [addr.eq(addr + 1), remaining.eq(remaining - 1),
+                                 last.eq(remaining == 2)]
+                    with m.If(last):
                         # The last beat: its row is written at the next clock edge.
                         m.d.comb += self.to_exec.push.eq(push)
                         m.next = "Idle"

@@ -2,8 +2,8 @@
 
 A random program goes in with idle cycles on the instruction stream and independent
 backpressure on each unit's queue output. Each unit must receive exactly its instructions, in
-program order, and each STORE comes with the controller's flag for an empty one (rows or
-strips zero). Then an illegal opcode: the error flag rises, the rest of the stream is still
+program order, and each LOAD and STORE comes with the flags the controller decodes of it
+(``LoadHead``, ``StoreHead``). Then an illegal opcode: the error flag rises, the rest of the stream is still
 consumed (nothing hangs) and nothing more reaches any unit.
 """
 
@@ -17,7 +17,8 @@ from cocotb.triggers import FallingEdge, ReadOnly
 
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.controller import Controller
-from bertaccel.hw.isa import EpOp, Load, Matmul, Param, Set, Store, StoreHead, Target, encode
+from bertaccel.hw.isa import (EpOp, Load, LoadHead, Matmul, Param, Set, Store, StoreHead,
+                              Target, encode)
 from bertaccel.sim.build import build, run_cocotb
 
 __all__ = []
@@ -32,7 +33,8 @@ def _random_instr(rng):
     kind = rng.choice([Load, Matmul, Store, Set])
     field = lambda: rng.randrange(1 << 16)  # noqa: E731
     if kind is Load:
-        return Load(target=rng.choice(list(Target)), addr=field(), count=field(), **flags)
+        return Load(target=rng.choice(list(Target)), addr=field(),
+                    count=rng.choice([0, 1, 2, field()]), **flags)
     if kind is Matmul:
         return Matmul(a_addr=field(), b_addr=field(), acc_addr=field(), m_len=field(),
                       accumulate=rng.random() < 0.5, **flags)
@@ -61,7 +63,7 @@ async def dispatch(dut):
 
     async def run(words, expect, idle=0.3, stall=0.4, limit=20000):
         got = {name: [] for name in OUTPUTS}
-        heads = []
+        heads = {"o_load": [], "o_store": []}
         sent = 0
         for _ in range(limit):
             offer = sent < len(words) and rng.random() >= idle
@@ -75,8 +77,8 @@ async def dispatch(dut):
             for name in OUTPUTS:
                 if getattr(dut, f"{name}__valid").value and getattr(dut, f"{name}__ready").value:
                     got[name].append(int(getattr(dut, f"{name}__payload").value))
-                    if name == "o_store":
-                        heads.append(int(dut.o_store_head.value))
+                    if name in heads:
+                        heads[name].append(int(getattr(dut, f"{name}_head").value))
             await FallingEdge(dut.clk)
             if sent == len(words) and not dut.o_busy.value:
                 break
@@ -89,16 +91,16 @@ async def dispatch(dut):
     expect = {name: [encode(i) for i in program if isinstance(i, kinds)]
               for name, kinds in OUTPUTS.items()}
     heads = await run([encode(i) for i in program], expect)
-    stores = [(i, head) for i, head in zip([i for i in program if isinstance(i, (Store, Set))],
-                                           heads) if isinstance(i, Store)]
-    flags = [(instr, {name: head >> field.offset & 1 for name, field in StoreHead})
-             for instr, head in stores]
-    for name, _ in StoreHead:           # each flag set somewhere and clear somewhere
-        assert {got[name] for _, got in flags} == {0, 1}, name
-    for instr, got in flags:
-        assert got == {"empty": instr.rows == 0 or instr.strips == 0, "two_pass": instr.two_pass,
-                       "one_row": instr.rows == 1, "two_rows": instr.rows == 2,
-                       "one_strip": instr.strips == 1}, instr
+    loads = _flags([i for i in program if isinstance(i, Load)], heads["o_load"], LoadHead)
+    for instr, got in loads:
+        assert got == {"empty": instr.count == 0, "one": instr.count == 1}, instr
+    stores = _flags([i for i in program if isinstance(i, (Store, Set))], heads["o_store"],
+                    StoreHead)
+    for instr, got in stores:
+        if isinstance(instr, Store):
+            assert got == {"empty": instr.rows == 0 or instr.strips == 0,
+                           "two_pass": instr.two_pass, "one_row": instr.rows == 1,
+                           "two_rows": instr.rows == 2, "one_strip": instr.strips == 1}, instr
     assert not dut.o_error.value and not dut.o_busy.value
 
     # An illegal opcode (0) in the middle: what came before is dispatched, nothing after.
@@ -109,6 +111,16 @@ async def dispatch(dut):
               for name, kinds in OUTPUTS.items()}
     await run(words, expect)
     assert dut.o_error.value == 1, "an illegal instruction must raise o_error"
+
+
+def _flags(instrs, heads, layout):
+    """``(instr, {flag: value})`` for each instruction and the head word that came with it;
+    checks that each flag is set for some and clear for others."""
+    flags = [(instr, {name: head >> field.offset & 1 for name, field in layout})
+             for instr, head in zip(instrs, heads)]
+    for name, _ in layout:
+        assert {got[name] for instr, got in flags if not isinstance(instr, Set)} == {0, 1}, name
+    return flags
 
 
 @pytest.mark.parametrize("preset", ["2x2"])
