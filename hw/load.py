@@ -1,10 +1,11 @@
 """The load unit: moves beats of the input data stream into the scratchpads."""
 
-from amaranth import Cat, Module, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .controller import TokenConsumer, TokenProducer
+from .dsp import KEEP
 from .isa import FIELD_WIDTH, Instr, LoadHead, PmemWord, Target
 
 __all__ = ["LoadUnit"]
@@ -111,46 +112,56 @@ class LoadUnit(wiring.Component):
             with m.If(self.i_data.valid):
                 m.d.sync += gear.eq(row[beat_bits:])
 
-        with m.FSM(name="load_fsm"):
-            with m.State("Idle"):
-                can_pop = ~instr.deps.pop_next | self.from_exec.avail
-                can_push = ~instr.deps.push_next | self.to_exec.room
-                with m.If(self.i_instr.valid & can_pop & can_push):
-                    m.d.comb += [
-                        self.i_instr.ready.eq(1),
-                        self.from_exec.pop.eq(instr.deps.pop_next),
-                    ]
-                    m.d.sync += [
-                        target.eq(instr.body.load.target),
-                        addr.eq(instr.body.load.addr),
-                        pmem_addr.eq(instr.body.load.addr),
-                        phase.eq(0),
-                        remaining.eq(instr.body.load.count),
-                        last.eq(self.i_head.one),
-                        push.eq(instr.deps.push_next),
-                    ]
-                    with m.If(self.i_head.empty):
-                        m.d.comb += self.to_exec.push.eq(instr.deps.push_next)
+        # `loading`: a LOAD's beats are being taken. Timing: the accept decides from `loading`
+        # and the registers are enabled from a copy of it (`loading_regs`), kept apart in the
+        # FPGA flows (KEEP), so that the accept's input is not a net reaching every register.
+        loading = Signal()
+        loading_regs = Signal(name="loading_regs", attrs=KEEP)
+        with m.If(~loading_regs):
+            # Timing: while idle, the registers take the LOAD at the head of the queue (or
+            # whatever the head holds), accepted or not; only the pop, `ready` and `loading`
+            # wait for the tokens, so the accept enables none of them (as the store unit's
+            # registers, hw/store.py).
+            m.d.sync += [
+                target.eq(instr.body.load.target),
+                addr.eq(instr.body.load.addr),
+                pmem_addr.eq(instr.body.load.addr),
+                phase.eq(0),
+                remaining.eq(instr.body.load.count),
+                last.eq(self.i_head.one),
+                push.eq(instr.deps.push_next),
+            ]
+        with m.Elif(self.i_data.valid):
+            with m.Switch(target):
+                with m.Case(Target.SPAD_A):
+                    m.d.comb += write["spad_a"].eq(1)
+                with m.Case(Target.SPAD_B):
+                    m.d.comb += write["spad_b"].eq(1)
+                with m.Case(Target.PMEM):
+                    with m.If(phase == per_row - 1):
+                        m.d.comb += write["pmem"].eq(1)
+                        m.d.sync += [pmem_addr.eq(pmem_addr + 1), phase.eq(0)]
                     with m.Else():
-                        m.next = "Load"
-            with m.State("Load"):
-                m.d.comb += [self.o_busy.eq(1), self.i_data.ready.eq(1)]
-                with m.If(self.i_data.valid):
-                    with m.Switch(target):
-                        with m.Case(Target.SPAD_A):
-                            m.d.comb += write["spad_a"].eq(1)
-                        with m.Case(Target.SPAD_B):
-                            m.d.comb += write["spad_b"].eq(1)
-                        with m.Case(Target.PMEM):
-                            with m.If(phase == per_row - 1):
-                                m.d.comb += write["pmem"].eq(1)
-                                m.d.sync += [pmem_addr.eq(pmem_addr + 1), phase.eq(0)]
-                            with m.Else():
-                                m.d.sync += phase.eq(phase + 1)
-                    m.d.sync += [addr.eq(addr + 1), remaining.eq(remaining - 1),
-                                 last.eq(remaining == 2)]
-                    with m.If(last):
-                        # The last beat: its row is written at the next clock edge.
-                        m.d.comb += self.to_exec.push.eq(push)
-                        m.next = "Idle"
+                        m.d.sync += phase.eq(phase + 1)
+            m.d.sync += [addr.eq(addr + 1), remaining.eq(remaining - 1),
+                         last.eq(remaining == 2)]
+
+        start, finish = Signal(), Signal()
+        m.d.comb += [self.o_busy.eq(loading), self.i_data.ready.eq(loading),
+                     finish.eq(loading & self.i_data.valid & last)]
+        can_pop = ~instr.deps.pop_next | self.from_exec.avail
+        can_push = ~instr.deps.push_next | self.to_exec.room
+        with m.If(~loading & self.i_instr.valid & can_pop & can_push):
+            m.d.comb += [
+                self.i_instr.ready.eq(1),
+                self.from_exec.pop.eq(instr.deps.pop_next),
+            ]
+            with m.If(self.i_head.empty):
+                m.d.comb += self.to_exec.push.eq(instr.deps.push_next)
+            with m.Else():
+                m.d.comb += start.eq(1)
+        with m.If(finish):
+            # The last beat: its row is written at the next clock edge.
+            m.d.comb += self.to_exec.push.eq(push)
+        m.d.sync += [reg.eq(Mux(loading, ~finish, start)) for reg in (loading, loading_regs)]
         return m

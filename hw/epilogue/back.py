@@ -125,20 +125,22 @@ class Back(wiring.Component):
         p, s = s, st(k + 4, a=signed(24), d=signed(49))
         for i in lanes:
             m.d.sync += s[i].d.eq(fine(p[i].d, p[i].lshf))
-        c = st.ctl[k + 4]
+        is_ln = st.decoded(k + 4, lambda ctl: ctl.op == EpOp.LAYERNORM, name="rnd2_ln")
         p, s = s, st(k + 5, a=signed(24), over=1, under=1, r=signed(PROB_SCALE.bit_length() + 1))
         for i in lanes:
             d = p[i].d
             m.d.sync += Cat(s[i].over, s[i].under, s[i].r).eq(
                 Cat(*round_parts(d, 0, PROB_SCALE)))
-            with m.If(c.op == EpOp.LAYERNORM):
+            with m.If(is_ln[i]):
                 m.d.sync += s[i].a.eq((d[:25] + 1)[1:25])            # z, |z| < 2**18
 
     def _scale(self, m, st, platform):
         """MUL3, PSUM3, SHC3, SHF3, ADD3: SOFTMAX and GELU done; LAYERNORM z * gamma + beta."""
         sch, lanes, prm = self._sch, range(self._sch.lanes), self.params
         k = sch.MUL3
-        c = st.ctl[k - 1]
+        # Whether a lane's result is final here (SOFTMAX after RND2, GELU after SHF3): a
+        # register a lane, decoded a stage ahead (as the front's and the row's).
+        sm_done = st.decoded(k - 1, lambda ctl: ctl.op == EpOp.SOFTMAX, name="sm_done")
         p, s = st.lanes[k - 1], st(k, t0=signed(36), t1=signed(25))
         for i in lanes:
             z, coef = p[i].a, p[i].carry.coef.m
@@ -147,10 +149,10 @@ class Back(wiring.Component):
                 s[i].t1.eq(product(m, z[TILE:].as_signed(), coef, name=f"mul3_t1{i}",
                                    platform=platform)),
             ]
-            with m.If(c.op == EpOp.SOFTMAX):                          # SOFTMAX done
+            with m.If(sm_done[i]):                                    # SOFTMAX done
                 m.d.sync += s[i].carry.out.eq(
-                    Mux(c.lane_valid[i], pick(p[i].over, p[i].under, p[i].r, 0, PROB_SCALE),
-                        0))
+                    Mux(st.ctl[k - 1].lane_valid[i],
+                        pick(p[i].over, p[i].under, p[i].r, 0, PROB_SCALE), 0))
         p, s = s, st(k + 1, q=signed(42), gs=unsigned(6))
         for i in lanes:
             m.d.sync += [s[i].q.eq(p[i].t0 + (p[i].t1 << TILE)),
@@ -165,13 +167,13 @@ class Back(wiring.Component):
                 s[i].under.eq(q < -(1 << 31) - (1 << 23)),
                 s[i].r.eq((q[:32] + (1 << 23))[24:32]),
             ]
-        c = st.ctl[k + 2]
+        gelu_done = st.decoded(k + 2, lambda ctl: ctl.op == EpOp.GELU, name="gelu_done")
         p, s = s, st(k + 3, q=signed(42), bhi=signed(18), blo=signed(18))
         for i in lanes:
             beta = p[i].carry.coef.beta
             m.d.sync += [s[i].q.eq(fine(p[i].q, p[i].gsf)),
                          s[i].bhi.eq(beta - _Y_LIMIT), s[i].blo.eq(beta + _Y_LIMIT)]
-            with m.If(c.op == EpOp.GELU):                             # GELU done
+            with m.If(gelu_done[i]):                                  # GELU done
                 m.d.sync += s[i].carry.out.eq(pick(p[i].over, p[i].under, p[i].r, *INT8))
         # LAYERNORM's y = q + beta, and its saturation limits compared beside the add, each as
         # the sign of a sum of registers: sat8(y >> 8) is 127 when y >= 2**15 and -128 when
