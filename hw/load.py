@@ -69,28 +69,29 @@ class LoadUnit(wiring.Component):
         last = Signal()
         push = Signal()
 
-        beat = self.i_data.payload
-        # Timing: the write ports are driven from registers, loaded every cycle with what the
-        # accept decided (a row is written a cycle after its beat came): the decision, a few
-        # LUTs deep, reaches no RAM pin nor the enable of an address copy beside the RAMs
-        # (fpga/ramreg.py), which spread across the chip. No unit can tell: the execute unit
-        # reads a row at the earliest three cycles after the token that the last write pushes.
+        # Timing: the incoming beat and `valid` are registered every cycle (`beat_in`,
+        # `offered`), and the write ports are driven from registers loaded every cycle with
+        # what the accept decided: a row is written a cycle after its beat came. So neither the
+        # accept, a few LUTs deep, nor the incoming `valid`, which may come from across the chip,
+        # reaches a RAM pin, the enable of an address copy beside the RAMs (fpga/ramreg.py) or
+        # the parameter gearbox's enable. No unit can tell: the execute unit reads a row at the
+        # earliest three cycles after the token that the last write pushes.
+        beat_in = Signal(self.i_data.payload.shape(), name="beat_in", reset_less=True)
+        offered = Signal(name="offered")
+        m.d.sync += [beat_in.eq(self.i_data.payload), offered.eq(self.i_data.valid)]
+        lanes = beat_in.as_value()
         write = {}                        # the accept writes into this memory, this cycle
-        regs = {}                         # what its write port gets next cycle
+        waddr = {}                        # what its write port's address is next cycle
         for name in ("spad_a", "spad_b", "pmem"):
             port = getattr(self, name)
             write[name] = Signal(name=f"{name}_write")
-            regs[name] = (Signal.like(port.addr, name=f"{name}_waddr", reset_less=True),
-                          Signal.like(port.data, name=f"{name}_wdata", reset_less=True))
+            waddr[name] = Signal.like(port.addr, name=f"{name}_waddr", reset_less=True)
             wen = Signal(name=f"{name}_wen")
             m.d.sync += wen.eq(write[name])
-            m.d.comb += [port.en.eq(wen), port.addr.eq(regs[name][0]),
-                         port.data.eq(regs[name][1])]
-        m.d.sync += [
-            regs["spad_a"][0].eq(addr), regs["spad_b"][0].eq(addr),
-            regs["spad_a"][1].eq(beat.as_value()[:cfg.rows * cfg.in_width]),
-            regs["spad_b"][1].eq(beat.as_value()[:cfg.cols * cfg.in_width]),
-        ]
+            m.d.comb += [port.en.eq(wen), port.addr.eq(waddr[name])]
+        m.d.sync += [waddr["spad_a"].eq(addr), waddr["spad_b"].eq(addr)]
+        m.d.comb += [self.spad_a.data.eq(lanes[:cfg.rows * cfg.in_width]),
+                     self.spad_b.data.eq(lanes[:cfg.cols * cfg.in_width])]
 
         # Parameter rows are wider than a beat: a gearbox shifts beats in from the top, so
         # after ``per_row`` beats the first one sits in the lowest bits.
@@ -99,17 +100,17 @@ class LoadUnit(wiring.Component):
         beat_bits = min(cfg.lanes * cfg.in_width, row_bits)
         pmem_addr = Signal(FIELD_WIDTH)
         phase = Signal(range(per_row))
+        m.d.sync += waddr["pmem"].eq(pmem_addr)
         if per_row == 1:
-            row = beat.as_value()[:row_bits]
+            m.d.comb += self.pmem.data.eq(lanes[:row_bits])
         else:
-            gear = Signal(row_bits - beat_bits)
-            row = Signal(row_bits)
-            m.d.comb += row.eq(Cat(gear, beat.as_value()[:beat_bits]))
-        m.d.sync += [regs["pmem"][0].eq(pmem_addr), regs["pmem"][1].eq(row)]
-        # A beat shifts into the gearbox whenever one is offered: only a PMEM load's accepted
-        # beats make up a row that is written (phase starts at 0 with every LOAD).
-        if per_row > 1:
-            with m.If(self.i_data.valid):
+            # The gearbox holds the beats offered before `beat_in`: a beat shifts in the cycle
+            # after it is offered, whether taken or not; only a PMEM load's taken beats make up
+            # a row that is written (phase starts at 0 with every LOAD).
+            gear = Signal(row_bits - beat_bits, name="gear", reset_less=True)
+            row = Cat(gear, lanes[:beat_bits])
+            m.d.comb += self.pmem.data.eq(row)
+            with m.If(offered):
                 m.d.sync += gear.eq(row[beat_bits:])
 
         # `loading`: a LOAD's beats are being taken. Timing: the accept decides from `loading`
