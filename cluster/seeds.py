@@ -46,7 +46,7 @@ def seed_sweep(cfg, target, seeds, *, options, retries, log=None):
     options : dict
         The rest of :func:`~bertaccel.fpga.synth.synthesize`'s keywords: ``design``,
         ``freq_mhz``, ``build_root`` (absolute: the workers' own), ``force``, ``timeout_s``,
-        ``lut_mapper``, ``placer``.
+        ``lut_mapper``, ``placer``, ``router``.
     retries : int
         Runs again of a task whose worker died.
     log : callable, optional
@@ -95,7 +95,8 @@ def format_seed_sweep(report):
     lines += [f"seed {r['seed']}: {_outcome(r)}" for r in report["runs"] if "failure" in r]
     lowest = report["lowest_mhz"]
     lines.append(f"{report['config']} {report['design']} on {report['target']} "
-                 f"({report['lut_mapper']} LUT mapper, {report['placer']} placer): "
+                 f"({report['lut_mapper']} LUT mapper, {report['placer']} placer, "
+                 f"{report['router']}): "
                  f"{report['met']} of {len(report['seeds'])} seeds meet "
                  f"{report['freq_mhz']:g} MHz; lowest Fmax "
                  + ("-" if lowest is None else f"{lowest:.1f} MHz")

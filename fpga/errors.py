@@ -30,15 +30,18 @@ class NotRouted(SynthError):
         The placement seed of the run.
     placer : str
         nextpnr's placer in the run.
+    router : str
+        nextpnr's router in the run.
     """
 
     def __init__(self, message, *, used, placed_fmax_mhz, lut_mapper="abc9",
-                 router_iteration=None, seed=1, placer="heap"):
+                 router_iteration=None, seed=1, placer="heap", router="router1"):
         super().__init__(message)
         self.used = used
         self.placed_fmax_mhz = placed_fmax_mhz
         self.lut_mapper = lut_mapper
         self.router_iteration = router_iteration
         self.placer = placer
+        self.router = router
         self.seed = seed
 

@@ -123,12 +123,14 @@ def parse_nextpnr_log(log_text):
 def not_routed_report(cfg, tgt, error, reason):
     """A report (as :func:`~bertaccel.fpga.tables.format_table` takes it) for a run stopped
     with ``error``, a :class:`~bertaccel.fpga.errors.NotRouted`: yosys's counts, the LUT
-    mapper, the seed and placer, the estimate after placement, router2's last iteration and
+    mapper, the seed, placer and router, the estimate after placement, router2's last iteration
+    and
     ``reason``."""
     iteration = error.router_iteration
     return {"config": cfg.label, "tag": cfg.tag, "target": tgt.name, "fits": True,
             "error": reason, "placed_fmax_mhz": error.placed_fmax_mhz,
             "lut_mapper": error.lut_mapper, "seed": error.seed, "placer": error.placer,
+            "router": error.router,
             "router_iteration": None if iteration is None else
             {"iteration": iteration[0], "overused_wires": iteration[1]},
             "totals": dict(tgt.totals),

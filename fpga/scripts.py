@@ -70,12 +70,12 @@ def lpf(tgt, freq_mhz):
             f'FREQUENCY PORT "clk" {freq_mhz:g} MHZ;\n')
 
 
-def nextpnr_command(tgt, seed, placer="heap"):
+def nextpnr_command(tgt, seed, placer="heap", router="router1"):
     """nextpnr-ecp5's arguments for a run in a build folder holding ``netlist.json`` and
     ``top.lpf`` (relative paths: the YoWASP tools see only their working directory); it writes
     ``report.json`` and ``nextpnr.log`` there. ``placer`` is named only when it is not nextpnr's
     default (heap)."""
     return [*tgt.nextpnr_args, "--json", "netlist.json", "--lpf", "top.lpf",
             "--lpf-allow-unconstrained", "--seed", str(seed),
-            *([] if placer == "heap" else ["--placer", placer]), "--router", "router2",
+            *([] if placer == "heap" else ["--placer", placer]), "--router", router,
             "--report", "report.json", "--timing-allow-fail", "-l", "nextpnr.log", "-q"]

@@ -77,14 +77,20 @@ LUT_MAPPERS = ("abc9", "abc")
 #: nextpnr's placers :func:`synthesize` offers: the analytic heap placer (nextpnr's default)
 #: or the electrostatic static placer, with which the 4x8 and 8x8 cores route (docs/fpga.md).
 PLACERS = ("heap", "static")
+#: nextpnr's routers :func:`synthesize` offers: router1 (timing-driven rip-up, nextpnr-ecp5's
+#: default; the faster routes) or router2 (negotiated congestion; it finishes where router1
+#: stalls on congestion) (docs/fpga.md).
+ROUTERS = ("router1", "router2")
 
 
-def build_name(cfg, tgt, design="core", seed=1, lut_mapper="abc9", placer="heap"):
+def build_name(cfg, tgt, design="core", seed=1, lut_mapper="abc9", placer="heap",
+               router="router1"):
     """The folder under ``build_root`` where :func:`synthesize` keeps a run."""
     return (f"{cfg.tag}-{tgt.name}" + ("" if design == "core" else f"-{design}")
             + ("" if seed == 1 else f"-seed{seed}")
             + ("" if lut_mapper == "abc9" else f"-{lut_mapper}")
-            + ("" if placer == "heap" else f"-{placer}"))
+            + ("" if placer == "heap" else f"-{placer}")
+            + ("" if router == "router1" else f"-{router}"))
 
 
 def map_blocks(cfg, design="core", *, build_dir, dsp_primitives=True):
@@ -131,7 +137,7 @@ def map_blocks(cfg, design="core", *, build_dir, dsp_primitives=True):
 
 def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=150.0,
                build_root="build/synth", force=False, log=None, timeout_s=None,
-               lut_mapper="abc9", placer="heap"):
+               lut_mapper="abc9", placer="heap", router="router1"):
     """Synthesise, place and route ``cfg``'s core for ``target_name``; return the report.
 
     Parameters
@@ -162,6 +168,9 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     placer : str
         nextpnr's placer, a name in :data:`PLACERS` (runs of ``"static"`` go to a folder ending
         ``-static``).
+    router : str
+        nextpnr's router, a name in :data:`ROUTERS` (runs of ``"router2"`` go to a folder
+        ending ``-router2``).
 
     Returns
     -------
@@ -191,14 +200,17 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         raise SynthError(f"unknown LUT mapper {lut_mapper!r}; known: {', '.join(LUT_MAPPERS)}")
     if placer not in PLACERS:
         raise SynthError(f"unknown placer {placer!r}; known: {', '.join(PLACERS)}")
+    if router not in ROUTERS:
+        raise SynthError(f"unknown router {router!r}; known: {', '.join(ROUTERS)}")
     check_before_synthesis(cfg, tgt, design)
     run = _Run(cfg=cfg, tgt=tgt, design=design, seed=seed, lut_mapper=lut_mapper, placer=placer,
+               router=router,
                build_dir=Path(build_root) / build_name(cfg, tgt, design, seed, lut_mapper,
-                                                       placer),
+                                                       placer, router),
                say=log or (lambda line: None))
     run.build_dir.mkdir(parents=True, exist_ok=True)
     inputs = _inputs(cfg, tgt, design, freq_mhz)
-    nextpnr_args = nextpnr_command(tgt, seed, placer)
+    nextpnr_args = nextpnr_command(tgt, seed, placer, router)
     tools = tool_versions()
     key = _cache_key(inputs, nextpnr_args, tools, design, lut_mapper)
 
@@ -248,6 +260,7 @@ class _Run:
     seed: int
     lut_mapper: str
     placer: str
+    router: str
     build_dir: Path
     say: object
 
@@ -351,8 +364,8 @@ def _place_and_route(run, command, used_pnr, mapper, timeout_s):
     """Run nextpnr (``command``) in ``run.build_dir``; return its wall time. Raises
     :class:`NotRouted` after ``timeout_s``, :class:`DoesNotFit` if it could not place."""
     cfg, tgt, build_dir = run.cfg, run.tgt, run.build_dir
-    run.say(f"{run.what}: nextpnr-ecp5 place and route, seed {run.seed}, {run.placer} placer "
-            f"({build_dir}/nextpnr.log)")
+    run.say(f"{run.what}: nextpnr-ecp5 place and route, seed {run.seed}, {run.placer} placer, "
+            f"{run.router} ({build_dir}/nextpnr.log)")
     try:
         return run_tool(command, build_dir, "nextpnr", timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -362,6 +375,7 @@ def _place_and_route(run, command, used_pnr, mapper, timeout_s):
             f"config {cfg.name} ({cfg.tag}) did not finish place and route on {tgt.name} in "
             f"{timeout_s / 60:g} min (log in {build_dir / 'nextpnr.log'})",
             used=used_pnr, lut_mapper=mapper, seed=run.seed, placer=run.placer,
+            router=run.router,
             **parse_nextpnr_log(log_text)) from None
     except SynthError as error:
         if re.search(r"(?i)unable to place|no bels? remaining|not enough", str(error)):
@@ -386,6 +400,7 @@ def _report(run, *, freq_mhz, used, used_pnr, ramreg, copies, pnr, versions, map
         "yosys": used, "utilization": pnr["utilization"], "ram_output_registers": ramreg,
         "ram_driver_copies": dict(copies, group=RAM_COPY_GROUP[run.design]),
         "tools": versions, "lut_mapper": mapper, "seed": run.seed, "placer": run.placer,
+        "router": run.router,
         "wall_s": round(wall_s, 1),
         "yosys_s": round(yosys_s, 1), "nextpnr_s": round(nextpnr_s, 1),
         "top": TOP_NAME, "build_dir": str(run.build_dir), "key": key,

@@ -30,7 +30,8 @@ def format_seed_table(reports):
 def format_table(reports, seed=1):
     """A Markdown table of synthesis reports (dicts from :func:`synthesize`, or ``{"config",
     "target", "error"}`` for configs that did not fit). A row names its LUT mapper unless it is
-    abc9, its placer unless it is heap, and its placement seed unless it is ``seed``."""
+    abc9, its placer unless it is heap, its router unless it is router1, and its placement seed
+    unless it is ``seed``."""
     lines = ["| config | LUT4 | FF | MULT18X18D | DP16KD | Fmax (MHz) | critical path |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for r in reports:
@@ -39,9 +40,10 @@ def format_table(reports, seed=1):
             continue
         t = r["totals"]
         mapper = r.get("lut_mapper", "abc9").split(" (")[0]
-        placer = r.get("placer", "heap")
+        placer, router = r.get("placer", "heap"), r.get("router", "router1")
         notes = ([] if mapper == "abc9" else [f"LUTs by {mapper}"]) + \
             ([] if placer == "heap" else [f"{placer} placer"]) + \
+            ([] if router == "router1" else [router]) + \
             ([] if r.get("seed", seed) == seed else [f"seed {r['seed']}"])
         label = r["config"] + (f" ({'; '.join(notes)})" if notes else "")
         if "error" in r:

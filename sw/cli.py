@@ -454,7 +454,7 @@ def _cmd_synth(args):
                             freq_mhz=args.freq,
                             build_root=args.build_root, force=args.force, log=progress,
                             timeout_s=60 * args.timeout, lut_mapper=args.lut_mapper,
-                            placer=args.placer)
+                            placer=args.placer, router=args.router)
     except DoesNotFit as error:
         raise _UsageError(str(error)) from None
     except NotRouted as error:
@@ -490,7 +490,7 @@ def _synth_seeds(args, cfg, tgt):
     options = {"design": args.design, "freq_mhz": args.freq, "force": args.force,
                "build_root": str(Path(args.build_root).resolve()),
                "timeout_s": 60 * args.timeout, "lut_mapper": args.lut_mapper,
-               "placer": args.placer}
+               "placer": args.placer, "router": args.router}
     log = _stderr_log(args)
     with connect(address, workers=workers) as where:
         if log:
@@ -826,6 +826,10 @@ def _add_synth_parser(commands):
     synth.add_argument("--placer", choices=("heap", "static"), default="heap",
                        help="nextpnr's placer: heap (nextpnr's analytic default) or static "
                             "(electrostatic; the 4x8 and 8x8 cores route with it) (heap)")
+    synth.add_argument("--router", choices=("router1", "router2"), default="router1",
+                       help="nextpnr's router: router1 (nextpnr's default, timing-driven; the "
+                            "faster routes) or router2 (finishes where router1 stalls on "
+                            "congestion) (router1)")
     synth.add_argument("--force", action="store_true",
                        help="run the tools even if build/synth holds a current result")
     synth.add_argument("--json", action="store_true", help="print one JSON object")

@@ -232,6 +232,15 @@ def test_lut_mapper_choice():
     assert "--placer static" in " ".join(synth.nextpnr_command(tgt, 1, "static"))
     assert "| 8x8 (LUTs by abc; static placer; seed 2) | " in synth.format_table(
         [dict(row, seed=2, placer="static")])
+    # So do router2's, and router1 (nextpnr's default) is the flow's unless told.
+    with pytest.raises(synth.SynthError, match="unknown router 'router3'"):
+        synth.synthesize(CFG, router="router3")
+    assert synth.build_name(CFG, tgt, placer="static", router="router2").endswith(
+        "-ecp5-85k-static-router2")
+    assert "--router router1" in " ".join(synth.nextpnr_command(tgt, 1))
+    assert "--router router2" in " ".join(synth.nextpnr_command(tgt, 1, "static", "router2"))
+    assert "| 8x8 (LUTs by abc; static placer; router2) | " in synth.format_table(
+        [dict(row, placer="static", router="router2")])
     # A run stopped in the router: its row names the mapper and router2's last iteration.
     stopped = synth.NotRouted("stopped", used=row, placed_fmax_mhz=56.2, lut_mapper="abc",
                               router_iteration=(21, 1484))

@@ -206,12 +206,12 @@ def test_seed_sweep_text():
 
     run = {"config": "8x8", "lut4": 23502, "ff": 30452, "mult18x18d": 113, "dp16kd": 151}
     report = {"config": "8x8", "design": "core", "target": "ecp5-85k", "lut_mapper": "abc",
-              "placer": "static", "freq_mhz": 75.0, "seeds": [1, 2, 3], "met": 1,
+              "placer": "static", "router": "router2", "freq_mhz": 75.0, "seeds": [1, 2, 3], "met": 1,
               "lowest_mhz": 70.76, "wall_s": 1312.4,
               "runs": [dict(run, seed=1, fmax_mhz=70.76), dict(run, seed=2, fmax_mhz=79.02),
                        {"seed": 3, "failure": "NotRouted", "reason": "did not finish\nlog"}]}
     text = format_seed_sweep(report)
     assert "| 8x8 | 23,502 | 30,452 | 113 | 151 | 70.8 | 79.0 | **70.8** |" in text, text
     assert "seed 3: NotRouted: did not finish\n" in text
-    assert text.endswith("8x8 core on ecp5-85k (abc LUT mapper, static placer): 1 of 3 seeds "
-                         "meet 75 MHz; lowest Fmax 70.8 MHz; 1312 s")
+    assert text.endswith("8x8 core on ecp5-85k (abc LUT mapper, static placer, router2): 1 of 3 "
+                         "seeds meet 75 MHz; lowest Fmax 70.8 MHz; 1312 s")
