@@ -124,8 +124,7 @@ def not_routed_report(cfg, tgt, error, reason):
     """A report (as :func:`~bertaccel.fpga.tables.format_table` takes it) for a run stopped
     with ``error``, a :class:`~bertaccel.fpga.errors.NotRouted`: yosys's counts, the LUT
     mapper, the seed, placer and router, the estimate after placement, router2's last iteration
-    and
-    ``reason``."""
+    and ``reason``."""
     iteration = error.router_iteration
     return {"config": cfg.label, "tag": cfg.tag, "target": tgt.name, "fits": True,
             "error": reason, "placed_fmax_mhz": error.placed_fmax_mhz,
