@@ -9,7 +9,8 @@ Every rounding shift of :mod:`bertaccel.golden.intops` is ``rshift_round(v, s) =
 == floor(v / 2**s + 1/2)``). So a rounding shift is a barrel shift of ``2v`` (split in a coarse
 stage, multiples of 8, and a fine stage, 0..7) followed by a narrow ``+1`` that drops one bit,
 and the saturation after it compares the shifted value itself, in parallel with that add
-(:func:`round_parts`); a mux in the next stage picks the result (:func:`pick`).
+(:func:`round_parts`, :func:`round_limits`); a mux in the next stage picks the result
+(:func:`pick`).
 """
 
 from amaranth import Cat, Const, Mux, Signal
@@ -27,7 +28,9 @@ __all__ = [
     "msb",
     "pick",
     "product",
+    "round_limits",
     "round_parts",
+    "rounded",
     "sum_shifted",
     "tiles",
     "tree",
@@ -42,15 +45,24 @@ INT16 = (-(1 << 15), (1 << 15) - 1)
 INT8 = (-(1 << 7), (1 << 7) - 1)
 
 
-def round_parts(w, lo, hi):
-    """The parts of ``clamp((w + 1) >> 1, lo, hi)`` that need ``w``: ``(over, under, r)``.
+def round_limits(lo, hi):
+    """``(over, under)``: ``(w + 1) >> 1 > hi`` exactly when ``w >= over``, and ``< lo``
+    exactly when ``w <= under``, so the compares do not wait for the rounding add."""
+    return 2 * hi + 1, 2 * lo - 2
 
-    ``(w + 1) >> 1 > hi`` exactly when ``w >= 2*hi + 1``, and ``< lo`` exactly when
-    ``w <= 2*lo - 2``, so the comparators do not wait for the rounding add; and the add is only
-    as wide as ``[lo, hi]`` (``r`` is right whenever neither flag is set).
-    """
+
+def rounded(w, lo, hi):
+    """``(w + 1) >> 1`` in the bits of ``[lo, hi]`` and a sign: right whenever it is in range.
+    A narrower range's result is the low bits of a wider one's."""
     bits = max(lo.bit_length(), hi.bit_length()) + 1
-    return w >= 2 * hi + 1, w <= 2 * lo - 2, (w[:bits + 1] + 1)[1:bits + 1].as_signed()
+    return (w[:bits + 1] + 1)[1:bits + 1].as_signed()
+
+
+def round_parts(w, lo, hi):
+    """The parts of ``clamp((w + 1) >> 1, lo, hi)`` that need ``w``: ``(over, under, r)``, the
+    compares beside the add (:func:`round_limits`), and the add only as wide as ``[lo, hi]``."""
+    over, under = round_limits(lo, hi)
+    return w >= over, w <= under, rounded(w, lo, hi)
 
 
 def pick(over, under, r, lo, hi):

@@ -8,8 +8,10 @@ Per lane, stage by stage (the names are :class:`~.schedule.Schedule`'s)::
     MUL     x' * mul (REQUANT, GELU gmul, SOFTMAX, LAYERNORM xmul) | x' * omul (GELU),
             r * rmul (LAYERNORM): four tiles
     PSUM    the tiles added
-    SUM     LAYERNORM: x' * xmul + r * rmul
-    SHC SHF rounding shift, coarse (multiples of 8) then fine (see :mod:`~.arith`)
+    SUM     v, the field the op rounds: LAYERNORM x' * xmul + r * rmul, GELU x' * omul (z),
+            the others the first product; its shift amount
+    SHC SHF rounding shifts of v and of GELU's w (x' * gmul), coarse (multiples of 8) then fine
+            (see :mod:`~.arith`)
     RND     the rounding add, narrow, and the saturation limits compared beside it
     SAT     REQUANT done (sat8); GELU z = clamp24, PHI lookup at clamp(t + 257, 0, 513);
             SOFTMAX t = clamp24 (pads: -2**23); LAYERNORM v = sat16 (pads: 0)
@@ -24,7 +26,6 @@ Parameter ranges: every scale is a 16-bit multiplier (golden's convention) excep
 the formula says (``2**63 >> 1`` is added); golden's int64 ``1 << 63`` overflows there.
 """
 
-import operator
 from functools import reduce
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
@@ -33,7 +34,7 @@ from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import PHI_TABLE, SOFTMAX_FRAC
 from ..isa import EpOp, ParamsLayout
-from .arith import INT8, INT16, INT24, coarse, fine, pick, product, round_parts
+from .arith import INT8, INT16, INT24, coarse, fine, pick, product, round_limits, rounded
 from .lanes import Stages
 from .schedule import PRE_LANE, Schedule, beat_layout, lane_layout, stage_signature
 
@@ -120,8 +121,8 @@ class Front(wiring.Component):
                 m.d.sync += s[i].carry.out.eq(inb.acc[i])
 
     def _multiply(self, m, st, platform):
-        """MUL: four 17 x 16 products; PSUM: the products of the two multipliers; SUM:
-        LayerNorm adds the residual term."""
+        """MUL: four 17 x 16 products; PSUM: the products of the two multipliers; SUM: the
+        field the op rounds (LayerNorm's with the residual term)."""
         sch = self._sch
         p, s = st.lanes[sch.MUL - 1], st(sch.MUL, p1lo=unsigned(32), p1hi=signed(33),
                                          p2lo=signed(33), p2hi=signed(33), sh=unsigned(6),
@@ -141,39 +142,44 @@ class Front(wiring.Component):
         for i in range(sch.lanes):
             m.d.sync += [s[i].a.eq(p[i].p1lo + (p[i].p1hi << 16)),
                          s[i].b.eq(p[i].p2lo + (p[i].p2hi << 16))]
-        c = st.ctl[sch.SUM - 1]
-        p, s = s, st(sch.SUM, a=signed(50), b=signed(49), sh=unsigned(6), sh1=unsigned(6))
-        for i in range(sch.lanes):
-            m.d.sync += s[i].a.eq(p[i].a + Mux(c.op == EpOp.LAYERNORM, p[i].b, 0))
+        # The field each op rounds, picked here (GELU: z's product b; the others: a, which
+        # LAYERNORM adds b to) with its shift amount, by a lane's own registers of the op.
+        ops = st.decoded(sch.SUM - 1, lambda ctl: Cat(ctl.op == EpOp.GELU,
+                                                      ctl.op == EpOp.LAYERNORM), 2, name="sum_op")
+        p, s = s, st(sch.SUM, a=signed(49), v=signed(50), sh=unsigned(6), shv=unsigned(6))
+        for i, op in enumerate(ops):
+            gelu, ln = op[0], op[1]
+            m.d.sync += [s[i].v.eq(Mux(gelu, 0, p[i].a) + Mux(gelu | ln, p[i].b, 0)),
+                         s[i].shv.eq(Mux(gelu, p[i].sh1, p[i].sh))]
 
     def _shift_round(self, m, st):
-        """SHC, SHF: 2a >> shift (a: by the op's shift; b: GELU's oshift); RND: the rounding
-        add, and the saturation limits compared beside it."""
+        """SHC, SHF: 2v >> shv and 2a >> sh (GELU's w); RND: the rounding add, and the
+        saturation limits compared beside it."""
         sch = self._sch
-        p, s = st.lanes[sch.SHC - 1], st(sch.SHC, a=signed(51), b=signed(50), shf=unsigned(3),
-                                         shf1=unsigned(3))
+        p, s = st.lanes[sch.SHC - 1], st(sch.SHC, a=signed(50), v=signed(51), shf=unsigned(3),
+                                         shfv=unsigned(3))
         for i in range(sch.lanes):
             m.d.sync += [s[i].a.eq(coarse(p[i].a << 1, p[i].sh)),
-                         s[i].b.eq(coarse(p[i].b << 1, p[i].sh1)),
-                         s[i].shf.eq(p[i].sh[:3]), s[i].shf1.eq(p[i].sh1[:3])]
-        p, s = s, st(sch.SHF, a=signed(51), b=signed(50))
+                         s[i].v.eq(coarse(p[i].v << 1, p[i].shv)),
+                         s[i].shf.eq(p[i].sh[:3]), s[i].shfv.eq(p[i].shv[:3])]
+        p, s = s, st(sch.SHF, a=signed(50), v=signed(51))
         for i in range(sch.lanes):
-            m.d.sync += [s[i].a.eq(fine(p[i].a, p[i].shf)), s[i].b.eq(fine(p[i].b, p[i].shf1))]
+            m.d.sync += [s[i].a.eq(fine(p[i].a, p[i].shf)), s[i].v.eq(fine(p[i].v, p[i].shfv))]
+        # Each op's limits (round_limits of its range) in registers of each lane's own, decoded
+        # a stage ahead, so each flag is one compare of two registers (a timing choice); one
+        # add at the widest range serves every op (the narrower results are its low bits).
+        ranges = {EpOp.REQUANT: INT8, EpOp.GELU: INT24, EpOp.SOFTMAX: INT24,
+                  EpOp.LAYERNORM: INT16}
+        over_at, under_at = (
+            st.decoded(sch.RND - 1, lambda ctl, j=j: reduce(
+                lambda acc, op: Mux(ctl.op == op, round_limits(*ranges[op])[j], acc), ranges, 0),
+                signed(26), name=name)
+            for j, name in enumerate(("over_at", "under_at")))
         p, s = s, st(sch.RND, over=1, under=1, r=signed(25), ir=unsigned(10), ihi=1, ilo=1)
-        # Each op rounds one lane field (a: w, b: GELU's z) at its width; the op one-hot in
-        # registers of each lane's own, and the flags loaded every cycle (RAW ignores them):
-        # an AND-OR after the compares, no enable (a timing choice).
-        rounding = {EpOp.REQUANT: ("a", INT8), EpOp.GELU: ("b", INT24),
-                    EpOp.SOFTMAX: ("a", INT24), EpOp.LAYERNORM: ("a", INT16)}
-        sels = st.decoded(sch.RND - 1, lambda ctl: Cat(ctl.op == op for op in rounding),
-                          len(rounding), name="rnd_op")
-        for i, sel in enumerate(sels):
-            parts = [Cat(*round_parts(getattr(p[i], field), *limits))
-                     for field, limits in rounding.values()]
-            flags = Cat(s[i].over, s[i].under, s[i].r)
-            m.d.sync += flags.eq(reduce(operator.or_, (part & sel[k].replicate(len(part))
-                                                       for k, part in enumerate(parts))))
-            w = p[i].a
+        for i in range(sch.lanes):
+            v, w = p[i].v, p[i].a
+            m.d.sync += [s[i].over.eq(v >= over_at[i]), s[i].under.eq(v <= under_at[i]),
+                         s[i].r.eq(rounded(v, *INT24))]
             # GELU's PHI index is clamp(t + 257, 0, 513) (see PHI_ROM): t = (w + 1) >> 1, so
             # t + 257 = (w + 515) >> 1, and the limits are compared on w.
             m.d.sync += [s[i].ir.eq((w[:11] + 515)[1:11]), s[i].ihi.eq(w >= 511),
