@@ -115,16 +115,18 @@ class RowStats(wiring.Component):
                      slot_m.eq(Mux(ahead.slot, smx_m[1], smx_m[0]))]
         row_m = Signal(signed(17), reset_less=True)         # the row's M, a cycle late
         row_end = Signal(2)                                 # ... and its slot, one-hot
-        # M grows where c_max > m_run: a compare's carry out, beside the subtraction rather
-        # than a test of its 18 bits after it
-        grows, grow = Signal(), Signal(signed(18))
-        new = Mux(grows, c_max, m_run)
-        m.d.comb += [grows.eq(c_max > m_run), grow.eq(c_max - m_run), self.o_dm.eq(row_dm)]
+        # M takes c_max where c_max >= m_run (where they are equal either is M, and the growth
+        # 0): the sign of the subtraction, the top sum bit of its carry chain, rather than a
+        # compare's carry out or a test of the difference's 18 bits (a timing choice)
+        grow = Signal(signed(18))
+        takes = ~grow[-1]
+        new = Mux(takes, c_max, m_run)
+        m.d.comb += [grow.eq(c_max - m_run), self.o_dm.eq(row_dm)]
         m.d.sync += [row_m.eq(new), row_end.eq(0)]
         lanes = range(sch.lanes)
         with m.If(fp):
             m.d.sync += [m_run.eq(Mux(c.last, -(1 << 15), new)),
-                         row_dm.eq(Mux(grows, grow, 0)),
+                         row_dm.eq(Mux(takes, grow, 0)),
                          row_end.eq(Mux(c.last, 1 << c.slot, 0))]
             m.d.sync += [acc_lanes[i].m.eq(new) for i in lanes]
         with m.Else():
