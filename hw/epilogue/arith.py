@@ -22,6 +22,9 @@ __all__ = [
     "INT16",
     "INT24",
     "TILE",
+    "at_least",
+    "at_most",
+    "biased",
     "clamp",
     "coarse",
     "fine",
@@ -62,7 +65,26 @@ def round_parts(w, lo, hi):
     """The parts of ``clamp((w + 1) >> 1, lo, hi)`` that need ``w``: ``(over, under, r)``, the
     compares beside the add (:func:`round_limits`), and the add only as wide as ``[lo, hi]``."""
     over, under = round_limits(lo, hi)
-    return w >= over, w <= under, rounded(w, lo, hi)
+    return at_least(w, over), at_most(w, under), rounded(w, lo, hi)
+
+
+def biased(value, width):
+    """The signed ``value``, sign-extended to ``width`` bits, in offset binary (its top bit
+    inverted), an unsigned value: ``a >= b`` exactly when ``biased(a, n) >= biased(b, n)``. An
+    unsigned compare is a carry chain's carry out; a signed one also needs the top bits of the
+    sum after it."""
+    wide = Cat(value, value[-1].replicate(width - len(value)))
+    return Cat(wide[:width - 1], ~wide[width - 1])
+
+
+def at_least(value, bound):
+    """``value >= bound`` for a signed ``value``, as an unsigned compare (:func:`biased`)."""
+    return biased(value, len(value)) >= bound + (1 << (len(value) - 1))
+
+
+def at_most(value, bound):
+    """``value <= bound`` for a signed ``value``, as an unsigned compare (:func:`biased`)."""
+    return biased(value, len(value)) <= bound + (1 << (len(value) - 1))
 
 
 def pick(over, under, r, lo, hi):

@@ -28,7 +28,7 @@ from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import PROB_SCALE, RECIP_SHIFT
 from ..isa import EpOp, ParamsLayout
-from .arith import INT8, TILE, coarse, fine, pick, product, round_parts
+from .arith import INT8, TILE, at_least, at_most, coarse, fine, pick, product, round_parts
 from .lanes import Stages
 from .schedule import E_LANE, Schedule, SlotStats, lane_layout, row_layout, stage_signature
 
@@ -163,8 +163,8 @@ class Back(wiring.Component):
             # GELU: sat8(rshift_round(q, 24)); the limits compared on q beside a narrow add
             m.d.sync += [
                 s[i].q.eq(coarse(q, p[i].gs)), s[i].gsf.eq(p[i].gs[:3]),
-                s[i].over.eq(q >= (1 << 31) - (1 << 23)),
-                s[i].under.eq(q < -(1 << 31) - (1 << 23)),
+                s[i].over.eq(at_least(q, (1 << 31) - (1 << 23))),
+                s[i].under.eq(at_most(q, -(1 << 31) - (1 << 23) - 1)),
                 s[i].r.eq((q[:32] + (1 << 23))[24:32]),
             ]
         gelu_done = st.decoded(k + 2, lambda ctl: ctl.op == EpOp.GELU, name="gelu_done")

@@ -34,7 +34,8 @@ from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import PHI_TABLE, SOFTMAX_FRAC
 from ..isa import EpOp, ParamsLayout
-from .arith import INT8, INT16, INT24, coarse, fine, pick, product, round_limits, rounded
+from .arith import (INT8, INT16, INT24, at_least, at_most, biased, coarse, fine, pick, product,
+                    round_limits, rounded)
 from .lanes import Stages
 from .schedule import PRE_LANE, Schedule, beat_layout, lane_layout, stage_signature
 
@@ -162,12 +163,15 @@ class Front(wiring.Component):
             m.d.sync += [s[i].a.eq(coarse(p[i].a << 1, p[i].sh)),
                          s[i].v.eq(coarse(p[i].v << 1, p[i].shv)),
                          s[i].shf.eq(p[i].sh[:3]), s[i].shfv.eq(p[i].shv[:3])]
-        p, s = s, st(sch.SHF, a=signed(50), v=signed(51))
+        # v in offset binary, and the op's limits (round_limits of its range) in registers of
+        # each lane's own, decoded a stage ahead: each flag is one unsigned compare of two
+        # registers, a carry chain's carry out (a timing choice); one add at the widest range
+        # serves every op (the narrower results are its low bits).
+        width = len(s[0].v)
+        p, s = s, st(sch.SHF, a=signed(50), v=unsigned(width))
         for i in range(sch.lanes):
-            m.d.sync += [s[i].a.eq(fine(p[i].a, p[i].shf)), s[i].v.eq(fine(p[i].v, p[i].shfv))]
-        # Each op's limits (round_limits of its range) in registers of each lane's own, decoded
-        # a stage ahead, so each flag is one compare of two registers (a timing choice); one
-        # add at the widest range serves every op (the narrower results are its low bits).
+            m.d.sync += [s[i].a.eq(fine(p[i].a, p[i].shf)),
+                         s[i].v.eq(biased(fine(p[i].v, p[i].shfv), width))]
         ranges = {EpOp.REQUANT: INT8, EpOp.GELU: INT24, EpOp.SOFTMAX: INT24,
                   EpOp.LAYERNORM: INT16}
         over_at, under_at = (
@@ -178,12 +182,13 @@ class Front(wiring.Component):
         p, s = s, st(sch.RND, over=1, under=1, r=signed(25), ir=unsigned(10), ihi=1, ilo=1)
         for i in range(sch.lanes):
             v, w = p[i].v, p[i].a
-            m.d.sync += [s[i].over.eq(v >= over_at[i]), s[i].under.eq(v <= under_at[i]),
+            m.d.sync += [s[i].over.eq(v >= biased(over_at[i], width)),
+                         s[i].under.eq(v <= biased(under_at[i], width)),
                          s[i].r.eq(rounded(v, *INT24))]
             # GELU's PHI index is clamp(t + 257, 0, 513) (see PHI_ROM): t = (w + 1) >> 1, so
             # t + 257 = (w + 515) >> 1, and the limits are compared on w.
-            m.d.sync += [s[i].ir.eq((w[:11] + 515)[1:11]), s[i].ihi.eq(w >= 511),
-                         s[i].ilo.eq(w <= -514)]
+            m.d.sync += [s[i].ir.eq((w[:11] + 515)[1:11]), s[i].ihi.eq(at_least(w, 511)),
+                         s[i].ilo.eq(at_most(w, -514))]
 
     def _saturate(self, m, st):
         """SAT: the saturated results; the PHI lookup. Returns the PHI read ports' data."""

@@ -1,0 +1,64 @@
+"""The epilogue's compare helpers (``bertaccel.hw.epilogue.arith``) against Python's integers:
+every value of a narrow signed signal, against every bound in its range or every value of a
+narrower one."""
+
+import itertools
+
+from amaranth import Module, Signal, signed
+from amaranth.sim import Simulator
+
+from bertaccel.hw.epilogue.arith import at_least, at_most, biased
+
+__all__ = []
+
+WIDTH = 5
+
+
+def span(width):
+    """Every value of a ``width``-bit signed signal."""
+    return range(-(1 << (width - 1)), 1 << (width - 1))
+
+
+def evaluate(signals, exprs, cases):
+    """The values of ``exprs`` (a dict of name: expression) with ``signals`` set to each of
+    ``cases`` (tuples), as ``{case: {name: value}}``."""
+    m = Module()
+    outs = {name: Signal(len(expr), name=name) for name, expr in exprs.items()}
+    m.d.comb += [outs[name].eq(expr) for name, expr in exprs.items()]
+    seen = {}
+
+    async def bench(ctx):
+        for case in cases:
+            for signal, value in zip(signals, case):
+                ctx.set(signal, value)
+            seen[case] = {name: ctx.get(out) for name, out in outs.items()}
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    return seen
+
+
+def test_at_least_at_most_every_bound():
+    a = Signal(signed(WIDTH))
+    exprs = {}
+    for bound in span(WIDTH):
+        exprs[f"ge{bound - min(span(WIDTH))}"] = at_least(a, bound)
+        exprs[f"le{bound - min(span(WIDTH))}"] = at_most(a, bound)
+    seen = evaluate([a], exprs, [(value,) for value in span(WIDTH)])
+    for (value,), flags in seen.items():
+        for bound in span(WIDTH):
+            key = bound - min(span(WIDTH))
+            assert flags[f"ge{key}"] == (value >= bound), (value, bound)
+            assert flags[f"le{key}"] == (value <= bound), (value, bound)
+
+
+def test_biased_orders_two_widths_as_signed():
+    """A wide value against a narrower register, both biased to one width wider than either
+    (as the front's RND stage compares a lane's field with its limit registers)."""
+    a, b = Signal(signed(WIDTH)), Signal(signed(WIDTH - 2))
+    wide = WIDTH + 3
+    exprs = {"ge": biased(a, wide) >= biased(b, wide), "le": biased(a, wide) <= biased(b, wide)}
+    cases = list(itertools.product(span(WIDTH), span(WIDTH - 2)))
+    for (x, y), flags in evaluate([a, b], exprs, cases).items():
+        assert (flags["ge"], flags["le"]) == (x >= y, x <= y), (x, y)
