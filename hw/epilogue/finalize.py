@@ -77,7 +77,8 @@ class Finalize(wiring.Component):
         m.d.sync += [f1_top.eq(msb(a)), f1_a.eq(a), f1_p.eq(p)]
         f2_mant = Signal(RECIP_BITS + 1, reset_less=True)
         f2_k = Signal(SlotStats["k"].shape, reset_less=True)          # S = mant * 2**(k - 13)
-        m.d.sync += [f2_mant.eq(f1_a >> (f1_top - RECIP_BITS)[:len(f1_top)]),
+        # A >> (top - 13) as (A << 13) >> top: one barrel shift, no subtraction in front of it
+        m.d.sync += [f2_mant.eq((f1_a << RECIP_BITS) >> f1_top),
                      f2_k.eq(f1_top - f1_p)]
         f4_r = recip_table(m, f2_mant[:RECIP_BITS], platform)
         f3_k = delay(m, f2_k, 1, name="smx_k")
