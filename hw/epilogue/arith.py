@@ -28,6 +28,7 @@ __all__ = [
     "clamp",
     "coarse",
     "fine",
+    "greater",
     "msb",
     "pick",
     "product",
@@ -85,6 +86,12 @@ def at_least(value, bound):
 def at_most(value, bound):
     """``value <= bound`` for a signed ``value``, as an unsigned compare (:func:`biased`)."""
     return biased(value, len(value)) <= bound + (1 << (len(value) - 1))
+
+
+def greater(a, b):
+    """``a > b`` for two signed values, as an unsigned compare (:func:`biased`)."""
+    width = max(len(a), len(b))
+    return biased(a, width) > biased(b, width)
 
 
 def pick(over, under, r, lo, hi):

@@ -7,7 +7,7 @@ import itertools
 from amaranth import Module, Signal, signed
 from amaranth.sim import Simulator
 
-from bertaccel.hw.epilogue.arith import at_least, at_most, biased
+from bertaccel.hw.epilogue.arith import at_least, at_most, biased, greater
 
 __all__ = []
 
@@ -55,10 +55,13 @@ def test_at_least_at_most_every_bound():
 
 def test_biased_orders_two_widths_as_signed():
     """A wide value against a narrower register, both biased to one width wider than either
-    (as the front's RND stage compares a lane's field with its limit registers)."""
+    (as the front's RND stage compares a lane's field with its limit registers); ``greater``
+    of the two."""
     a, b = Signal(signed(WIDTH)), Signal(signed(WIDTH - 2))
     wide = WIDTH + 3
-    exprs = {"ge": biased(a, wide) >= biased(b, wide), "le": biased(a, wide) <= biased(b, wide)}
+    exprs = {"ge": biased(a, wide) >= biased(b, wide), "le": biased(a, wide) <= biased(b, wide),
+             "gt": greater(a, b), "lt": greater(b, a)}
     cases = list(itertools.product(span(WIDTH), span(WIDTH - 2)))
     for (x, y), flags in evaluate([a, b], exprs, cases).items():
         assert (flags["ge"], flags["le"]) == (x >= y, x <= y), (x, y)
+        assert (flags["gt"], flags["lt"]) == (x > y, x < y), (x, y)
