@@ -34,8 +34,8 @@ from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import PHI_TABLE, SOFTMAX_FRAC
 from ..isa import EpOp, ParamsLayout
-from .arith import (INT8, INT16, INT24, at_least, at_most, biased, coarse, fine, pick, product,
-                    round_limits, rounded)
+from .arith import (INT8, INT16, INT24, at_least, at_most, biased, coarse, fine, greater, pick,
+                    product, round_limits, rounded)
 from .lanes import Stages
 from .schedule import PRE_LANE, Schedule, beat_layout, lane_layout, stage_signature
 
@@ -59,8 +59,9 @@ class Front(wiring.Component):
         Stage IN.
     params : In(ParamsLayout)
     o_lanes : Out(stage_signature(schedule, lane_layout(schedule, PRE_LANE)))
-        Stage PRE. REQUANT's result is in ``carry.out`` (RAW's accumulator value too), GELU's
-        phi in ``carry.coef.m`` and LAYERNORM's gamma and beta + 128 in ``carry.coef``.
+        Stage PRE. REQUANT's result is in ``carry.out`` (RAW's accumulator value too),
+        LAYERNORM's gamma and beta + 128 in ``carry.coef``, GELU's phi in ``phi`` (for
+        ``carry.coef.m`` a stage later: :class:`~.stats.RowStats`).
     o_busy_next : Out(1)
         A sub-beat will be in one of stages ADD to PRE next cycle.
     """
@@ -226,8 +227,9 @@ class Front(wiring.Component):
             if i % 2 == 0:
                 # the max tree's first level as a compare of registers, beside the ceiling
                 # rather than after it (a timing choice)
-                m.d.sync += s[i].gt.eq(p[i].a > p[i + 1].a)
+                m.d.sync += s[i].gt.eq(greater(p[i].a, p[i + 1].a))
             m.d.comb += s[i].v2.eq(product(m, v, v, name=f"pre_v2{i}", platform=platform))
-            # block RAM straight into a register: no logic after its slow clk-to-q
-            with m.If(c.op == EpOp.GELU):
-                m.d.sync += s[i].carry.coef.m.eq(phi[i])
+            # Block RAM straight into a register of its own, loaded every cycle: an ECP5 flow
+            # moves it into the RAM as its output register (fpga/ramreg.py), and the choice of
+            # the carry waits a stage (RowStats), a timing choice.
+            m.d.sync += [s[i].phi.eq(phi[i]), s[i].gelu.eq(c.op == EpOp.GELU)]

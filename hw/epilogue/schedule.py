@@ -196,8 +196,11 @@ Carry = data.UnionLayout({
 #: A lane in stage PRE, where the front ends: ``a`` is GELU's z, SOFTMAX's t or LAYERNORM's v;
 #: ``c`` SOFTMAX's ceil(t / 4096) and ``v2`` LAYERNORM's v * v, the leaves of the lane trees;
 #: ``gt`` (even lanes) whether this lane's t exceeds the next lane's, which picks the larger c
-#: in the max tree's first level (ceil is monotonic, so the larger t has the larger c).
-PRE_LANE = {"a": signed(24), "c": signed(17), "v2": unsigned(31), "gt": 1}
+#: in the max tree's first level (ceil is monotonic, so the larger t has the larger c);
+#: ``phi`` the PHI table's read, a register of the table's data alone, and ``gelu`` whether
+#: it is the sub-beat's (GELU's phi goes into ``carry.coef.m`` a stage later).
+PRE_LANE = {"a": signed(24), "c": signed(17), "v2": unsigned(31), "gt": 1, "phi": unsigned(17),
+            "gelu": 1}
 #: A lane in a stage where it only waits (for a tree over the lanes, or for BIND).
 WAIT_LANE = {"a": signed(24)}
 #: A lane in stage ACC: ``m`` is SOFTMAX's running maximum M (a copy in every lane).

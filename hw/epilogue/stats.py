@@ -17,7 +17,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..isa import EpOp
-from .arith import tree
+from .arith import greater, tree
 from .lanes import Stages
 from .schedule import (
     ACC_LANE,
@@ -33,7 +33,7 @@ __all__ = ["RowStats"]
 
 class RowStats(wiring.Component):
     """Stages PRE + 1 to ACC: the lanes wait while the trees reduce them, and the row
-    statistics accumulate.
+    statistics accumulate; GELU's phi joins its lane's carry in stage PRE + 1.
 
     Parameters
     ----------
@@ -77,6 +77,9 @@ class RowStats(wiring.Component):
         st.wait(sch.ACC)
         self._running_max(m, st, c_max)
         self._sums(m, st, v_sum, v2_sum)
+        for i in range(sch.lanes):                  # GELU's phi, from the PHI table's register
+            with m.If(pre[i].gelu):
+                m.d.sync += st.lanes[sch.PRE + 1][i].carry.coef.m.eq(pre[i].phi)
         st.drive(self.o_lanes)
         m.d.comb += self.o_busy_next.eq(st.busy_next())
         return m
@@ -88,8 +91,8 @@ class RowStats(wiring.Component):
         first = [Signal(signed(17), name=f"cmax_l1_{i // 2}", reset_less=True) for i in pairs]
         m.d.sync += [node.eq(Mux(pre[i].gt, pre[i].c, pre[i + 1].c))
                      for node, i in zip(first, pairs)]
-        return tree(m, first, lambda a, b: Mux(a > b, a, b), lambda _: signed(17), name="cmax",
-                    below=1)
+        return tree(m, first, lambda a, b: Mux(greater(a, b), a, b),
+                    lambda _: signed(17), name="cmax", below=1)
 
     def _running_max(self, m, st, c_max):
         """ACC, SOFTMAX: the running maximum M, into every lane and at a row's end its slot."""

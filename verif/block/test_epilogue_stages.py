@@ -402,28 +402,32 @@ def front_expected(item, lanes):
     p1, p2 = i64([pm["p1"] for pm in beat["pm"]]), i64([pm["p2"] for pm in beat["pm"]])
     valid = i64([(lane_valid >> i) & 1 for i in range(lanes)]).bool()
     x = acc + bias
+    no_phi = torch.zeros(lanes, dtype=torch.long)
     if op == EpOp.RAW:
-        return {"carry.out": acc}
+        return {"carry.out": acc, "gelu": no_phi}
     if op == EpOp.REQUANT:
         per_column = prm["flags"] & 1
         mul, shift = (p1, p2 & 63) if per_column else (prm["mul0"], prm["shift0"])
-        return {"carry.out": intops.requant(acc.view(1, -1), bias=bias, mul=mul, shift=shift)[0]}
+        return {"carry.out": intops.requant(acc.view(1, -1), bias=bias, mul=mul, shift=shift)[0],
+                "gelu": no_phi}
     if op == EpOp.GELU:
         scales = {"gmul": prm["mul0"], "gshift": prm["shift0"], "omul": prm["mul1"] & 0xFFFF,
                   "oshift": prm["shift1"]}
         z, phi = gelu_parts(x, **scales)
         check_gelu_parts(z, phi, acc, bias, **scales)
-        return {"a": z, "carry.coef.m": phi}
+        return {"a": z, "phi": phi, "gelu": no_phi + 1}
     if op == EpOp.SOFTMAX:
         t = sat(intops.rshift_round(sat(x, 32) * prm["mul0"], prm["shift0"]), 24)
         t = torch.where(valid, t, T_PAD)
         pairs = torch.stack([t[0::2] > t[1::2], torch.zeros(len(t) // 2, dtype=torch.bool)], 1)
-        return {"a": t, "c": (t + ONE - 1) >> intops.SOFTMAX_FRAC, "gt": pairs.flatten().long()}
+        return {"a": t, "c": (t + ONE - 1) >> intops.SOFTMAX_FRAC, "gt": pairs.flatten().long(),
+                "gelu": no_phi}
     res = i64(beat["res"])
     v = sat(intops.rshift_round(x * prm["mul0"] + res * prm["mul1"], prm["shift0"]), 16)
     v = torch.where(valid, v, 0)
     return {"a": v, "v2": v * v, "carry.coef.m": torch.where(p1 >= 1 << 15, p1 - (1 << 16), p1),
-            "carry.coef.beta": torch.where(p2 >= 1 << 15, p2 - (1 << 16), p2) + 128}
+            "carry.coef.beta": torch.where(p2 >= 1 << 15, p2 - (1 << 16), p2) + 128,
+            "gelu": no_phi}
 
 
 def lane_fields(out, lanes, names):
@@ -555,6 +559,7 @@ def stats_items(rng, cfg, store_list):
             a16 = (a + (1 << 15)) % (1 << 16) - (1 << 15)
             lane = [{"a": int(a[i]), "c": int((a[i] + ONE - 1) >> intops.SOFTMAX_FRAC),
                      "v2": int(a16[i] ** 2), "gt": int(i % 2 == 0 and a[i] > a[i + 1]),
+                     "phi": rng.getrandbits(17), "gelu": int(op == EpOp.GELU),
                      "carry": carry_bits(rng)} for i in range(lanes)]
             items.append({"in": {"ctl": sub["ctl"], "lanes": lane}, "op": op, "sub": sub,
                           "row": rows[sub["row"]]})
@@ -577,10 +582,16 @@ def test_row_stats(preset):
     sums_at = {}
     for t, item, record in zip(at, items, outs):
         sub, row, out = item["sub"], item["row"], record["out"]
-        got = lane_fields(out, lanes, ["a", "m", "carry.out"])
+        got = lane_fields(out, lanes, ["a", "m", "carry.out", "carry.coef.m"])
         lanes_in = item["in"]["lanes"]
         assert torch.equal(got["a"], i64([lane["a"] for lane in lanes_in]))
-        assert torch.equal(got["carry.out"], i64([lane["carry"]["out"] for lane in lanes_in]))
+        if item["op"] == EpOp.GELU:         # phi joins the carry, beside beta
+            assert torch.equal(got["carry.coef.m"], i64([lane["phi"] for lane in lanes_in]))
+            assert torch.equal(got["carry.out"] >> 18,
+                               i64([lane["carry"]["out"] >> 18 for lane in lanes_in]))
+        else:
+            assert torch.equal(got["carry.out"],
+                               i64([lane["carry"]["out"] for lane in lanes_in]))
         if item["op"] == EpOp.SOFTMAX:
             want = row["m_run"][sub["j"]] if not sub["second"] else row["m"]
             assert got["m"].tolist() == [want] * lanes, (t, sub, got["m"], want)
