@@ -20,13 +20,14 @@ flow) already has synchronous ports, which then keep their defined answer and ge
 multiplexer; such a flow runs :data:`RTLIL_NO_RW_CHECK` after reading the design.
 """
 
-from amaranth import Module, signed
+from amaranth import Cat, Module, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import Out
 
+from .dsp import uses_ecp5_dsp
 from .isa import PmemWord
 
-__all__ = ["Scratchpad", "Accumulator", "ParamMemory", "RTLIL_NO_RW_CHECK"]
+__all__ = ["Scratchpad", "Accumulator", "ParamMemory", "RTLIL_NO_RW_CHECK", "rom"]
 
 #: yosys: a read of the row written in the same cycle may return anything (module docstring).
 _RAM_ATTRS = {"no_rw_check": 1}
@@ -113,6 +114,30 @@ def _block_ram_slice(depth):
     if 2048 < depth <= 16384:
         return 16384 // depth
     return None
+
+
+def rom(m, values, addr, *, name, platform):
+    """``values[addr]`` a cycle after ``addr``: a table's synchronous read.
+
+    For an ECP5 (``platform``, as :func:`~bertaccel.hw.dsp.uses_ecp5_dsp`) a table deeper than
+    2048 rows is block RAMs side by side, each holding the bits one RAM holds at that depth
+    (:func:`_block_ram_slice`), so no multiplexer follows them and a register of the data
+    alone can become their output register (``fpga/ramreg.py``); elsewhere it is one memory
+    (the same values in the same cycles, and fewer lines of initial values in the Verilog a
+    simulator compiles). The memories are ``m``'s submodules ``<name>0``, ``<name>1``, ...
+    """
+    width = max(values).bit_length()
+    step = (_block_ram_slice(len(values)) if uses_ecp5_dsp(platform) else None) or width
+    parts = []
+    for lo in range(0, width, step):
+        bits = min(step, width - lo)
+        table = m.submodules[f"{name}{lo // step}"] = memory.Memory(
+            shape=unsigned(bits), depth=len(values),
+            init=[value >> lo & ((1 << bits) - 1) for value in values])
+        port = table.read_port()
+        m.d.comb += port.addr.eq(addr)
+        parts.append(port.data)
+    return Cat(*parts)
 
 
 class Accumulator(wiring.Component):

@@ -33,12 +33,13 @@ loop itself is a choice of A, A >> 8, ..., A >> 32 (one-hot, from registers) and
 """
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import memory, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import EXP2_CUTOFF, EXP2_GUARD, EXP2_TABLE, SOFTMAX_FRAC
 from ..dsp import KEEP
 from ..isa import EpOp
+from ..memory import rom
 from ..pipeline import delay
 from .arith import coarse, fine, tree
 from .lanes import Stages
@@ -93,13 +94,13 @@ class Exponent(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         st = Stages(m, self._sch, self.i_lanes, self._sch.U)
-        dm = self._exponentials(m, st)
+        dm = self._exponentials(m, st, platform)
         self._sum(m, st, dm)
         st.drive(self.o_lanes)
         m.d.comb += self.o_busy_next.eq(st.busy_next())
         return m
 
-    def _exponentials(self, m, st):
+    def _exponentials(self, m, st, platform):
         """U, EXP, EREG, ESH, E: e = rshift_round(EXP2[u & 4095] << 4, u >> 12), u = 4096*M -
         t. Returns the growth of M, registered beside U and limited to 63."""
         sch, lanes, frac = self._sch, range(self._sch.lanes), SOFTMAX_FRAC
@@ -116,13 +117,7 @@ class Exponent(wiring.Component):
                          s[i].zero.eq(~c.lane_valid[i] | u[frac + _Q_WIDTH:].any()
                                       | (q >= EXP2_CUTOFF))]
         p, s = s, st(sch.EXP, a=signed(24), q=unsigned(_Q_WIDTH), zero=1)
-        exp2 = []
-        for i in lanes:
-            rom = m.submodules[f"exp2_{i}"] = memory.Memory(
-                shape=unsigned(_EXP2_WIDTH), depth=len(EXP2_TABLE), init=EXP2_TABLE)
-            port = rom.read_port()
-            m.d.comb += port.addr.eq(p[i].f)
-            exp2.append(port.data)
+        exp2 = [rom(m, EXP2_TABLE, p[i].f, name=f"exp2_{i}_", platform=platform) for i in lanes]
         s = st(sch.EREG, a=signed(24), q=unsigned(_Q_WIDTH), zero=1, r=unsigned(_EXP2_WIDTH))
         for i in lanes:
             m.d.sync += s[i].r.eq(exp2[i])      # block RAM straight into a register

@@ -19,8 +19,8 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import MAX_ROW, RECIP_BITS, RECIP_TABLE, RSQRT_TABLE
-from ..dsp import uses_ecp5_dsp
 from ..isa import ParamsLayout
+from ..memory import rom
 from ..pipeline import delay, delay_line
 from .arith import msb, sum_shifted, tiles
 from .schedule import LayerNormSums, Schedule, SlotStats, SoftmaxSums
@@ -156,21 +156,7 @@ class Finalize(wiring.Component):
 
 
 def recip_table(m, addr, platform):
-    """``RECIP_TABLE[addr]`` two cycles after ``addr``: the table, then a register of its data
-    alone, which synthesis moves into the block RAMs (:mod:`bertaccel.fpga.ramreg`). For an
-    ECP5 (``platform``, as :func:`~bertaccel.hw.dsp.uses_ecp5_dsp`) the table is RAMs of 8192 x
-    2 bits side by side, one DP16KD each, so no multiplexer sits between them and that
-    register; elsewhere one memory (the same values in the same cycles, with a ninth of the
-    lines of initial values in the Verilog a simulator compiles)."""
-    width = SlotStats["r"].shape.width
-    step = 2 if uses_ecp5_dsp(platform) else width
-    parts = []
-    for lo in range(0, width, step):
-        bits = min(step, width - lo)
-        rom = m.submodules[f"recip{lo // step}"] = memory.Memory(
-            shape=unsigned(bits), depth=len(RECIP_TABLE),
-            init=[value >> lo & ((1 << bits) - 1) for value in RECIP_TABLE])
-        port = rom.read_port()
-        m.d.comb += port.addr.eq(addr)
-        parts.append(port.data)
-    return delay(m, Cat(*parts), 1, name="recip")
+    """``RECIP_TABLE[addr]`` two cycles after ``addr``: the table (:func:`~..memory.rom`: for
+    an ECP5, RAMs of 8192 x 2 bits side by side, one DP16KD each), then a register of its data
+    alone, which synthesis moves into the block RAMs (:mod:`bertaccel.fpga.ramreg`)."""
+    return delay(m, rom(m, RECIP_TABLE, addr, name="recip", platform=platform), 1, name="recip")

@@ -18,7 +18,8 @@ cycle that :class:`~bertaccel.hw.epilogue.Schedule` gives:
   N * rsq and S1 * rsq, into the right slot in the cycle the schedule gives;
 * the back: whole rows of ``intops.softmax``, ``intops.layernorm`` and ``intops.gelu`` results,
   from the intermediate values and the slot statistics;
-* the outlet: output rows in order under random backpressure, its credits and busy flag.
+* the outlet: output rows in order under random backpressure, its credits and busy flag;
+* the RECIP and EXP2 tables, portable and as an ECP5's side-by-side block RAMs.
 
 The references of the intermediate values (:func:`softmax_row`, :func:`layernorm_row`,
 :func:`gelu_parts`) restate golden's steps, and every row they make is checked against the golden
@@ -43,6 +44,7 @@ from bertaccel.hw.epilogue import Schedule
 from bertaccel.hw.epilogue.back import Back
 from bertaccel.hw.epilogue.exponent import Exponent
 from bertaccel.hw.epilogue.finalize import Finalize, recip_table
+from bertaccel.hw.memory import rom
 from bertaccel.hw.epilogue.front import Front
 from bertaccel.hw.epilogue.intake import Intake
 from bertaccel.hw.epilogue.outlet import Outlet
@@ -767,30 +769,41 @@ def test_finalize(preset):
     assert len(writes) > 20
 
 
+TABLES = {
+    # name: (table, its read a cycle or two after the address)
+    "recip": (intops.RECIP_TABLE, lambda m, addr, platform: recip_table(m, addr, platform), 2),
+    "exp2": (intops.EXP2_TABLE,
+             lambda m, addr, platform: rom(m, intops.EXP2_TABLE, addr, name="exp2",
+                                           platform=platform), 1),
+}
+
+
 @pytest.mark.parametrize("platform", [None, ECP5], ids=["portable", "ecp5"])
-def test_recip_table(platform):
-    """RECIP_TABLE[addr] two cycles after addr, the same in the portable form (one memory) and
-    the ECP5 one (2-bit slices): every entry's edges and random addresses, one a cycle."""
-    rng = make_rng("recip", "ecp5" if platform else "portable")
+@pytest.mark.parametrize("name", TABLES)
+def test_table(name, platform):
+    """RECIP_TABLE[addr] two cycles after addr, EXP2_TABLE[addr] one, the same in the portable
+    form (one memory) and the ECP5 one (slices of one block RAM's width): every entry's edges
+    and random addresses, one a cycle."""
+    table, read, latency = TABLES[name]
+    rng = make_rng(name, "ecp5" if platform else "portable")
 
     class Table(Elaboratable):
         def __init__(self):
-            self.addr = Signal(intops.RECIP_BITS)
-            self.data = Signal(max(intops.RECIP_TABLE).bit_length())
+            self.addr = Signal(range(len(table)))
+            self.data = Signal(max(table).bit_length())
 
         def elaborate(self, _):
             m = Module()
-            m.d.comb += self.data.eq(recip_table(m, self.addr, platform))
+            m.d.comb += self.data.eq(read(m, self.addr, platform))
             return m
     dut = Table()
-    table = intops.RECIP_TABLE
     addrs = [0, 1, len(table) - 1] + [rng.randrange(len(table)) for _ in range(200)]
 
     def step(ctx, t):
         ctx.set(dut.addr, addrs[t] if t < len(addrs) else 0)
         return ctx.get(dut.data)
-    got = simulate(dut, step, len(addrs) + 2)
-    assert got[2:] == [table[a] for a in addrs]
+    got = simulate(dut, step, len(addrs) + latency)
+    assert got[latency:] == [table[a] for a in addrs]
 
 
 # -- the back ----------------------------------------------------------------------------------
