@@ -122,19 +122,20 @@ class Exponent(wiring.Component):
         for i in lanes:
             m.d.sync += s[i].r.eq(exp2[i])      # block RAM straight into a register
         # The rounding shift as arith's ((2v >> q) + 1) >> 1, with v = EXP2 << 4; a zero e is
-        # a zero w, which rounds to 0 (so stage E is a shift and an add).
-        p, s = s, st(sch.ESH, a=signed(24), q=unsigned(3),
-                     w=unsigned(_EXP2_WIDTH + EXP2_GUARD + 1))
+        # a zero w, which rounds to 0 (so stage E is a shift and an add). A lane of another op
+        # goes through the same shift and add as 2a >> 0, which rounds to a: the choice of the
+        # op is made here, by a register a lane, and stage E has no multiplexer after its add
+        # (a timing choice).
+        takes = st.decoded(sch.ESH - 1, lambda ctl: ctl.op == EpOp.SOFTMAX, name="e_takes")
+        width = len(st.lanes[sch.ESH - 1][0].a) + 1
+        p, s = s, st(sch.ESH, q=unsigned(3), w=signed(width))
         for i in lanes:
-            w = coarse(p[i].r << (EXP2_GUARD + 1), p[i].q)
-            m.d.sync += [s[i].w.eq(Mux(p[i].zero, 0, w)), s[i].q.eq(p[i].q[:3])]
-        # Whether a lane takes e in stage E, a register a lane: no one net reaches every
-        # lane's E registers across the DSP rows.
-        takes = st.decoded(sch.E - 1, lambda ctl: ctl.op == EpOp.SOFTMAX, name="e_takes")
+            e = Mux(p[i].zero, 0, coarse(p[i].r << (EXP2_GUARD + 1), p[i].q))
+            m.d.sync += [s[i].w.eq(Mux(takes[i], e, p[i].a << 1)),
+                         s[i].q.eq(Mux(takes[i], p[i].q[:3], 0))]
         p, s = s, st(sch.E, **E_LANE)
         for i in lanes:
-            with m.If(takes[i]):
-                m.d.sync += s[i].a.eq((fine(p[i].w, p[i].q) + 1)[1:E_WIDTH + 1])
+            m.d.sync += s[i].a.eq((fine(p[i].w, p[i].q) + 1)[1:width])
         return dm
 
     def _sum(self, m, st, dm):
