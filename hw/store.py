@@ -84,19 +84,18 @@ class StoreUnit(wiring.Component):
         m.d.comb += epilogue.params.eq(params)
 
         drain = _Drain()
-        issue, room, none_out = self._credit(m, epilogue.o_taken, drain)
+        issue, none_out = self._credit(m, epilogue.o_taken, drain)
         tags = self._assemble(m, epilogue.i_beat, issue["ctl"])
         last = self._walk(m, drain, issue, params, tags)
         # The STORE's registers load after the walk's updates, so an accept wins over them.
-        self._accept(m, drain, last, room, none_out, epilogue.o_busy, params)
+        self._accept(m, drain, last, none_out, epilogue.o_busy, params)
         m.d.comb += self.o_busy.eq(drain.active | ~none_out | epilogue.o_busy)
         return m
 
     def _credit(self, m, taken, s):
-        """``(issue, room, none_out)``: whether a beat's reads are issued this cycle (a dict of
-        copies, one for each group of registers the issue enables: :data:`_ISSUE_GROUPS`),
-        whether one may be (the control's copy of `room`), and whether no beat is read and not
-        yet taken by the epilogue.
+        """``(issue, none_out)``: whether a beat's reads are issued this cycle (a dict of
+        copies, one for each group of registers the issue enables: :data:`_ISSUE_GROUPS`), and
+        whether no beat is read and not yet taken by the epilogue.
 
         A read is issued only while fewer than FIFO_DEPTH beats are read and not yet taken
         (``taken``: the epilogue's ``o_taken``), so the epilogue's queue always has room for
@@ -121,7 +120,7 @@ class StoreUnit(wiring.Component):
         with m.Elif(fewer):
             m.d.sync += [outstanding.eq(outstanding - 1), none_out.eq(outstanding == 1)]
             m.d.sync += [room.eq(1) for room in rooms.values()]
-        return issue, rooms["ctl"], none_out
+        return issue, none_out
 
     def _assemble(self, m, into, issue):
         """Put each beat together from the three reads and its tags, into the epilogue's queue
@@ -222,10 +221,12 @@ class StoreUnit(wiring.Component):
             s.set_active(m, 0)
         return last
 
-    def _accept(self, m, drain, last, room, none_out, epilogue_busy, params):
+    def _accept(self, m, drain, last, none_out, epilogue_busy, params):
         """Take the next instruction: a STORE when the unit is free and its tokens allow, a SET
         when everything before it has left the epilogue."""
         instr = self.i_instr.payload
+        pushing = Signal()
+        m.d.comb += pushing.eq(last & drain.push)
         empty = self.i_head.empty
         drained = ~drain.active & none_out & ~epilogue_busy
         # An empty STORE pushes as it is accepted, so it waits for the unit to be idle and never
@@ -235,30 +236,23 @@ class StoreUnit(wiring.Component):
         staged = self._set(m, params)
         self._load(m, drain, free, _row_len(params, staged))
 
-        # Timing: whether the STORE at the head goes, with `active`'s two cases apart so that
-        # no decision of the walk's sits in front of it: an idle unit needs the head's tokens
-        # only; a busy one its last read issued now (`room` and `final`), a head that moves
-        # beats, and room for its own push and the head's (`count + pushing < TOKEN_MAX` from
-        # the channel's room registers).
-        deps = instr.deps
-        ending = room & drain.final & ~empty
-        room_after = Mux(drain.push, self.to_exec.room2, self.to_exec.room)
-        goes = Mux(drain.active, ending & (~deps.push_prev | room_after),
-                   ~deps.push_prev | self.to_exec.room)
         with m.Switch(instr.opcode):
             with m.Case(Opcode.SET):
                 with m.If(self.i_instr.valid & drained):
                     m.d.comb += self.i_instr.ready.eq(1)
                     m.d.sync += staged.setting.eq(1)
             with m.Default():
-                can_pop = ~deps.pop_prev | self.from_exec.avail
-                with m.If(self.i_instr.valid & can_pop & goes):
+                can_pop = ~instr.deps.pop_prev | self.from_exec.avail
+                # Timing: `count + pushing < TOKEN_MAX` from the channel's room registers.
+                can_push = ~instr.deps.push_prev | Mux(pushing, self.to_exec.room2,
+                                                       self.to_exec.room)
+                with m.If(free & self.i_instr.valid & can_pop & can_push):
                     m.d.comb += [
                         self.i_instr.ready.eq(1),
-                        self.from_exec.pop.eq(deps.pop_prev),
+                        self.from_exec.pop.eq(instr.deps.pop_prev),
                     ]
                     with m.If(empty):
-                        m.d.comb += self.to_exec.push.eq(deps.push_prev)
+                        m.d.comb += self.to_exec.push.eq(instr.deps.push_prev)
                         drain.set_active(m, 0)
                     with m.Else():
                         drain.set_active(m, 1)
