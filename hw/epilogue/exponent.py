@@ -127,7 +127,7 @@ class Exponent(wiring.Component):
         # op is made here, by a register a lane, and stage E has no multiplexer after its add
         # (a timing choice).
         takes = st.decoded(sch.ESH - 1, lambda ctl: ctl.op == EpOp.SOFTMAX, name="e_takes")
-        width = len(st.lanes[sch.ESH - 1][0].a) + 1
+        width = len(s[0].a) + 1                  # 2a, a of stage EREG
         p, s = s, st(sch.ESH, q=unsigned(3), w=signed(width))
         for i in lanes:
             e = Mux(p[i].zero, 0, coarse(p[i].r << (EXP2_GUARD + 1), p[i].q))

@@ -44,12 +44,12 @@ from bertaccel.hw.epilogue import Schedule
 from bertaccel.hw.epilogue.back import Back
 from bertaccel.hw.epilogue.exponent import Exponent
 from bertaccel.hw.epilogue.finalize import Finalize, recip_table
-from bertaccel.hw.memory import rom
 from bertaccel.hw.epilogue.front import Front
 from bertaccel.hw.epilogue.intake import Intake
 from bertaccel.hw.epilogue.outlet import Outlet
 from bertaccel.hw.epilogue.stats import RowStats
 from bertaccel.hw.isa import EpOp
+from bertaccel.hw.memory import rom
 
 from verif.helpers import pass_order
 
@@ -396,7 +396,14 @@ def front_sub(rng, sch, lanes):
 
 
 def front_expected(item, lanes):
-    """What stage PRE holds for ``item``, lane by lane: ``{field: tensor}``."""
+    """What stage PRE holds for ``item``, lane by lane: ``{field: tensor}``; ``gelu`` says
+    whether ``phi`` is the sub-beat's."""
+    gelu = int(item["in"]["lanes"]["op"] == EpOp.GELU)
+    return {**front_values(item, lanes), "gelu": torch.full((lanes,), gelu, dtype=torch.long)}
+
+
+def front_values(item, lanes):
+    """The op's values in stage PRE for ``item``, lane by lane: ``{field: tensor}``."""
     beat, prm = item["in"]["lanes"], item["params"]
     op, lane_valid = beat["op"], beat["lane_valid"]
     acc = i64(beat["acc"])
@@ -404,32 +411,28 @@ def front_expected(item, lanes):
     p1, p2 = i64([pm["p1"] for pm in beat["pm"]]), i64([pm["p2"] for pm in beat["pm"]])
     valid = i64([(lane_valid >> i) & 1 for i in range(lanes)]).bool()
     x = acc + bias
-    no_phi = torch.zeros(lanes, dtype=torch.long)
     if op == EpOp.RAW:
-        return {"carry.out": acc, "gelu": no_phi}
+        return {"carry.out": acc}
     if op == EpOp.REQUANT:
         per_column = prm["flags"] & 1
         mul, shift = (p1, p2 & 63) if per_column else (prm["mul0"], prm["shift0"])
-        return {"carry.out": intops.requant(acc.view(1, -1), bias=bias, mul=mul, shift=shift)[0],
-                "gelu": no_phi}
+        return {"carry.out": intops.requant(acc.view(1, -1), bias=bias, mul=mul, shift=shift)[0]}
     if op == EpOp.GELU:
         scales = {"gmul": prm["mul0"], "gshift": prm["shift0"], "omul": prm["mul1"] & 0xFFFF,
                   "oshift": prm["shift1"]}
         z, phi = gelu_parts(x, **scales)
         check_gelu_parts(z, phi, acc, bias, **scales)
-        return {"a": z, "phi": phi, "gelu": no_phi + 1}
+        return {"a": z, "phi": phi}
     if op == EpOp.SOFTMAX:
         t = sat(intops.rshift_round(sat(x, 32) * prm["mul0"], prm["shift0"]), 24)
         t = torch.where(valid, t, T_PAD)
         pairs = torch.stack([t[0::2] > t[1::2], torch.zeros(len(t) // 2, dtype=torch.bool)], 1)
-        return {"a": t, "c": (t + ONE - 1) >> intops.SOFTMAX_FRAC, "gt": pairs.flatten().long(),
-                "gelu": no_phi}
+        return {"a": t, "c": (t + ONE - 1) >> intops.SOFTMAX_FRAC, "gt": pairs.flatten().long()}
     res = i64(beat["res"])
     v = sat(intops.rshift_round(x * prm["mul0"] + res * prm["mul1"], prm["shift0"]), 16)
     v = torch.where(valid, v, 0)
     return {"a": v, "v2": v * v, "carry.coef.m": torch.where(p1 >= 1 << 15, p1 - (1 << 16), p1),
-            "carry.coef.beta": torch.where(p2 >= 1 << 15, p2 - (1 << 16), p2) + 128,
-            "gelu": no_phi}
+            "carry.coef.beta": torch.where(p2 >= 1 << 15, p2 - (1 << 16), p2) + 128}
 
 
 def lane_fields(out, lanes, names):
@@ -771,7 +774,7 @@ def test_finalize(preset):
 
 TABLES = {
     # name: (table, its read a cycle or two after the address)
-    "recip": (intops.RECIP_TABLE, lambda m, addr, platform: recip_table(m, addr, platform), 2),
+    "recip": (intops.RECIP_TABLE, recip_table, 2),
     "exp2": (intops.EXP2_TABLE,
              lambda m, addr, platform: rom(m, intops.EXP2_TABLE, addr, name="exp2",
                                            platform=platform), 1),
