@@ -103,7 +103,7 @@ class Queue(wiring.Component):
         ctl.load(m, next_values)
 
         slots = [Signal(self.width, name=f"slot{i}", reset_less=True) for i in range(2)]
-        heads, filled = [], []
+        heads = []
         for n, start in enumerate(range(0, self.width, CHUNK)):
             part = slice(start, min(start + CHUNK, self.width))
             if n == 0:
@@ -123,23 +123,42 @@ class Queue(wiring.Component):
                 with m.If(copy.fill & (target == i)):
                     m.d.sync += slot[part].eq(r_port.data)
             heads.append(Mux(copy.head, slots[1][part], slots[0][part]))
-            filled.append(r_port.data)
         m.d.comb += self.r_data.eq(Cat(*heads))
         if self.fast.stop > self.fast.start:
-            self._head_bits(m, ctl, slots, Cat(*filled))
+            self._head_bits(m, ctl, slots, stored)
         return m
 
-    def _head_bits(self, m, ctl, slots, filled):
+    def _head_bits(self, m, ctl, slots, stored):
         """The head's ``fast`` bits in a register: after a pop, the spare slot's or the
-        memory's; with no head, the memory's. Both next values (no pop, a pop) are outputs."""
+        memory's; with no head, the memory's. Both next values (no pop, a pop) are outputs.
+
+        Timing: the memory's oldest entry's fast bits are a register too (``oldest``), loaded
+        from a copy of the memory read a pointer ahead (``consume_ahead``) or from the entry
+        written when the memory holds none after this cycle's fill, so ``r_fast_next`` is a
+        choice of registers and no read of a LUT RAM lies in front of a reader's decision."""
         bits = self.fast
-        head_bits = Signal(bits.stop - bits.start, name="head_bits", reset_less=True)
+        width = bits.stop - bits.start
+        behind = self.depth - 1
+        head_bits = Signal(width, name="head_bits", reset_less=True)
+        oldest = Signal(width, name="oldest", reset_less=True)
+        ahead = Signal(range(behind), init=1 % behind, name="consume_ahead")
+        m.submodules.storage_fast = storage = memory.Memory(shape=width, depth=behind, init=[])
+        w_port = storage.write_port()
+        r_port = storage.read_port(domain="comb")
+        m.d.comb += [w_port.addr.eq(ctl.produce), w_port.data.eq(self.w_data[bits]),
+                     w_port.en.eq(self.w_en & ctl.room), r_port.addr.eq(ahead)]
+        with m.If(ctl.fill):
+            m.d.sync += ahead.eq(_next(ahead, behind))
+        # After a fill the oldest entry is the one behind it, or the one written now if the
+        # fill took the last; without a fill it changes only when the memory held none.
+        keeps = Mux(ctl.fill, stored >= 2, ctl.stored)
+        m.d.sync += oldest.eq(Mux(keeps, Mux(ctl.fill, r_port.data, oldest), self.w_data[bits]))
         spare = Mux(ctl.head, slots[0][bits], slots[1][bits])
         for taken in (0, 1):
             pop = ctl.head_valid & taken
             m.d.comb += self.r_fast_next[taken].eq(
                 Mux(pop & ctl.spare_valid, spare,
-                    Mux(ctl.head_valid & ~pop, head_bits, filled[bits])))
+                    Mux(ctl.head_valid & ~pop, head_bits, oldest)))
         m.d.sync += head_bits.eq(self.r_fast_next[self.r_en])
         m.d.comb += self.r_data[bits].eq(head_bits)
 

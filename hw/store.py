@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from .controller import TokenConsumer, TokenProducer
 from .dsp import KEEP
 from .epilogue import Epilogue, beat_layout
+from .epilogue.arith import at_least
 from .epilogue.intake import Intake
 from .isa import FIELD_WIDTH, EpOp, Instr, Opcode, Param, ParamsLayout, PmemWord, StoreHead
 
@@ -170,9 +171,10 @@ class StoreUnit(wiring.Component):
         last = Signal()
         m.d.comb += last.eq(issue["ctl"] & s.final)
 
+        # Timing: each lane's compare is unsigned (`at_least`), a carry chain's carry out.
         lane_valid = Signal(cfg.cols)
         for c in range(cfg.cols):
-            m.d.comb += lane_valid[c].eq(~s.two_pass | (s.lanes_left > c))
+            m.d.comb += lane_valid[c].eq(~s.two_pass | at_least(s.lanes_left, c + 1))
 
         # Timing: the memories read every cycle, at addresses straight from registers: no
         # logic between the issue decision and the block RAMs (tens of them, across the chip).

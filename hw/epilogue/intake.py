@@ -36,7 +36,7 @@ class Intake(wiring.Component):
     Beats wait in a :class:`~bertaccel.hw.queue.Queue` of :data:`QUEUE_DEPTH` entries; the head
     is *taken* when the module's checks allow. Timing: whether the head may be taken (``ready``)
     is a register, decided a cycle ahead from what the queue, the slots, the gap timers and
-    the credits will hold next cycle, once for a take this cycle and once for none, so the
+    the credits will hold next cycle (each entry's :data:`Flags` kept in registers), once for a take this cycle and once for none, so the
     take is an AND of two registers where it reaches the queue's and the store unit's
     control registers.
 
@@ -48,9 +48,12 @@ class Intake(wiring.Component):
     -------
     i_beat : In(stream.Signature(beat_layout(cfg)))
         Into the queue: ``ready`` while it has room for one more.
-    i_credit_next : In(ArrayLayout(1, 2))
-        An output FIFO row will not be promised next cycle, if no beat that produces an output
-        is taken this cycle ([0]) or one is ([1]) (:class:`~.outlet.Outlet`).
+    i_credit_next : In(ArrayLayout(ArrayLayout(1, 2), 2))
+        An output FIFO row will not be promised next cycle, if the output's head does not
+        leave this cycle ([0]) or leaves ([1]), and no beat that produces an output is taken
+        this cycle ([.][0]) or one is ([.][1]) (:class:`~.outlet.Outlet`).
+    i_popped : In(1)
+        The output's head leaves this cycle.
     o_sub : Out(stage_signature(schedule, beat_layout(cfg, lanes)))
         Stage IN: the sub-beat, its valid bit and its tags.
     o_taken : Out(1)
@@ -71,7 +74,8 @@ class Intake(wiring.Component):
         self._sch = sch = Schedule.of(cfg)
         super().__init__({
             "i_beat": In(stream.Signature(beat_layout(cfg))),
-            "i_credit_next": In(data.ArrayLayout(1, 2)),
+            "i_credit_next": In(data.ArrayLayout(data.ArrayLayout(1, 2), 2)),
+            "i_popped": In(1),
             "o_sub": Out(stage_signature(sch, beat_layout(cfg, sch.lanes))),
             "o_taken": Out(1),
             "o_owe": Out(1),
@@ -81,34 +85,41 @@ class Intake(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         Beat = beat_layout(self._cfg)
-        # The tags that `ready` decodes (op, second, last) are the queue's fast bits.
-        m.submodules.queue = queue = Queue(width=Beat.size, depth=self.QUEUE_DEPTH,
-                                           fast=slice(Beat["op"].offset, Beat["last"].offset + 1))
+        # Timing: each entry carries what `ready` and the state registers decode from its tags
+        # (`Flags`), decided as it is queued; they are the queue's fast bits, registers.
+        m.submodules.queue = queue = Queue(width=Beat.size + Flags.size, depth=self.QUEUE_DEPTH,
+                                           fast=slice(Beat.size, Beat.size + Flags.size))
         write = self.i_beat.valid & queue.w_rdy
-        m.d.comb += [queue.w_data.eq(self.i_beat.payload), queue.w_en.eq(self.i_beat.valid),
-                     self.i_beat.ready.eq(queue.w_rdy)]
+        m.d.comb += [queue.w_data.eq(Cat(self.i_beat.payload, _flags(self.i_beat.payload))),
+                     queue.w_en.eq(self.i_beat.valid), self.i_beat.ready.eq(queue.w_rdy)]
         beat = Signal(Beat)
-        m.d.comb += beat.eq(queue.r_data)
+        flags = Signal(Flags)
+        m.d.comb += [beat.eq(queue.r_data[:Beat.size]), flags.eq(queue.r_data[Beat.size:])]
         ready = Signal(init=1)
         accept = Signal()
         m.d.comb += [accept.eq(queue.r_rdy & ready), queue.r_en.eq(ready),
-                     self.o_taken.eq(accept), self.o_owe.eq(accept & beat.second)]
+                     self.o_taken.eq(accept), self.o_owe.eq(accept & flags.second)]
 
         state = self._state()
-        for name, value in self._next(state, beat, accept).items():
+        for name, value in self._next(state, flags, accept).items():
             m.d.sync += state[name].eq(value)
-        # `ready` next cycle, for a take now and for none: the state's next values, the tags of
-        # the queue's next head and the credit that taking this beat leaves.
-        Tags = data.StructLayout({"op": EpOp, "second": 1, "last": 1})
-        ready_next = []
-        for taken in (0, 1):
-            after = self._next(state, beat, Const(taken))
-            tags = data.View(Tags, queue.r_fast_next[taken])
-            credit = self.i_credit_next[beat.second & taken]
-            ready_next.append(self._ready(after, tags, credit))
-        m.d.sync += ready.eq(Mux(accept, ready_next[1], ready_next[0]))
+        # `ready` next cycle, for each of a take now or none and a pop of the output or none:
+        # the state's next values, the flags of the queue's next head and the credit left.
+        # Timing: the output's pop picks last (`ready_after`, a LUT of `i_popped` and two
+        # registers' choices), as it comes from outside the core.
+        ready_after = []
+        for popped in (0, 1):
+            ready_next = []
+            for taken in (0, 1):
+                after = self._next(state, flags, Const(taken))
+                waited = self._waited(state, flags, Const(taken))
+                head = data.View(Flags, queue.r_fast_next[taken])
+                credit = self.i_credit_next[popped][flags.second & taken]
+                ready_next.append(self._ready(after, waited, head, credit))
+            ready_after.append(Mux(accept, ready_next[1], ready_next[0]))
+        m.d.sync += ready.eq(Mux(self.i_popped, ready_after[1], ready_after[0]))
 
-        slot = Mux(beat.second, state["p2_slot"], state["p1_slot"])
+        slot = Mux(flags.second, state["p2_slot"], state["p1_slot"])
         busy_next = self._sequence(m, beat, accept, state["phase"], slot)
         m.d.comb += self.o_busy_next.eq(busy_next | write | (queue.level != 0))
         return m
@@ -116,7 +127,7 @@ class Intake(wiring.Component):
     def _state(self):
         """The registers ``ready`` is decided from, by name: the slot of the next first pass
         and of the next second pass; per slot, the cycles its second pass must still wait
-        (``wait``) and whether that is none (``waited``, a register of its own, a timing
+        (``wait``) and whether that is at most one (``soon``, a register of its own, a timing
         choice as the outlet's ``owed``); with ``ratio > 1``, ``phase``: the sub-beat entering
         next (0: none held, the input is open)."""
         sch = self._sch
@@ -124,41 +135,56 @@ class Intake(wiring.Component):
         state = {"p1_slot": Signal(name="p1_slot"), "p2_slot": Signal(name="p2_slot")}
         for s in range(2):
             state[f"wait{s}"] = Signal(wait_shape, name=f"wait{s}")
-            state[f"waited{s}"] = Signal(init=1, name=f"waited{s}")
+            state[f"soon{s}"] = Signal(init=1, name=f"soon{s}")
         state["phase"] = Signal(range(sch.ratio), name="phase") if sch.ratio > 1 else Const(0, 1)
         return state
 
-    def _next(self, state, beat, taken):
-        """The next values of ``state``'s registers when ``beat`` is ``taken`` (a value) or not.
+    def _gap(self, flags):
+        """The cycles a second pass waits after its row's last first-pass beat, less one."""
+        gap = self._sch.gap
+        return Mux(flags.softmax, gap[EpOp.SOFTMAX] - 1, gap[EpOp.LAYERNORM] - 1)
+
+    def _starts(self, state, flags, taken, s):
+        """Slot ``s`` starts its count: the beat with ``flags``, ``taken``, ends its row's
+        first pass in that slot."""
+        return taken & flags.row_done & (state["p1_slot"] == s)
+
+    def _next(self, state, flags, taken):
+        """The next values of ``state``'s registers when the beat with ``flags`` is ``taken``
+        (a value) or not.
 
         A row's last first-pass beat starts its slot's count of the cycles its second pass
         must wait; a row's last beat of either pass moves that pass on to the other slot. With
         ``ratio > 1`` a taken beat enters as sub-beats, one a cycle, while ``phase`` counts."""
         sch = self._sch
-        row_end = taken & _two_pass(beat.op) & beat.last
-        row_done = row_end & ~beat.second
-        gap = Mux(beat.op == EpOp.SOFTMAX, sch.gap[EpOp.SOFTMAX] - 1, sch.gap[EpOp.LAYERNORM] - 1)
-        after = {"p1_slot": state["p1_slot"] ^ row_done,
-                 "p2_slot": state["p2_slot"] ^ (row_end & beat.second)}
+        gap = self._gap(flags)
+        after = {"p1_slot": state["p1_slot"] ^ (taken & flags.row_done),
+                 "p2_slot": state["p2_slot"] ^ (taken & flags.row_end2)}
         for s in range(2):
-            wait, waited = state[f"wait{s}"], state[f"waited{s}"]
-            starts = row_done & (state["p1_slot"] == s)
+            wait = state[f"wait{s}"]
+            starts = self._starts(state, flags, taken, s)
             after[f"wait{s}"] = Mux(starts, gap, Mux(wait != 0, wait - 1, wait))
-            after[f"waited{s}"] = Mux(starts, gap == 0, Mux(wait != 0, wait == 1, waited))
+            after[f"soon{s}"] = Mux(starts, gap <= 1, wait <= 2)
         if sch.ratio > 1:
             phase = state["phase"]
             # phase + 1 wraps to 0 after ratio - 1 (a power of two)
             after["phase"] = Mux(phase == 0, taken, (phase + 1)[:len(phase)])
         return after
 
-    def _ready(self, state, tags, credit):
-        """Whether a beat with ``tags`` may be taken, given ``state`` and ``credit``: the input
-        is open, a beat that produces an output has a credit, and a second pass of a two-pass
-        op finds its slot's statistics final."""
-        waited = Mux(state["p2_slot"], state["waited1"], state["waited0"])
-        stats_ok = ~(_two_pass(tags.op) & tags.second) | waited
-        credit_ok = ~tags.second | credit
-        phase_ok = state["phase"] == 0 if "phase" in state else 1
+    def _waited(self, state, flags, taken):
+        """Per slot, whether its second pass waits no more next cycle when the beat with
+        ``flags`` is ``taken`` or not: ``wait`` will be 0."""
+        return [Mux(self._starts(state, flags, taken, s), self._gap(flags) == 0,
+                    state[f"soon{s}"]) for s in range(2)]
+
+    def _ready(self, after, waited, head, credit):
+        """Whether a beat with ``head``'s flags may be taken, given the state's next values
+        ``after``, ``waited`` (:meth:`_waited`) and ``credit``: the input is open, a beat that
+        produces an output has a credit, and a second pass of a two-pass op finds its slot's
+        statistics final."""
+        stats_ok = ~head.stats | Mux(after["p2_slot"], waited[1], waited[0])
+        credit_ok = ~head.second | credit
+        phase_ok = after["phase"] == 0 if "phase" in after else 1
         return stats_ok & credit_ok & phase_ok
 
     def _sequence(self, m, beat, accept, phase, slot):
@@ -210,6 +236,14 @@ class Intake(wiring.Component):
             m.d.sync += ctl.sub.eq(j)
 
 
-def _two_pass(op):
-    """``op`` reads each row twice (SOFTMAX, LAYERNORM)."""
-    return (op == EpOp.SOFTMAX) | (op == EpOp.LAYERNORM)
+#: What the intake decodes from a queued beat's tags: it produces an output beat (``second``),
+#: is a second pass of a two-pass op (``stats``), the last beat of a two-pass row's first pass
+#: (``row_done``) or second pass (``row_end2``), a SOFTMAX beat (``softmax``).
+Flags = data.StructLayout({"second": 1, "stats": 1, "row_done": 1, "row_end2": 1, "softmax": 1})
+
+
+def _flags(beat):
+    """The :data:`Flags` of ``beat``."""
+    two_pass = (beat.op == EpOp.SOFTMAX) | (beat.op == EpOp.LAYERNORM)
+    return Cat(beat.second, two_pass & beat.second, two_pass & beat.last & ~beat.second,
+               two_pass & beat.last & beat.second, beat.op == EpOp.SOFTMAX)

@@ -30,9 +30,14 @@ class Outlet(wiring.Component):
         the FIFO; first passes leave nothing.
     i_owe : In(1)
         A beat taken this cycle will produce an output beat.
-    o_credit_next : Out(ArrayLayout(1, 2))
-        A FIFO row will not be promised next cycle, if ``i_owe`` is low ([0]) or high ([1])
-        this cycle (the intake decides its ``ready`` a cycle ahead).
+    o_credit_next : Out(ArrayLayout(ArrayLayout(1, 2), 2))
+        A FIFO row will not be promised next cycle, if the output's head does not leave
+        ([0]) or leaves ([1]) this cycle, and ``i_owe`` is low ([.][0]) or high ([.][1]) (the
+        intake decides its ``ready`` a cycle ahead).
+    o_popped : Out(1)
+        The output's head leaves this cycle. Timing: the intake picks its ``credit_next``
+        with it in the last LUT in front of its ``ready``, so the output's ``ready``, which
+        comes from outside the core, passes through one LUT to that register.
     o_data : Out(stream.Signature(row_layout(cfg)))
     o_busy_next : Out(1)
         An output beat will be owed next cycle (taken, not yet sent).
@@ -44,7 +49,8 @@ class Outlet(wiring.Component):
         super().__init__({
             "i_row": In(stage_signature(sch, row_layout(cfg, sch.lanes))),
             "i_owe": In(1),
-            "o_credit_next": Out(data.ArrayLayout(1, 2)),
+            "o_credit_next": Out(data.ArrayLayout(data.ArrayLayout(1, 2), 2)),
+            "o_popped": Out(1),
             "o_data": Out(stream.Signature(row_layout(cfg))),
             "o_busy_next": Out(1),
         })
@@ -55,6 +61,7 @@ class Outlet(wiring.Component):
         out_fifo = m.submodules.out_fifo = Queue(width=self.o_data.payload.shape().size,
                                                  depth=sch.fifo_depth)
         popped = self.o_data.valid & self.o_data.ready
+        m.d.comb += self.o_popped.eq(popped)
         self._credits(m, popped)
         row, ctl = self.i_row.payload.lanes, self.i_row.payload.ctl
         if sch.ratio == 1:
@@ -90,14 +97,17 @@ class Outlet(wiring.Component):
         owe_d = Signal()
         m.d.sync += owe_d.eq(self.i_owe)
         up, down = Cat(Const(1), owed[:-1]), Cat(owed[1:], Const(0))   # one more, one fewer
-        owed_next = Mux(owe_d & ~popped, up, Mux(popped & ~owe_d, down, owed))
-        m.d.sync += owed.eq(owed_next)
+        def owed_next(popped):
+            return Mux(owe_d & ~popped, up, Mux(popped & ~owe_d, down, owed))
+        m.d.sync += owed.eq(owed_next(popped))
         # One owed or more, two or more; then owed next cycle: one accepted now, or two or
         # more now, or one not leaving now (a beat only leaves while one is owed).
         some = owed[0] | owe_d
         two = (owed[1] if depth > 1 else 0) | (owed[0] & owe_d)
         m.d.comb += self.o_busy_next.eq(self.i_owe | two | (some & ~popped))
         # `depth` or more owed next cycle (no credit): `owed` next cycle and `i_owe` as `owe_d`.
-        for owe in (0, 1):
-            full = owed_next[-1] | ((owed_next[-2] if depth > 1 else 1) & owe)
-            m.d.comb += self.o_credit_next[owe].eq(~full)
+        for pop in (0, 1):
+            after = owed_next(Const(pop))
+            for owe in (0, 1):
+                full = after[-1] | ((after[-2] if depth > 1 else 1) & owe)
+                m.d.comb += self.o_credit_next[pop][owe].eq(~full)

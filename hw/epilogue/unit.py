@@ -125,6 +125,7 @@ class Epilogue(wiring.Component):
             exponent.i_dm.eq(stats.o_dm),
             back.i_slots.eq(finalize.o_slots),
             intake.i_credit_next.eq(outlet.o_credit_next),
+            intake.i_popped.eq(outlet.o_popped),
             outlet.i_owe.eq(intake.o_owe),
             self.o_taken.eq(intake.o_taken),
         ]

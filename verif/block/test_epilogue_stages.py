@@ -995,10 +995,13 @@ def test_intake(preset):
         beat = random_beat(rng, cfg)
         put(ctx, dut.i_beat.valid, int(offer))
         put(ctx, dut.i_beat.payload, beat)
-        # Whether a credit will be left next cycle, if no output-owing beat is taken now or
-        # if one is: random, and the model takes the one that applies.
-        credit_next = [int(rng.random() < 0.7) for _ in range(2)]
+        # Whether a credit will be left next cycle, if the output pops now or not and if no
+        # output-owing beat is taken now or if one is: random, and the model takes the one
+        # that applies.
+        credit_next = [[int(rng.random() < 0.7) for _ in range(2)] for _ in range(2)]
+        popped = rng.getrandbits(1)
         put(ctx, dut.i_credit_next, credit_next)
+        put(ctx, dut.i_popped, popped)
         room = model.room(t)
         assert ctx.get(dut.i_beat.ready) == room, t
         counts["full"] += not room
@@ -1018,7 +1021,7 @@ def test_intake(preset):
             taken.append((head["op"], head["second"]))
         if offer and room:
             model.queued.append((beat, t))
-        credit[0] = credit_next[owe]
+        credit[0] = credit_next[popped][owe]
         busy_next = (t + 1) in model.stage_in or t + 1 < model.open or bool(model.queued)
         assert ctx.get(dut.o_busy_next) == busy_next, t
     simulate(dut, step, 1500)
@@ -1029,9 +1032,9 @@ def test_intake(preset):
 @pytest.mark.parametrize("preset", CONFIGS)
 def test_outlet(preset):
     """Every beat that owes an output leaves as one row of its sub-beats, in order, under
-    random backpressure; a credit is left next cycle (``o_credit_next``, for the ``i_owe``
-    given) exactly while fewer than ``fifo_depth`` output beats will be owed; ``o_busy_next``
-    says whether one will be owed in the next cycle."""
+    random backpressure; a credit is left next cycle (``o_credit_next``, for the pop
+    ``o_popped`` says and the ``i_owe`` given) exactly while fewer than ``fifo_depth`` output
+    beats will be owed; ``o_busy_next`` says whether one will be owed in the next cycle."""
     cfg, rng = PRESETS[preset], make_rng("outlet", preset)
     sch, lanes = Schedule.of(cfg), cfg.ep_lanes
     dut = Outlet(cfg)
@@ -1072,11 +1075,12 @@ def test_outlet(preset):
         ready = int(rng.random() < state["ready"])
         put(ctx, dut.o_data.ready, ready)
         popped = ctx.get(dut.o_data.valid) and ready
+        assert ctx.get(dut.o_popped) == popped, t
         if popped:
             row = ctx.get(dut.o_data.payload)
             got.append([row[i] for i in range(cfg.cols)])
         state["owed"] += owe - popped
         assert ctx.get(dut.o_busy_next) == (state["owed"] > 0), t
-        state["credit"] = ctx.get(dut.o_credit_next[owe])
+        state["credit"] = ctx.get(dut.o_credit_next[popped][owe])
     simulate(dut, step, cycles)
     assert got == sent and len(sent) > 100 and state["refused"] > 0
