@@ -134,10 +134,12 @@ def msb(value):
     return Mux(high.any(), Cat(widen(msb(high)), Const(1, 1)), Cat(widen(msb(low)), Const(0, 1)))
 
 
-def product(m, a, b, *, name, platform=None):
+def product(m, a, b, *, name, platform=None, input_registers=False):
     """``a * b`` a cycle later: a register that is the DSP's own on an ECP5 (operands of at
-    most 18 bits each: one MULT18X18D). ``platform`` is the one ``elaborate`` got."""
-    return product_register(m, a, b, platform=platform, name=name, reset_less=True)
+    most 18 bits each: one MULT18X18D). ``platform`` is the one ``elaborate`` got; with
+    ``input_registers`` the operands are registered first, in the DSP, two cycles later."""
+    return product_register(m, a, b, platform=platform, name=name, reset_less=True,
+                            input_registers=input_registers)
 
 
 def _slices(value):
@@ -151,14 +153,15 @@ def _slices(value):
     return out
 
 
-def tiles(m, a, b, *, name, platform=None):
+def tiles(m, a, b, *, name, platform=None, input_registers=False):
     """``a * b`` as registered partial products, each one MULT18X18D: a list of (product, shift).
 
     Operands wider than :data:`TILE` bits are cut into slices; sum the list with
     :func:`sum_shifted`. ``platform`` is the one ``elaborate`` got (see
-    :func:`bertaccel.hw.dsp.product_register`).
+    :func:`bertaccel.hw.dsp.product_register`); ``input_registers`` as for :func:`product`.
     """
-    return [(product(m, pa, pb, name=f"{name}_t{i}{j}", platform=platform), sa + sb)
+    return [(product(m, pa, pb, name=f"{name}_t{i}{j}", platform=platform,
+                     input_registers=input_registers), sa + sb)
             for i, (pa, sa) in enumerate(_slices(a)) for j, (pb, sb) in enumerate(_slices(b))]
 
 

@@ -4,7 +4,7 @@ loop beside the lanes, to SLOOP).
 Per lane, stage by stage (``L = log2(lanes)``)::
 
     U       SOFTMAX u = 4096 * M - t (first pass: M so far; second pass: the row's final M)
-    EXP     EXP2 lookup at u & 4095
+    EXP     EXP2 lookup at u & 4095; whether e is 0 (a pad lane, u >> 12 past the table)
     EREG    ... registered (every table: block RAM has no logic after it)
     ESH     2 * (EXP2 << 4) >> q, coarse (multiples of 8), for q = u >> 12; 0 for a shift of
             23 or more and in pad lanes
@@ -105,18 +105,24 @@ class Exponent(wiring.Component):
         t. Returns the growth of M, registered beside U and limited to 63."""
         sch, lanes, frac = self._sch, range(self._sch.lanes), SOFTMAX_FRAC
         c, p = st.ctl[sch.U - 1], st.lanes[sch.U - 1]
-        s = st(sch.U, a=signed(24), f=unsigned(frac), q=unsigned(_Q_WIDTH), zero=1)
+        u_width = 17 + frac + 1
+        s = st(sch.U, a=signed(24), f=unsigned(frac), q=unsigned(_Q_WIDTH),
+               high=unsigned(u_width - frac - _Q_WIDTH))
         dm = Signal(6, reset_less=True)
         m.d.sync += dm.eq(Mux(self.i_dm > 63, 63, self.i_dm))   # S < 2**32: 32 empties it
         for i in lanes:
             # u >= 0 in the valid lanes: M is at least ceil(t / 4096).
-            u = Signal(signed(17 + frac + 1), name=f"u{i}")
-            q = u[frac:frac + _Q_WIDTH]
+            u = Signal(signed(u_width), name=f"u{i}")
             m.d.comb += u.eq((p[i].m << frac) - p[i].a)
-            m.d.sync += [s[i].f.eq(u[:frac]), s[i].q.eq(q),
-                         s[i].zero.eq(~c.lane_valid[i] | u[frac + _Q_WIDTH:].any()
-                                      | (q >= EXP2_CUTOFF))]
+            m.d.sync += [s[i].f.eq(u[:frac]), s[i].q.eq(u[frac:frac + _Q_WIDTH]),
+                         s[i].high.eq(u[frac + _Q_WIDTH:])]
+        # Timing: whether e is zero (a pad lane, or u above the table's reach) is decided in
+        # stage EXP from U's registers, not after U's subtraction.
+        c = st.ctl[sch.U]
         p, s = s, st(sch.EXP, a=signed(24), q=unsigned(_Q_WIDTH), zero=1)
+        for i in lanes:
+            m.d.sync += s[i].zero.eq(~c.lane_valid[i] | p[i].high.any()
+                                     | (p[i].q >= EXP2_CUTOFF))
         exp2 = [rom(m, EXP2_TABLE, p[i].f, name=f"exp2_{i}_", platform=platform) for i in lanes]
         s = st(sch.EREG, a=signed(24), q=unsigned(_Q_WIDTH), zero=1, r=unsigned(_EXP2_WIDTH))
         for i in lanes:

@@ -109,17 +109,21 @@ class Finalize(wiring.Component):
         m.d.sync += ln_d.eq(big - sq)
         rsq, j = self._rsqrt(m, ln_d)                                  # c0 + 9, c0 + 7
         ln_f9_s1 = delay(m, s1, 9, name="ln_s1")
-        nr, lat_nr = sum_shifted(m, tiles(m, n_len, rsq, name="ln_nr", platform=platform),
-                                 name="ln_nr")                         # c0 + 10 (tiles)
-        sr, lat_sr = sum_shifted(m, tiles(m, ln_f9_s1, rsq, name="ln_sr", platform=platform),
+        # Timing: rsq enters the DSPs' input registers (c0 + 10), so the route from the
+        # table's output register ends at a register, not at a multiplier's inputs.
+        nr, lat_nr = sum_shifted(m, tiles(m, n_len, rsq, name="ln_nr", platform=platform,
+                                          input_registers=True),
+                                 name="ln_nr")                         # c0 + 11 (tiles)
+        sr, lat_sr = sum_shifted(m, tiles(m, ln_f9_s1, rsq, name="ln_sr", platform=platform,
+                                          input_registers=True),
                                  name="ln_sr")
         assert lat_sr == 2 and lat_nr <= lat_sr
-        nr = delay(m, nr, lat_sr - lat_nr, name="ln_nr_wait")           # c0 + 12
-        ln_slot_j = delay(m, j, 5, name="ln_j")
-        fin = delay(m, Cat(self.i_ln.valid, self.i_ln.payload.slot), 12, name="ln_fin")
-        assert self._sch.LN_FINALIZE == 13
+        nr = delay(m, nr, lat_sr - lat_nr, name="ln_nr_wait")           # c0 + 13
+        ln_slot_j = delay(m, j, 6, name="ln_j")
+        fin = delay(m, Cat(self.i_ln.valid, self.i_ln.payload.slot), 13, name="ln_fin")
+        assert self._sch.LN_FINALIZE == 14
         for n in range(2):
-            with m.If(fin[0] & (fin[1] == n)):                         # slot: c0 + 13
+            with m.If(fin[0] & (fin[1] == n)):                         # slot: c0 + 14
                 m.d.sync += [slots[n].nr.eq(nr), slots[n].sr.eq(sr), slots[n].j.eq(ln_slot_j)]
 
     def _rsqrt(self, m, ln_d):
