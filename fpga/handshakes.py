@@ -62,7 +62,7 @@ class EpilogueHandshakes(wiring.Component):
         wiring.connect(m, wiring.flipped(self.i_beat), intake.i_beat)
         wiring.connect(m, outlet.o_data, wiring.flipped(self.o_data))
         m.d.comb += [intake.i_credit_next.eq(outlet.o_credit_next), outlet.i_owe.eq(intake.o_owe),
-                     self.o_taken.eq(intake.o_taken)]
+                     intake.i_popped.eq(outlet.o_popped), self.o_taken.eq(intake.o_taken)]
 
         sub = intake.o_sub
         valid = delay_line(m, sub.valid, sch.depth, name="valid", reset_less=False)

@@ -13,7 +13,7 @@ and the saturation after it compares the shifted value itself, in parallel with 
 (:func:`pick`).
 """
 
-from amaranth import Cat, Const, Mux, Signal
+from amaranth import Cat, Const, Mux, Signal, Value
 
 from ..dsp import product_register
 
@@ -30,6 +30,7 @@ __all__ = [
     "fine",
     "greater",
     "msb",
+    "no_borrow",
     "pick",
     "product",
     "round_limits",
@@ -78,20 +79,34 @@ def biased(value, width):
     return Cat(wide[:width - 1], ~wide[width - 1])
 
 
+def no_borrow(a, b):
+    """``a >= b`` for unsigned values or constants: ``a - b`` does not borrow, the top bit of
+    a subtraction one bit wider than both. Timing: yosys maps a subtraction to one carry
+    chain, whereas a compare whose operand has constant upper bits (a limit register's sign
+    extension) can become LUT levels in front of a shorter chain."""
+    a, b = Value.cast(a), Value.cast(b)
+    width = max(len(a), len(b)) + 1
+    return ~(Cat(a, Const(0, width - len(a))) - Cat(b, Const(0, width - len(b))))[width]
+
+
 def at_least(value, bound):
     """``value >= bound`` for a signed ``value``, as an unsigned compare (:func:`biased`)."""
-    return biased(value, len(value)) >= bound + (1 << (len(value) - 1))
+    n = len(value)
+    limit = bound + (1 << (n - 1))
+    return no_borrow(biased(value, n), limit) if limit > 0 else Const(1)
 
 
 def at_most(value, bound):
     """``value <= bound`` for a signed ``value``, as an unsigned compare (:func:`biased`)."""
-    return biased(value, len(value)) <= bound + (1 << (len(value) - 1))
+    n = len(value)
+    limit = bound + (1 << (n - 1))
+    return no_borrow(limit, biased(value, n)) if limit >= 0 else Const(0)
 
 
 def greater(a, b):
     """``a > b`` for two signed values, as an unsigned compare (:func:`biased`)."""
     width = max(len(a), len(b))
-    return biased(a, width) > biased(b, width)
+    return ~no_borrow(biased(b, width), biased(a, width))
 
 
 def pick(over, under, r, lo, hi):

@@ -34,8 +34,8 @@ from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import PHI_TABLE, SOFTMAX_FRAC
 from ..isa import EpOp, ParamsLayout
-from .arith import (INT8, INT16, INT24, at_least, at_most, biased, coarse, fine, greater, pick,
-                    product, round_limits, rounded)
+from .arith import (INT8, INT16, INT24, at_least, at_most, biased, coarse, fine, greater,
+                    no_borrow, pick, product, round_limits, rounded)
 from .lanes import Stages
 from .schedule import PRE_LANE, Schedule, beat_layout, lane_layout, stage_signature
 
@@ -183,8 +183,8 @@ class Front(wiring.Component):
         p, s = s, st(sch.RND, over=1, under=1, r=signed(25), ir=unsigned(10), ihi=1, ilo=1)
         for i in range(sch.lanes):
             v, w = p[i].v, p[i].a
-            m.d.sync += [s[i].over.eq(v >= biased(over_at[i], width)),
-                         s[i].under.eq(v <= biased(under_at[i], width)),
+            m.d.sync += [s[i].over.eq(no_borrow(v, biased(over_at[i], width))),
+                         s[i].under.eq(no_borrow(biased(under_at[i], width), v)),
                          s[i].r.eq(rounded(v, *INT24))]
             # GELU's PHI index is clamp(t + 257, 0, 513) (see PHI_ROM): t = (w + 1) >> 1, so
             # t + 257 = (w + 515) >> 1, and the limits are compared on w.

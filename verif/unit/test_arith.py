@@ -7,7 +7,7 @@ import itertools
 from amaranth import Module, Signal, signed
 from amaranth.sim import Simulator
 
-from bertaccel.hw.epilogue.arith import at_least, at_most, biased, greater
+from bertaccel.hw.epilogue.arith import at_least, at_most, biased, greater, no_borrow
 
 __all__ = []
 
@@ -40,17 +40,33 @@ def evaluate(signals, exprs, cases):
 
 
 def test_at_least_at_most_every_bound():
+    """Every bound in the value's range and two bits past it either way."""
     a = Signal(signed(WIDTH))
+    bounds = list(enumerate(span(WIDTH + 2)))
     exprs = {}
-    for bound in span(WIDTH):
-        exprs[f"ge{bound - min(span(WIDTH))}"] = at_least(a, bound)
-        exprs[f"le{bound - min(span(WIDTH))}"] = at_most(a, bound)
+    for key, bound in bounds:
+        exprs[f"ge{key}"] = at_least(a, bound)
+        exprs[f"le{key}"] = at_most(a, bound)
     seen = evaluate([a], exprs, [(value,) for value in span(WIDTH)])
     for (value,), flags in seen.items():
-        for bound in span(WIDTH):
-            key = bound - min(span(WIDTH))
+        for key, bound in bounds:
             assert flags[f"ge{key}"] == (value >= bound), (value, bound)
             assert flags[f"le{key}"] == (value <= bound), (value, bound)
+
+
+def test_no_borrow_every_pair():
+    """Two unsigned values of different widths, and each against constants."""
+    a, b = Signal(WIDTH), Signal(WIDTH - 2)
+    constants = range(0, 1 << (WIDTH + 1), 3)
+    exprs = {"ab": no_borrow(a, b), "ba": no_borrow(b, a)}
+    exprs.update({f"ac{c}": no_borrow(a, c) for c in constants})
+    exprs.update({f"ca{c}": no_borrow(c, a) for c in constants})
+    seen = evaluate([a, b], exprs, list(itertools.product(range(1 << WIDTH),
+                                                          range(1 << (WIDTH - 2)))))
+    for (x, y), flags in seen.items():
+        assert flags["ab"] == (x >= y) and flags["ba"] == (y >= x), (x, y)
+        for c in constants:
+            assert flags[f"ac{c}"] == (x >= c) and flags[f"ca{c}"] == (c >= x), (x, c)
 
 
 def test_biased_orders_two_widths_as_signed():
