@@ -32,6 +32,9 @@ loop itself is a choice of A, A >> 8, ..., A >> 32 (one-hot, from registers) and
 ``S < 2**32``, ``A < 2**39``. The finalize reads S's bit length and mantissa from A and p.
 """
 
+import functools
+import operator
+
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -147,9 +150,9 @@ class Exponent(wiring.Component):
     def _sum(self, m, st, dm):
         """The e tree and the rescaled-sum loop of first passes, as A and p (module docstring)."""
         sch = self._sch
-        p, step = self._sum_shifts(m, st, dm)
+        p, hots, step = self._sum_shifts(m, st, dm)
         e = st.lanes[sch.E]
-        e_sum, _ = tree(m, [e[i].a[:E_WIDTH] << p for i in range(sch.lanes)],
+        e_sum, _ = tree(m, [_shifted(e[i].a[:E_WIDTH], hots[i]) for i in range(sch.lanes)],
                         lambda a, b: a + b, lambda n: unsigned(E_WIDTH + (1 << P_WIDTH) - 1 + n),
                         name="esum")
         # Timing: the step reaches the loop from registers of its own for each group of 8 bits
@@ -175,19 +178,34 @@ class Exponent(wiring.Component):
                      self.o_sums.payload.slot.eq(smx_fin_slot)]
 
     def _sum_shifts(self, m, st, dm):
-        """Beside stage E, for a first-pass sub-beat: ``p`` after its step, and its ``step``
-        (one-hot: A >> 8j is kept; all 0 when S starts afresh). A loop of 3 bits."""
+        """Beside stage E, for a first-pass sub-beat: ``p`` after its step, the same one-hot
+        in a register for each lane (``hots``), and its ``step`` (one-hot: A >> 8j is kept;
+        all 0 when S starts afresh). A loop of 3 bits.
+
+        Timing: a lane's ``e << p`` is an AND-OR of its one-hot copy, two LUT levels in front
+        of the tree's first adder rather than the three of a binary shifter."""
         sch = self._sch
         c = st.ctl[sch.E - 1]
         d = delay(m, dm, sch.E - 1 - sch.U, name="dm")
         fresh = Signal(init=1)            # the next first-pass sub-beat starts a row
         p = Signal(P_WIDTH, reset_less=True)
+        hots = [Signal(1 << P_WIDTH, init=1, name=f"p_hot{i}", reset_less=True, attrs=KEEP)
+                for i in range(sch.lanes)]
         step = Signal(len(_A_STEPS), reset_less=True)
         q = Signal(P_WIDTH + 3)
         start = fresh | d[5]              # dM >= 32 empties S < 2**32
         m.d.comb += q.eq(p + d[:5])
+        p_next = Mux(start, 0, q[:P_WIDTH])
         with m.If(st.first_pass(sch.E - 1, EpOp.SOFTMAX)):
-            m.d.sync += [fresh.eq(c.last), p.eq(Mux(start, 0, q[:P_WIDTH])),
+            m.d.sync += [fresh.eq(c.last), p.eq(p_next),
                          step.eq(Mux(start, 0, Cat(q[P_WIDTH:] == j
                                                     for j in range(len(_A_STEPS)))))]
-        return p, step
+            m.d.sync += [hot.eq(Cat(p_next == j for j in range(1 << P_WIDTH))) for hot in hots]
+        return p, hots, step
+
+
+def _shifted(value, hot):
+    """``value << j`` for the one bit ``j`` set in ``hot``: an AND-OR of the shifted copies."""
+    width = len(value) + len(hot) - 1
+    terms = [Mux(hot[j], value << j, 0) for j in range(len(hot))]
+    return functools.reduce(operator.or_, terms)[:width]

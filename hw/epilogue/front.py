@@ -29,7 +29,7 @@ the formula says (``2**63 >> 1`` is added); golden's int64 ``1 << 63`` overflows
 from functools import reduce
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import memory, wiring
+from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import PHI_TABLE, SOFTMAX_FRAC
@@ -56,6 +56,8 @@ class Front(wiring.Component):
     Members
     -------
     i_sub : In(stage_signature(schedule, beat_layout(cfg, lanes)))
+    i_sub_op : In(ArrayLayout(len(EpOp), lanes))
+        Stage IN's op, one-hot, a register per lane (:class:`~.intake.Intake`).
         Stage IN.
     params : In(ParamsLayout)
     o_lanes : Out(stage_signature(schedule, lane_layout(schedule, PRE_LANE)))
@@ -71,6 +73,7 @@ class Front(wiring.Component):
         self._sch = sch = Schedule.of(cfg)
         super().__init__({
             "i_sub": In(stage_signature(sch, beat_layout(cfg, sch.lanes))),
+            "i_sub_op": In(data.ArrayLayout(len(EpOp), sch.lanes)),
             "params": In(ParamsLayout),
             "o_lanes": Out(stage_signature(sch, lane_layout(sch, PRE_LANE))),
             "o_busy_next": Out(1),
@@ -92,31 +95,33 @@ class Front(wiring.Component):
     def _add(self, m, st):
         """ADD: x' = acc + bias; the operands of the front multipliers."""
         prm, k = self.params, self._sch.ADD
-        c, inb = st.ctl[k - 1], self.i_sub.payload.lanes
+        inb = self.i_sub.payload.lanes
         # Every multiplier operand and shift amount is a register of its own lane, even where
         # the value is the same for all lanes: no register drives the whole row's DSPs.
         s = st(k, x=signed(33), mul=unsigned(16), m2lo=signed(17), m2hi=signed(17),
                b2lo=unsigned(16), b2hi=unsigned(16), sh=unsigned(6), sh1=unsigned(6))
         # The second front multiplier: GELU x' * omul (x' in 16-bit halves), LayerNorm r * rmul
         # (rmul in 16-bit halves).
-        per_column = (c.op == EpOp.REQUANT) & prm.flags[0]
         for i in range(self._sch.lanes):
+            op = self.i_sub_op[i]
+            per_column = op[EpOp.REQUANT.value] & prm.flags[0]
             xb = Signal(signed(33), name=f"xb{i}")
             pm = inb.pm[i]
             m.d.comb += xb.eq(inb.acc[i] + pm.bias.as_signed())
             # sat32: a 33-bit sum is out of range exactly when its top two bits differ
             sat32 = Mux(xb[32] != xb[31], Mux(xb[32], -(1 << 31), (1 << 31) - 1), xb)
+            gelu = op[EpOp.GELU.value]
             m.d.sync += [
-                s[i].x.eq(Mux(c.op == EpOp.SOFTMAX, sat32, xb)),
+                s[i].x.eq(Mux(op[EpOp.SOFTMAX.value], sat32, xb)),
                 s[i].mul.eq(Mux(per_column, pm.p1, prm.mul0)),
                 s[i].sh.eq(Mux(per_column, pm.p2[:6], prm.shift0)),
-                s[i].m2lo.eq(Mux(c.op == EpOp.GELU, xb[:16], inb.res[i])),
-                s[i].m2hi.eq(Mux(c.op == EpOp.GELU, xb[16:].as_signed(), inb.res[i])),
+                s[i].m2lo.eq(Mux(gelu, xb[:16], inb.res[i])),
+                s[i].m2hi.eq(Mux(gelu, xb[16:].as_signed(), inb.res[i])),
                 s[i].b2lo.eq(prm.mul1[:16]),
-                s[i].b2hi.eq(Mux(c.op == EpOp.GELU, prm.mul1[:16], prm.mul1[16:])),
+                s[i].b2hi.eq(Mux(gelu, prm.mul1[:16], prm.mul1[16:])),
                 s[i].sh1.eq(prm.shift1),
             ]
-            with m.If(c.op == EpOp.LAYERNORM):
+            with m.If(op[EpOp.LAYERNORM.value]):
                 m.d.sync += [s[i].carry.coef.m.eq(pm.p1.as_signed()),
                              s[i].carry.coef.beta.eq(pm.p2.as_signed() + 128)]
             with m.Else():

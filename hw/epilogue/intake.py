@@ -23,6 +23,7 @@ from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..dsp import KEEP
 from ..isa import EpOp, PmemWord
 from ..queue import Queue
 from .schedule import Schedule, beat_layout, ctl_layout, stage_signature
@@ -56,6 +57,9 @@ class Intake(wiring.Component):
         The output's head leaves this cycle.
     o_sub : Out(stage_signature(schedule, beat_layout(cfg, lanes)))
         Stage IN: the sub-beat, its valid bit and its tags.
+    o_sub_op : Out(ArrayLayout(len(EpOp), lanes))
+        Stage IN's op, one-hot (bit ``op``), in registers of each lane's own (a timing
+        choice: the front's first stage chooses by op after its adds with no decode between).
     o_taken : Out(1)
         A beat leaves the queue this cycle.
     o_owe : Out(1)
@@ -77,6 +81,7 @@ class Intake(wiring.Component):
             "i_credit_next": In(data.ArrayLayout(data.ArrayLayout(1, 2), 2)),
             "i_popped": In(1),
             "o_sub": Out(stage_signature(sch, beat_layout(cfg, sch.lanes))),
+            "o_sub_op": Out(data.ArrayLayout(len(EpOp), sch.lanes)),
             "o_taken": Out(1),
             "o_owe": Out(1),
             "o_busy_next": Out(1),
@@ -195,8 +200,12 @@ class Intake(wiring.Component):
         stage_in = (Signal(name="s0_valid"),
                     Signal(ctl_layout(sch), name="s0_ctl", reset_less=True),
                     Signal(beat_layout(cfg, sch.lanes), name="inb", reset_less=True))
+        ops = [Signal(len(EpOp), name=f"s0_op{i}", reset_less=True, attrs=KEEP)
+               for i in range(sch.lanes)]
+        stage_in += (ops,)
         m.d.comb += [self.o_sub.valid.eq(stage_in[0]), self.o_sub.payload.ctl.eq(stage_in[1]),
                      self.o_sub.payload.lanes.eq(stage_in[2])]
+        m.d.comb += [self.o_sub_op[i].eq(op) for i, op in enumerate(ops)]
         # Timing: the beat and its tags are registered every cycle, whether taken or not
         # (`valid` says which): `accept` drives no enable of these hundreds of flip-flops.
         ratio = sch.ratio
@@ -218,9 +227,10 @@ class Intake(wiring.Component):
 
     def _enter(self, m, stage_in, src, j, *, is_valid, last, slot):
         """Register sub-beat ``j`` (lanes ``j * lanes`` on) of the full beat ``src`` into
-        ``stage_in`` (valid, tags, lanes)."""
+        ``stage_in`` (valid, tags, lanes, the op one-hot per lane)."""
         cfg, lanes = self._cfg, self._sch.lanes
-        valid, ctl, inb = stage_in
+        valid, ctl, inb, ops = stage_in
+        m.d.sync += [op.eq(Cat(src.op == value for value in EpOp)) for op in ops]
 
         def part(array, width):
             return Value.cast(array).word_select(j, lanes * width)

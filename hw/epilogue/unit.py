@@ -126,6 +126,7 @@ class Epilogue(wiring.Component):
             back.i_slots.eq(finalize.o_slots),
             intake.i_credit_next.eq(outlet.o_credit_next),
             intake.i_popped.eq(outlet.o_popped),
+            front.i_sub_op.eq(intake.o_sub_op),
             outlet.i_owe.eq(intake.o_owe),
             self.o_taken.eq(intake.o_taken),
         ]

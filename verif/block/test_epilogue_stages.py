@@ -463,7 +463,10 @@ def test_front(preset):
     width = bits_of(dut.params)
 
     def params(t, item):
-        return [(dut.params, item["params"] if item else rng.getrandbits(width))]
+        # the intake's one-hot op of the sub-beat in IN, a copy per lane (random bits between)
+        op = (1 << item["in"]["ctl"]["op"].value) if item else rng.getrandbits(len(EpOp))
+        return [(dut.params, item["params"] if item else rng.getrandbits(width)),
+                (dut.i_sub_op, [op] * lanes)]
     outs, _ = run_lanes(dut, dut.i_sub, dut.o_lanes, items, at, end, sch.PRE - sch.IN, rng,
                         extra=params)
     for n, (item, record) in enumerate(zip(items, outs)):
@@ -1016,6 +1019,8 @@ def test_intake(preset):
         if want is not None:
             got = ctx.get(dut.o_sub.payload)
             assert same(got.ctl, want["ctl"]) and same(got.lanes, want["lanes"]), t
+            one_hot = 1 << EpOp(want["ctl"]["op"]).value
+            assert all(ctx.get(dut.o_sub_op[i]) == one_hot for i in range(cfg.ep_lanes)), t
         if take:
             model.take(t)
             taken.append((head["op"], head["second"]))
