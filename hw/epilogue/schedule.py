@@ -112,16 +112,16 @@ class Schedule:
     #: Cycles from the cycle a row's sums are final (in the ACC or SLOOP registers) to the
     #: first cycle its slot holds the statistics.
     SMX_FINALIZE = 4        # k, mant, RECIP, slot
-    LN_FINALIZE = 14        # products, 2 sum levels, D, j, mant (2), RSQRT, its register,
-                            # the DSPs' input registers, products, 2 sum levels, slot
+    LN_FINALIZE = 15        # products, 2 sum levels, D, msb chunks, j, mant (2), RSQRT, its
+                            # register, the DSPs' input registers, products, 2 sum levels, slot
 
     @property
     def BIND(self):
-        # After E; and late enough that a row's statistics are final 8 (SOFTMAX) or 9
-        # (LAYERNORM) cycles after its last first-pass beat came in (see ``gap``), so rows of
-        # 8 strips never wait.
+        # After E; and late enough that a row's statistics are final at most 8 (SOFTMAX) or
+        # 10 (LAYERNORM) cycles after its last first-pass beat came in (``gap``; which rows
+        # wait: hw/epilogue/intake.py).
         return max(self.E + 1, self.SLOOP + 1 + self.SMX_FINALIZE - 8,
-                   self.ACC + 1 + self.LN_FINALIZE - 9)
+                   self.ACC + 1 + self.LN_FINALIZE - 10)
 
     @property
     def MUL2(self):

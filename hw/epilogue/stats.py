@@ -147,9 +147,16 @@ class RowStats(wiring.Component):
         ln_fresh = Signal(init=1)
         ln_fin = Signal()                 # the row sums are final (one cycle)
         ln_fin_slot = Signal()
-        m.d.sync += ln_fin.eq(0)
-        with m.If(st.first_pass(k - 1, EpOp.LAYERNORM)):
+        # Timing: whether stage k - 1 holds a first-pass LAYERNORM sub-beat, and its row's last,
+        # are registers decoded a stage ahead, so `ln_fin` (which the finalize's stages read
+        # across the chip) is loaded from a register alone.
+        fp = Signal(name="ln_fp")
+        ends = Signal(name="ln_ends")
+        _, c_before = st.tags(k - 2)
+        first = st.first_pass(k - 2, EpOp.LAYERNORM)
+        m.d.sync += [fp.eq(first), ends.eq(first & c_before.last), ln_fin.eq(ends)]
+        with m.If(fp):
             m.d.sync += [s1.eq(Mux(ln_fresh, 0, s1) + v_sum), s2.eq(Mux(ln_fresh, 0, s2) + v2_sum),
-                         ln_fresh.eq(c.last), ln_fin.eq(c.last), ln_fin_slot.eq(c.slot)]
+                         ln_fresh.eq(c.last), ln_fin_slot.eq(c.slot)]
         m.d.comb += [self.o_sums.valid.eq(ln_fin), self.o_sums.payload.s1.eq(s1),
                      self.o_sums.payload.s2.eq(s2), self.o_sums.payload.slot.eq(ln_fin_slot)]

@@ -13,7 +13,8 @@ extremes, and rows whose length is not a multiple of ``cols``; LayerNorm with co
 Every segment runs with random idle cycles on the input and random backpressure on the output,
 and every output beat is compared with golden's, in order. Then two checks of throughput with
 neither: a long single-pass stream is taken at one beat a cycle, and SOFTMAX and LAYERNORM
-STOREs whose rows have 8 strips or more are taken without a single stall.
+STOREs whose rows have the fewest strips that the intake's docstring says never wait
+(``ceil(gap / ratio) - 1``) are taken without a single stall.
 
 This module is the pytest file and, inside the simulator, the cocotb test module. The seed is
 logged; ``BERTACCEL_SEED=<n> pytest verif/block/test_epilogue.py`` replays a run.
@@ -262,6 +263,7 @@ class Workload:
 
     def __init__(self, cfg, seed):
         self.cols = cfg.cols
+        self.schedule = Schedule.of(cfg)
         self.small = cfg.cols < 8
         self.np = np.random.default_rng(seed)
         self.rng = random.Random(seed + 1)
@@ -523,6 +525,12 @@ class Workload:
         return out
 
     # -- throughput --
+    def no_wait_strips(self, op):
+        """The fewest strips a row of ``op`` has that never waits for its statistics,
+        ``ceil(gap / ratio) - 1`` (hw/epilogue/intake.py), and at least 2."""
+        sch = self.schedule
+        return max(2, -(-sch.gap[op] // sch.ratio) - 1)
+
     def throughput(self):
         g, cols = self.np, self.cols
         mul, shift = self._scale(0.01)
@@ -530,11 +538,13 @@ class Workload:
         rows = 256 // 4
         single.stores.append(self.job("stream", EpOp.REQUANT,
                                       self._i32(g.normal(0, 5000, (rows, 4 * cols)))))
-        row_len = 8 * cols - 1
+        row_len = self.no_wait_strips(EpOp.SOFTMAX) * cols - 1
         n = self.n_for(row_len)
         smx = Segment("throughput-softmax", {"mul0": mul, "shift0": shift, "row_len": row_len})
         smx.stores.append(self.job("rows", EpOp.SOFTMAX, self._i32(g.normal(0, 3e4, (4, n))),
                                    bias=0, row_len=row_len))
+        row_len = self.no_wait_strips(EpOp.LAYERNORM) * cols - 1
+        n = self.n_for(row_len)
         params, s_acc, s_out = self.ln_params(row_len)
         gamma, beta = self.gamma_beta(n, s_out, params["shift1"])
         ln = Segment("throughput-layernorm", params)
