@@ -166,11 +166,13 @@ class Queue(wiring.Component):
 class _Control:
     """The queue's control registers: ``head`` (which slot is the head), ``head_valid``,
     ``spare_valid`` (the other slot holds the next entry), ``stored`` (the memory holds an
-    entry), ``room`` (``w_rdy``), the memory's write and read pointers; and ``fill``: the
-    memory's oldest entry moves into a slot this cycle.
+    entry), ``room`` (``w_rdy``), the memory's write pointer and the one after it, its read
+    pointer; and ``fill``: the memory's oldest entry moves into a slot this cycle.
 
     Timing: each register's next value is a LUT or two of registers and the late ``w_en`` and
-    ``r_en`` (the writer's and the reader's decisions), with no adder or compare after them.
+    ``r_en`` (the writer's and the reader's decisions), with no adder or compare after them:
+    the write pointer's next value is kept in a register of its own (``produce_ahead``), so
+    a write only picks it.
     """
 
     def __init__(self, behind, suffix=""):
@@ -181,6 +183,8 @@ class _Control:
         self.stored = Signal(name=f"stored_any{suffix}", attrs=KEEP)
         self.room = Signal(init=1, name=f"room{suffix}", attrs=KEEP)
         self.produce = Signal(range(behind), name=f"produce{suffix}", attrs=KEEP)
+        self.produce_ahead = Signal(range(behind), init=1 % behind,
+                                    name=f"produce_ahead{suffix}", attrs=KEEP)
         self.consume = Signal(range(behind), name=f"consume{suffix}", attrs=KEEP)
         self.fill = self.stored & ~self.spare_valid
 
@@ -195,7 +199,8 @@ class _Control:
             "spare_valid": ~pop & self.head_valid & (self.spare_valid | self.fill),
             "stored": write | Mux(self.fill, stored >= 2, self.stored),
             "room": Mux(write & ~move, waiting != behind - 1, (move & ~write) | self.room),
-            "produce": Mux(write, _next(self.produce, behind), self.produce),
+            "produce": Mux(write, self.produce_ahead, self.produce),
+            "produce_ahead": Mux(write, _next(self.produce_ahead, behind), self.produce_ahead),
             "consume": Mux(self.fill, _next(self.consume, behind), self.consume),
         }
 

@@ -22,7 +22,7 @@ gshift) == (h + beta + 128) >> 8`` exactly, since ``beta * 2**(gshift - 8)`` is 
 the bits that the first shift drops. LAYERNORM's ``gshift`` is at least 8.
 """
 
-from amaranth import Cat, Module, Mux, signed, unsigned
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -75,8 +75,8 @@ class Back(wiring.Component):
         st = Stages(m, sch, self.i_lanes, sch.E + 1)
         st.wait(sch.BIND)                  # the lanes wait for BIND
         self._bind(m, st)
-        self._normalize(m, st, platform)
-        self._scale(m, st, platform)
+        operands = self._normalize(m, st, platform)
+        self._scale(m, st, operands, platform)
         self._row(m, st)
         m.d.comb += self.o_busy_next.eq(st.busy_next())
         return m
@@ -102,7 +102,8 @@ class Back(wiring.Component):
                              s[i].lsh.eq(11 + Mux(c.slot, slots[1].j, slots[0].j))]
 
     def _normalize(self, m, st, platform):
-        """MUL2, PSUM2, SUB, SHC2, SHF2, RND2: R * e or (N * v - S1) * rsq, rounded."""
+        """MUL2, PSUM2, SUB, SHC2, SHF2, RND2: R * e or (N * v - S1) * rsq, rounded. Returns,
+        per lane, what RND2's ``a`` and ``carry.coef.m`` are loaded with (MUL3's operands)."""
         sch, lanes = self._sch, range(self._sch.lanes)
         k = sch.MUL2
         p, s = st.lanes[k - 1], st(k, a=signed(24), t0=signed(35), t1=signed(31),
@@ -127,15 +128,23 @@ class Back(wiring.Component):
             m.d.sync += s[i].d.eq(fine(p[i].d, p[i].lshf))
         is_ln = st.decoded(k + 4, lambda ctl: ctl.op == EpOp.LAYERNORM, name="rnd2_ln")
         p, s = s, st(k + 5, a=signed(24), over=1, under=1, r=signed(PROB_SCALE.bit_length() + 1))
+        operands = []
         for i in lanes:
             d = p[i].d
             m.d.sync += Cat(s[i].over, s[i].under, s[i].r).eq(
                 Cat(*round_parts(d, 0, PROB_SCALE)))
-            with m.If(is_ln[i]):
-                m.d.sync += s[i].a.eq((d[:25] + 1)[1:25])            # z, |z| < 2**18
+            z = Mux(is_ln[i], (d[:25] + 1)[1:25], p[i].a)             # LN z, |z| < 2**18
+            m.d.sync += s[i].a.eq(z)
+            operands.append((z, p[i].carry.coef.m))                   # carry is copied
+        return operands
 
-    def _scale(self, m, st, platform):
-        """MUL3, PSUM3, SHC3, SHF3, ADD3: SOFTMAX and GELU done; LAYERNORM z * gamma + beta."""
+    def _scale(self, m, st, operands, platform):
+        """MUL3, PSUM3, SHC3, SHF3, ADD3: SOFTMAX and GELU done; LAYERNORM z * gamma + beta.
+        ``operands``: per lane, what RND2's ``a`` and ``carry.coef.m`` are loaded with.
+
+        Timing: MUL3's DSPs take those values into their own input registers in the cycle
+        RND2 does, so the route from the lane's registers across the chip ends at a register
+        and the product is a cycle after RND2 all the same."""
         sch, lanes, prm = self._sch, range(self._sch.lanes), self.params
         k = sch.MUL3
         # Whether a lane's result is final here (SOFTMAX after RND2, GELU after SHF3): a
@@ -143,11 +152,14 @@ class Back(wiring.Component):
         sm_done = st.decoded(k - 1, lambda ctl: ctl.op == EpOp.SOFTMAX, name="sm_done")
         p, s = st.lanes[k - 1], st(k, t0=signed(36), t1=signed(25))
         for i in lanes:
-            z, coef = p[i].a, p[i].carry.coef.m
+            z = Signal(signed(24), name=f"mul3_z{i}")     # RND2's `a` as it is loaded
+            coef = operands[i][1]
+            m.d.comb += z.eq(operands[i][0])
             m.d.comb += [
-                s[i].t0.eq(product(m, z[:TILE], coef, name=f"mul3_t0{i}", platform=platform)),
+                s[i].t0.eq(product(m, z[:TILE], coef, name=f"mul3_t0{i}", platform=platform,
+                                   input_registers=True)),
                 s[i].t1.eq(product(m, z[TILE:].as_signed(), coef, name=f"mul3_t1{i}",
-                                   platform=platform)),
+                                   platform=platform, input_registers=True)),
             ]
             with m.If(sm_done[i]):                                    # SOFTMAX done
                 m.d.sync += s[i].carry.out.eq(
