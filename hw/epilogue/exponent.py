@@ -182,8 +182,8 @@ class Exponent(wiring.Component):
         in a register for each lane (``hots``), and its ``step`` (one-hot: A >> 8j is kept;
         all 0 when S starts afresh). A loop of 3 bits.
 
-        Timing: a lane's ``e << p`` is an AND-OR of its one-hot copy, two LUT levels in front
-        of the tree's first adder rather than the three of a binary shifter."""
+        Timing: a lane's ``e << p`` is an AND-OR selected by its own one-hot copy, so no one
+        net selects the shift of every lane."""
         sch = self._sch
         c = st.ctl[sch.E - 1]
         d = delay(m, dm, sch.E - 1 - sch.U, name="dm")

@@ -56,9 +56,9 @@ class Front(wiring.Component):
     Members
     -------
     i_sub : In(stage_signature(schedule, beat_layout(cfg, lanes)))
+        Stage IN.
     i_sub_op : In(ArrayLayout(len(EpOp), lanes))
         Stage IN's op, one-hot, a register per lane (:class:`~.intake.Intake`).
-        Stage IN.
     params : In(ParamsLayout)
     o_lanes : Out(stage_signature(schedule, lane_layout(schedule, PRE_LANE)))
         Stage PRE. REQUANT's result is in ``carry.out`` (RAW's accumulator value too),

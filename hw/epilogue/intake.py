@@ -37,9 +37,9 @@ class Intake(wiring.Component):
     Beats wait in a :class:`~bertaccel.hw.queue.Queue` of :data:`QUEUE_DEPTH` entries; the head
     is *taken* when the module's checks allow. Timing: whether the head may be taken (``ready``)
     is a register, decided a cycle ahead from what the queue, the slots, the gap timers and
-    the credits will hold next cycle (each entry's :data:`Flags` kept in registers), once for a take this cycle and once for none, so the
-    take is an AND of two registers where it reaches the queue's and the store unit's
-    control registers.
+    the credits will hold next cycle (each entry's :data:`Flags` kept in registers), once for
+    a take this cycle and once for none, so the take is an AND of two registers where it
+    reaches the queue's and the store unit's control registers.
 
     Parameters
     ----------
@@ -110,8 +110,8 @@ class Intake(wiring.Component):
             m.d.sync += state[name].eq(value)
         # `ready` next cycle, for each of a take now or none and a pop of the output or none:
         # the state's next values, the flags of the queue's next head and the credit left.
-        # Timing: the output's pop picks last (`ready_after`, a LUT of `i_popped` and two
-        # registers' choices), as it comes from outside the core.
+        # Timing: the output's pop picks between two decisions (`ready_after`), as it comes
+        # from outside the core.
         ready_after = []
         for popped in (0, 1):
             ready_next = []

@@ -35,9 +35,8 @@ class Outlet(wiring.Component):
         ([0]) or leaves ([1]) this cycle, and ``i_owe`` is low ([.][0]) or high ([.][1]) (the
         intake decides its ``ready`` a cycle ahead).
     o_popped : Out(1)
-        The output's head leaves this cycle. Timing: the intake picks its ``credit_next``
-        with it in the last LUT in front of its ``ready``, so the output's ``ready``, which
-        comes from outside the core, passes through one LUT to that register.
+        The output's head leaves this cycle. Timing: the intake decides its ``ready`` for
+        both cases and picks with it, as the output's ``ready`` comes from outside the core.
     o_data : Out(stream.Signature(row_layout(cfg)))
     o_busy_next : Out(1)
         An output beat will be owed next cycle (taken, not yet sent).
