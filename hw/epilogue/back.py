@@ -133,7 +133,8 @@ class Back(wiring.Component):
             d = p[i].d
             m.d.sync += Cat(s[i].over, s[i].under, s[i].r).eq(
                 Cat(*round_parts(d, 0, PROB_SCALE)))
-            z = Mux(is_ln[i], (d[:25] + 1)[1:25], p[i].a)             # LN z, |z| < 2**18
+            z = Signal(signed(24), name=f"mul3_z{i}")                 # LN z, |z| < 2**18
+            m.d.comb += z.eq(Mux(is_ln[i], (d[:25] + 1)[1:25], p[i].a))
             m.d.sync += s[i].a.eq(z)
             operands.append((z, p[i].carry.coef.m))                   # carry is copied
         return operands
@@ -152,9 +153,7 @@ class Back(wiring.Component):
         sm_done = st.decoded(k - 1, lambda ctl: ctl.op == EpOp.SOFTMAX, name="sm_done")
         p, s = st.lanes[k - 1], st(k, t0=signed(36), t1=signed(25))
         for i in lanes:
-            z = Signal(signed(24), name=f"mul3_z{i}")     # RND2's `a` as it is loaded
-            coef = operands[i][1]
-            m.d.comb += z.eq(operands[i][0])
+            z, coef = operands[i]
             m.d.comb += [
                 s[i].t0.eq(product(m, z[:TILE], coef, name=f"mul3_t0{i}", platform=platform,
                                    input_registers=True)),
