@@ -27,10 +27,12 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import PROB_SCALE, RECIP_SHIFT
+from ..dsp import KEEP
 from ..isa import EpOp, ParamsLayout
 from .arith import INT8, TILE, at_least, at_most, coarse, fine, pick, product, round_parts
 from .lanes import Stages
-from .schedule import E_LANE, Schedule, SlotStats, lane_layout, row_layout, stage_signature
+from .schedule import (E_LANE, BindSelect, Schedule, SlotStats, lane_layout, row_layout,
+                       stage_signature)
 
 __all__ = ["Back"]
 
@@ -49,6 +51,8 @@ class Back(wiring.Component):
     -------
     i_lanes : In(stage_signature(schedule, lane_layout(schedule, E_LANE)))
         Stage E.
+    i_bind : In(ArrayLayout(BindSelect, lanes))
+        Stage E's sub-beat's op and slot, a copy a lane (:class:`~.exponent.Exponent`).
     i_slots : In(ArrayLayout(SlotStats, 2))
         The row statistics (:class:`~.finalize.Finalize`).
     params : In(ParamsLayout)
@@ -63,6 +67,7 @@ class Back(wiring.Component):
         self._sch = sch = Schedule.of(cfg)
         super().__init__({
             "i_lanes": In(stage_signature(sch, lane_layout(sch, E_LANE))),
+            "i_bind": In(data.ArrayLayout(BindSelect, sch.lanes)),
             "i_slots": In(data.ArrayLayout(SlotStats, 2)),
             "params": In(ParamsLayout),
             "o_row": Out(stage_signature(sch, row_layout(cfg, sch.lanes))),
@@ -83,23 +88,32 @@ class Back(wiring.Component):
 
     def _bind(self, m, st):
         """BIND: a second pass takes its row's statistics, into every lane."""
-        k, slots = self._sch.BIND, self.i_slots
-        c, p = st.ctl[k - 1], st.lanes[k - 1]
+        sch, slots = self._sch, self.i_slots
+        k, p = sch.BIND, st.lanes[sch.BIND - 1]
+        # Timing: each lane chooses by its own copy of the op and slot (`i_bind`, carried
+        # through the stages where the lanes wait), so no one net reaches the statistics
+        # registers of every lane.
+        chosen = list(self.i_bind)
+        for j in range(sch.E + 1, k):
+            regs = [Signal(BindSelect, name=f"s{j}_bind{i}", reset_less=True, attrs=KEEP)
+                    for i in range(sch.lanes)]
+            m.d.sync += [reg.eq(sel) for reg, sel in zip(regs, chosen)]
+            chosen = regs
         # SOFTMAX's operands change places: R (17 bits) is the signed 18-bit operand of both
         # tiles and e (22 bits) is cut in two, as N * rsq is.
         s = st(k, a=signed(24),           # R | v
                mb=unsigned(30),           # e | N*rsq
                sb=signed(46),             # 0 | S1*rsq
                lsh=unsigned(6))           # 5 + k | 11 + j
-        for i in range(self._sch.lanes):
-            with m.If(c.op == EpOp.SOFTMAX):
-                m.d.sync += [s[i].a.eq(Mux(c.slot, slots[1].r, slots[0].r)),
+        for i, sel in enumerate(chosen):
+            with m.If(sel.softmax):
+                m.d.sync += [s[i].a.eq(Mux(sel.slot, slots[1].r, slots[0].r)),
                              s[i].mb.eq(p[i].a), s[i].sb.eq(0),
-                             s[i].lsh.eq(RECIP_SHIFT + Mux(c.slot, slots[1].k, slots[0].k))]
+                             s[i].lsh.eq(RECIP_SHIFT + Mux(sel.slot, slots[1].k, slots[0].k))]
             with m.Else():
-                m.d.sync += [s[i].mb.eq(Mux(c.slot, slots[1].nr, slots[0].nr)),
-                             s[i].sb.eq(Mux(c.slot, slots[1].sr, slots[0].sr)),
-                             s[i].lsh.eq(11 + Mux(c.slot, slots[1].j, slots[0].j))]
+                m.d.sync += [s[i].mb.eq(Mux(sel.slot, slots[1].nr, slots[0].nr)),
+                             s[i].sb.eq(Mux(sel.slot, slots[1].sr, slots[0].sr)),
+                             s[i].lsh.eq(11 + Mux(sel.slot, slots[1].j, slots[0].j))]
 
     def _normalize(self, m, st, platform):
         """MUL2, PSUM2, SUB, SHC2, SHF2, RND2: R * e or (N * v - S1) * rsq, rounded. Returns,

@@ -36,7 +36,7 @@ import functools
 import operator
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import EXP2_CUTOFF, EXP2_GUARD, EXP2_TABLE, SOFTMAX_FRAC
@@ -46,7 +46,8 @@ from ..memory import rom
 from ..pipeline import delay
 from .arith import coarse, fine, tree
 from .lanes import Stages
-from .schedule import ACC_LANE, E_LANE, Schedule, SoftmaxSums, lane_layout, stage_signature
+from .schedule import (ACC_LANE, E_LANE, BindSelect, Schedule, SoftmaxSums, lane_layout,
+                       stage_signature)
 
 __all__ = ["Exponent"]
 
@@ -78,6 +79,8 @@ class Exponent(wiring.Component):
         How much M grew at the sub-beat in ACC.
     o_lanes : Out(stage_signature(schedule, lane_layout(schedule, E_LANE)))
         Stage E: SOFTMAX's e in ``a``.
+    o_bind : Out(ArrayLayout(BindSelect, lanes))
+        Stage E's sub-beat's :data:`~.schedule.BindSelect`, a register a lane.
     o_sums : Out(stream.Signature(SoftmaxSums, always_ready=True))
         A SOFTMAX row's sum S, for the one cycle it is final.
     o_busy_next : Out(1)
@@ -90,6 +93,7 @@ class Exponent(wiring.Component):
             "i_lanes": In(stage_signature(sch, lane_layout(sch, ACC_LANE))),
             "i_dm": In(unsigned(17)),
             "o_lanes": Out(stage_signature(sch, lane_layout(sch, E_LANE))),
+            "o_bind": Out(data.ArrayLayout(BindSelect, sch.lanes)),
             "o_sums": Out(stream.Signature(SoftmaxSums, always_ready=True)),
             "o_busy_next": Out(1),
         })
@@ -145,6 +149,11 @@ class Exponent(wiring.Component):
         p, s = s, st(sch.E, **E_LANE)
         for i in lanes:
             m.d.sync += s[i].a.eq((fine(p[i].w, p[i].q) + 1)[1:width])
+        # Timing: the back's BIND stage chooses by these (a copy a lane), not by a decode of
+        # the tags that reaches every lane's statistics registers across the chip.
+        bind = st.decoded(sch.E, lambda ctl: Cat(ctl.op == EpOp.SOFTMAX, ctl.slot),
+                          BindSelect.size, name="e_bind")
+        m.d.comb += [self.o_bind[i].eq(reg) for i, reg in enumerate(bind)]
         return dm
 
     def _sum(self, m, st, dm):

@@ -19,6 +19,7 @@ from ..isa import EpOp, PmemWord
 __all__ = [
     "ACC_LANE",
     "Carry",
+    "BindSelect",
     "E_LANE",
     "LayerNormSums",
     "PRE_LANE",
@@ -208,6 +209,10 @@ WAIT_LANE = {"a": signed(24)}
 ACC_LANE = {"a": signed(24), "m": signed(17)}
 #: A lane in stage E: ``a`` is SOFTMAX's e; the other ops' ``a`` has travelled unchanged.
 E_LANE = {"a": signed(24)}
+#: What a lane's BIND stage chooses its statistics by: whether the sub-beat is SOFTMAX's, and
+#: its slot (:class:`~.exponent.Exponent` registers it a lane beside stage E, for
+#: :class:`~.back.Back`).
+BindSelect = data.StructLayout({"softmax": 1, "slot": 1})
 
 
 def lane_layout(sch, fields):

@@ -124,6 +124,7 @@ class Epilogue(wiring.Component):
         m.d.comb += [
             exponent.i_dm.eq(stats.o_dm),
             back.i_slots.eq(finalize.o_slots),
+            back.i_bind.eq(exponent.o_bind),
             intake.i_credit_next.eq(outlet.o_credit_next),
             intake.i_popped.eq(outlet.o_popped),
             front.i_sub_op.eq(intake.o_sub_op),

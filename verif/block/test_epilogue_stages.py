@@ -642,11 +642,14 @@ def test_exponent(preset):
     def dm(t, item):      # how much M grew, beside the sub-beat in ACC (else anything)
         known = item is not None and item["dm"] is not None
         return [(dut.i_dm, item["dm"] if known else rng.getrandbits(17))]
+    sums = sums_of(dut.o_sums)
     outs, trace = run_lanes(dut, dut.i_lanes, dut.o_lanes, items, at, end, sch.E - sch.ACC, rng,
-                            extra=dm, watch=sums_of(dut.o_sums))
+                            extra=dm, watch=lambda ctx: {**sums(ctx), "bind": ctx.get(dut.o_bind)})
     sums_at = {}
     for t, item, record in zip(at, items, outs):
         sub, row = item["sub"], item["row"]
+        assert all(sel.softmax == (item["op"] == EpOp.SOFTMAX)
+                   and sel.slot == sub["ctl"]["slot"] for sel in record["bind"]), (t, sub)
         got = lane_fields(record["out"], lanes, ["a", "carry.out"])
         assert torch.equal(got["carry.out"],
                            i64([lane["carry"]["out"] for lane in item["in"]["lanes"]]))
@@ -888,7 +891,10 @@ def test_back(preset):
             slots[slot] = stats
         if item is not None:
             gshift["now"] = item["row"].get("gshift", rng.randint(0, 63))
+        bind = ({"softmax": int(item["op"] == EpOp.SOFTMAX), "slot": item["in"]["ctl"]["slot"]}
+                if item is not None else rng.getrandbits(2 * lanes))
         return [(dut.i_slots, list(slots)),
+                (dut.i_bind, [bind] * lanes if item is not None else bind),
                 (dut.params, {"mul0": 0, "shift0": 0, "mul1": 0, "row_len": 0, "eps": 0,
                               "flags": 0, "shift1": gshift["now"]})]
     outs, _ = run_lanes(dut, dut.i_lanes, dut.o_row, items, at, end, sch.depth - 1 - sch.E,
