@@ -86,21 +86,15 @@ class Queue(wiring.Component):
         stored = Signal(range(behind + 1), name="stored")      # entries in the memory
         waiting = Signal(range(behind + 1))  # ... and in the spare slot: behind the head
         write = Signal()
-        pop = Signal()
-        move = Signal()                      # an entry moves from behind the head to the head
         m.d.comb += [
             write.eq(self.w_en & ctl.room),
-            pop.eq(self.r_en & ctl.head_valid),
-            move.eq((ctl.spare_valid | ctl.stored) & (~ctl.head_valid | pop)),
             self.w_rdy.eq(ctl.room),
             self.r_rdy.eq(ctl.head_valid),
             waiting.eq(stored + ctl.spare_valid),
             self.level.eq(waiting + ctl.head_valid),
         ]
         m.d.sync += stored.eq(stored + write - ctl.fill)
-        next_values = ctl.next_values(write=write, pop=pop, move=move, stored=stored,
-                                      waiting=waiting)
-        ctl.load(m, next_values)
+        ctl.advance(m, w_en=self.w_en, r_en=self.r_en, stored=stored, waiting=waiting)
 
         slots = [Signal(self.width, name=f"slot{i}", reset_less=True) for i in range(2)]
         heads = []
@@ -110,7 +104,7 @@ class Queue(wiring.Component):
                 copy = ctl
             else:
                 copy = _Control(behind, f"_{n}")    # the control registers, again
-                copy.load(m, next_values)
+                copy.advance(m, w_en=self.w_en, r_en=self.r_en, stored=stored, waiting=waiting)
             m.submodules[f"storage_{n}"] = storage = memory.Memory(
                 shape=part.stop - part.start, depth=behind, init=[])
             w_port = storage.write_port()
@@ -204,8 +198,18 @@ class _Control:
             "consume": Mux(self.fill, _next(self.consume, behind), self.consume),
         }
 
-    def load(self, m, values):
-        """Load the registers with ``values`` (:meth:`next_values`, of these or a copy's)."""
+    def advance(self, m, *, w_en, r_en, stored, waiting):
+        """Load the registers with their :meth:`next_values` for the writer's ``w_en`` and the
+        reader's ``r_en``, from these registers.
+
+        Timing: each copy makes its next values from its own registers, so the logic in
+        front of a register drives that register alone, and yosys turns its choices into the
+        flip-flop's clock enable and its reset into the flip-flop's synchronous reset (it
+        does neither for logic shared by several registers, which then costs a LUT level)."""
+        pop = r_en & self.head_valid
+        move = (self.spare_valid | self.stored) & (~self.head_valid | pop)
+        values = self.next_values(write=w_en & self.room, pop=pop, move=move, stored=stored,
+                                  waiting=waiting)
         m.d.sync += [getattr(self, name).eq(value) for name, value in values.items()]
 
 
