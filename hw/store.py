@@ -195,10 +195,10 @@ class StoreUnit(wiring.Component):
                 m.d.sync += [
                     s.second.eq(next_second), s.strip.eq(0), s.at_row_end.eq(s.one_strip),
                     s.left.eq(s.left - 1), s.left_is_0.eq(s.left_is_1),
-                    s.left_is_1.eq(s.left == 2), s.odd.eq(~s.odd),
+                    s.left_is_1.eq(s.left == 3), s.odd.eq(~s.odd),
                     s.lanes_left.eq(params.row_len),
                     s.final.eq(s.one_strip & s.left_is_1),
-                    s.next_second.eq(s.two_pass & (~s.odd | (s.left == 2))),
+                    s.next_second.eq(s.two_pass & (~s.odd | (s.left == 3))),
                 ]
             with m.Else():
                 m.d.sync += [
@@ -277,7 +277,7 @@ class StoreUnit(wiring.Component):
                 s.second.eq(0), s.strip.eq(0), s.odd.eq(0),
                 s.at_row_end.eq(head.one_strip), s.one_strip.eq(head.one_strip),
                 s.strips_m2.eq(body.strips - 2),
-                s.left.eq(Mux(is_two_pass, (body.rows << 1) - 1, body.rows - 1)),
+                s.left.eq(Mux(is_two_pass, body.rows << 1, body.rows)),
                 s.left_is_0.eq(~is_two_pass & head.one_row),
                 s.left_is_1.eq(Mux(is_two_pass, head.one_row, head.two_rows)),
                 s.final.eq(head.one_strip & ~is_two_pass & head.one_row),
@@ -342,8 +342,10 @@ class _Drain:
     arithmetic; what it needs is kept in registers, updated a beat ahead:
 
     * ``at_row_end`` is strip == strips - 1;
-    * the row passes left after this one count down in ``left``, with ``left_is_0`` (this is
-      the STORE's last row pass) and ``left_is_1`` kept beside it;
+    * the row passes left, this one among them, count down in ``left`` (loaded with the
+      STORE's count of passes, with no subtraction after the queue's head), with
+      ``left_is_0`` (this is the STORE's last row pass) and ``left_is_1`` (one more after
+      this) kept beside it;
     * the interleaved order needs no row arithmetic: the next pass is a first pass of the next
       first-pass row or a second pass of the next second-pass row, whose pointers (``acc1``,
       ``aux1``; ``acc2``, ``aux2``) are kept ready; it is a second pass when this one's index
