@@ -1,9 +1,9 @@
 """Logic whose LUT structure synthesis must keep: an AND-OR in two levels of ECP5 LUT4s.
 
 yosys's LUT mappers take a design's logic apart and map it again, and where a cone is not on
-the design's deepest path they trade its depth for area: the one-hot shift of the epilogue's
-sum tree (eight terms a bit) came out as a chain of three and four LUTs in front of an adder,
-the path that limited every placement of the 2x2 core. With ``platform`` an ECP5
+the design's deepest path they trade its depth for area: abc maps the one-hot shift of the
+epilogue's sum tree (eight terms a bit) as a chain of three or four LUTs in front of an adder
+(docs/fpga.md, Timing choices in the RTL). With ``platform`` an ECP5
 (:func:`~.dsp.uses_ecp5_dsp`) :func:`and_or` instantiates the LUT4s itself, which the mapper
 leaves as they are: two terms a LUT, then ORs of up to four, so eight terms are two levels.
 Otherwise (simulation, lint, the portable Verilog) it is the same function as an expression.
@@ -35,9 +35,9 @@ def and_or(m, terms, *, platform, name):
     """
     if not uses_ecp5_dsp(platform) or len(terms) < 2:
         return Cat(select & bit for select, bit in terms).any()
-    level = [_lut(m, _AND_OR_INIT, [*terms[k], *(terms[k + 1] if k + 1 < len(terms) else (0, 0))],
-                  f"{name}_and{k // 2}")
+    pairs = [[*terms[k], *(terms[k + 1] if k + 1 < len(terms) else (0, 0))]
              for k in range(0, len(terms), 2)]
+    level = [_lut(m, _AND_OR_INIT, pair, f"{name}_and{k}") for k, pair in enumerate(pairs)]
     depth = 0
     while len(level) > 1:
         level = [_lut(m, _OR_INIT, (level[k:k + 4] + [0, 0, 0])[:4], f"{name}_or{depth}_{k // 4}")
