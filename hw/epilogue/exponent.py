@@ -42,7 +42,7 @@ from ..isa import EpOp
 from ..lut import and_or
 from ..memory import rom
 from ..pipeline import delay
-from .arith import coarse, fine, tree
+from .arith import coarse, tree
 from .lanes import Stages
 from .schedule import (ACC_LANE, E_LANE, BindSelect, Schedule, SoftmaxSums, lane_layout,
                        stage_signature)
@@ -139,14 +139,17 @@ class Exponent(wiring.Component):
         # (a timing choice).
         takes = st.decoded(sch.ESH - 1, lambda ctl: ctl.op == EpOp.SOFTMAX, name="e_takes")
         width = len(s[0].a) + 1                  # 2a, a of stage EREG
-        p, s = s, st(sch.ESH, q=unsigned(3), w=signed(width))
+        # Timing: the fine shift's amount is one-hot (`qh`), so stage E's shift is an AND-OR
+        # of eight terms a bit, two LUT levels on an ECP5 (`_shifted`) before the add.
+        p, s = s, st(sch.ESH, qh=unsigned(8), w=signed(width))
         for i in lanes:
             e = Mux(p[i].zero, 0, coarse(p[i].r << (EXP2_GUARD + 1), p[i].q))
             m.d.sync += [s[i].w.eq(Mux(takes[i], e, p[i].a << 1)),
-                         s[i].q.eq(Mux(takes[i], p[i].q[:3], 0))]
+                         s[i].qh.eq(Mux(takes[i], 1 << p[i].q[:3], 1))]
         p, s = s, st(sch.E, **E_LANE)
         for i in lanes:
-            m.d.sync += s[i].a.eq((fine(p[i].w, p[i].q) + 1)[1:width])
+            w = _shifted(m, p[i].w, p[i].qh, right=True, platform=platform, name=f"e_fine{i}")
+            m.d.sync += s[i].a.eq((w.as_signed() + 1)[1:width])
         # Timing: the back's BIND stage chooses by these (a copy a lane), not by a decode of
         # the tags that reaches every lane's statistics registers across the chip.
         bind = st.decoded(sch.E, lambda ctl: Cat(ctl.op == EpOp.SOFTMAX, ctl.slot),
@@ -213,10 +216,21 @@ class Exponent(wiring.Component):
         return p, hots, step
 
 
-def _shifted(m, value, hot, *, platform, name):
-    """``value << j`` for the one bit ``j`` set in ``hot``: an AND-OR of the shifted copies,
-    in two LUT levels on an ECP5 (:func:`~..lut.and_or`; a timing choice)."""
-    width = len(value) + len(hot) - 1
-    return Cat(and_or(m, [(hot[j], value[i - j]) for j in range(len(hot))
-                          if 0 <= i - j < len(value)], platform=platform, name=f"{name}_{i}")
-               for i in range(width))
+def _shifted(m, value, hot, *, right=False, platform, name):
+    """``value << j`` (or, with ``right``, ``value >> j``, arithmetic for a signed ``value``,
+    as wide as it) for the one bit ``j`` set in ``hot``: an AND-OR of the shifted copies, in
+    two LUT levels on an ECP5 (:func:`~..lut.and_or`; a timing choice)."""
+    n, shifts = len(value), range(len(hot))
+    width = n if right else n + len(hot) - 1
+    bits = [[(hot[j], value[k]) for j in shifts
+             if (k := _source(i, j, n, right, value.shape().signed)) is not None]
+            for i in range(width)]
+    return Cat(and_or(m, terms, platform=platform, name=f"{name}_{i}")
+               for i, terms in enumerate(bits))
+
+
+def _source(i, j, n, right, signed):
+    """The bit of an ``n``-bit value that bit ``i`` of it shifted by ``j`` takes (None: 0)."""
+    if right:
+        return i + j if i + j < n else (n - 1 if signed else None)
+    return i - j if 0 <= i - j < n else None
