@@ -29,6 +29,7 @@ from amaranth.lib.wiring import In, Out
 from ...golden.intops import PROB_SCALE, RECIP_SHIFT
 from ..dsp import KEEP
 from ..isa import EpOp, ParamsLayout
+from ..pipeline import delay
 from .arith import INT8, TILE, at_least, at_most, coarse, fine, pick, product, round_parts
 from .lanes import Stages
 from .schedule import (E_LANE, BindSelect, Schedule, SlotStats, lane_layout, row_layout,
@@ -93,12 +94,8 @@ class Back(wiring.Component):
         # Timing: each lane chooses by its own copy of the op and slot (`i_bind`, carried
         # through the stages where the lanes wait), so no one net reaches the statistics
         # registers of every lane.
-        chosen = list(self.i_bind)
-        for j in range(sch.E + 1, k):
-            regs = [Signal(BindSelect, name=f"s{j}_bind{i}", reset_less=True, attrs=KEEP)
-                    for i in range(sch.lanes)]
-            m.d.sync += [reg.eq(sel) for reg, sel in zip(regs, chosen)]
-            chosen = regs
+        chosen = [delay(m, sel, k - 1 - sch.E, name=f"bind{i}", attrs=KEEP)
+                  for i, sel in enumerate(self.i_bind)]
         # SOFTMAX's operands change places: R (17 bits) is the signed 18-bit operand of both
         # tiles and e (22 bits) is cut in two, as N * rsq is.
         s = st(k, a=signed(24),           # R | v
