@@ -1,4 +1,5 @@
-"""Logic whose LUT structure synthesis must keep: an AND-OR in two levels of ECP5 LUT4s.
+"""Logic whose LUT structure synthesis must keep: an AND-OR in two levels of ECP5 LUT4s, and
+an increment of a choice in one carry chain.
 
 yosys's LUT mappers take a design's logic apart and map it again, and where a cone is not on
 the design's deepest path they trade its depth for area: abc maps the one-hot shift of the
@@ -6,18 +7,26 @@ epilogue's sum tree (eight terms a bit) as a chain of three or four LUTs in fron
 (docs/fpga.md, Timing choices in the RTL). With ``platform`` an ECP5
 (:func:`~.dsp.uses_ecp5_dsp`) :func:`and_or` instantiates the LUT4s itself, which the mapper
 leaves as they are: two terms a LUT, then ORs of up to four, so eight terms are two levels.
-Otherwise (simulation, lint, the portable Verilog) it is the same function as an expression.
+:func:`choice_plus_one` makes the choice in the carry chain's own LUT4s (CCU2C), where yosys
+maps a multiplexer in front of an adder as a LUT and a route before the chain. Otherwise
+(simulation, lint, the portable Verilog) each is the same function as an expression.
 """
 
-from amaranth import Cat, Const, Instance, Signal
+from amaranth import Cat, Const, Instance, Mux, Signal
 
 from .dsp import uses_ecp5_dsp
 
-__all__ = ["and_or"]
+__all__ = ["and_or", "choice_plus_one"]
 
 #: LUT4 truth tables (bit ``A + 2B + 4C + 8D``): ``A & B | C & D`` and ``A | B | C | D``.
 _AND_OR_INIT = sum(1 << i for i in range(16) if (i & 3) == 3 or (i & 12) == 12)
 _OR_INIT = 0xFFFE
+
+#: CCU2C half truth tables. A chosen bit's propagate is ``C if A else D`` and its generate (the
+#: table's low four bits, ``C = D = 0``) is 0; the carry-in half generates 1 from ``D = 1``
+#: (propagate ``INIT[8]`` is 0, generate ``INIT[0]`` is 1).
+_CHOICE_INIT = sum(1 << i for i in range(16) if (i >> (2 if i & 1 else 3)) & 1)
+_CARRY_IN_INIT = 0x0001
 
 
 def and_or(m, terms, *, platform, name):
@@ -44,6 +53,36 @@ def and_or(m, terms, *, platform, name):
                  for k in range(0, len(level), 4)]
         depth += 1
     return level[0]
+
+
+def choice_plus_one(m, select, when_set, when_clear, *, platform, name):
+    """``Mux(select, when_set, when_clear) + 1``, as wide as the operands (the carry out
+    dropped). ``name``: the carry cells are ``{name}_ccu{k}``."""
+    width = len(when_set)
+    assert len(when_clear) == width, (len(when_clear), width)
+    if not uses_ecp5_dsp(platform):
+        return (Mux(select, when_set, when_clear) + 1)[:width]
+    # One half a bit behind a first half that makes the carry-in from constants (the chain's
+    # CIN is 0 and read by no half: the first half's propagate is 0).
+    halves = [(_CARRY_IN_INIT, (0, 0, 0, 1))]
+    halves += [(_CHOICE_INIT, (select, 0, when_set[k], when_clear[k])) for k in range(width)]
+    halves += [(0, (0, 0, 0, 0))] * (len(halves) % 2)
+    total = Signal(width, name=f"{name}_s")
+    carry = None
+    for k in range(0, len(halves), 2):
+        cout = Signal(name=f"{name}_co{k // 2}")
+        # nextpnr's packer wants every port of a carry cell connected.
+        ports = {"i_CIN": Const(0, 1) if carry is None else carry, "o_COUT": cout,
+                 "o_S0": total[k - 1] if k else Signal(name=f"{name}_cin"),
+                 "o_S1": total[k] if k < width else Signal(name=f"{name}_top")}
+        for half in (0, 1):
+            init, inputs = halves[k + half]
+            ports[f"p_INIT{half}"] = Const(init, 16)
+            ports[f"p_INJECT1_{half}"] = "NO"
+            ports.update({f"i_{port}{half}": value for port, value in zip("ABCD", inputs)})
+        m.submodules[f"{name}_ccu{k // 2}"] = Instance("CCU2C", **ports)
+        carry = cout
+    return total
 
 
 def _lut(m, init, inputs, name):

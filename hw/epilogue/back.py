@@ -22,13 +22,14 @@ gshift) == (h + beta + 128) >> 8`` exactly, since ``beta * 2**(gshift - 8)`` is 
 the bits that the first shift drops. LAYERNORM's ``gshift`` is at least 8.
 """
 
-from amaranth import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import PROB_SCALE, RECIP_SHIFT
 from ..dsp import KEEP
 from ..isa import EpOp, ParamsLayout
+from ..lut import choice_plus_one
 from ..pipeline import delay
 from .arith import INT8, TILE, at_least, at_most, coarse, fine, pick, product, round_parts
 from .lanes import Stages
@@ -144,8 +145,11 @@ class Back(wiring.Component):
             d = p[i].d
             m.d.sync += Cat(s[i].over, s[i].under, s[i].r).eq(
                 Cat(*round_parts(d, 0, PROB_SCALE)))
-            z = Signal(signed(24), name=f"mul3_z{i}")                 # LN z, |z| < 2**18
-            m.d.comb += z.eq(Mux(is_ln[i], (d[:25] + 1)[1:25], p[i].a))
+            # LAYERNORM's z = (d + 1) >> 1 (|z| < 2**18), else a = (2a + 1) >> 1. Timing: the
+            # choice made in the add's carry chain, so the route to MUL3's DSPs leaves the chain.
+            z = Signal(signed(24), name=f"mul3_z{i}")
+            m.d.comb += z.eq(choice_plus_one(m, is_ln[i], d[:25], Cat(Const(0, 1), p[i].a),
+                                             platform=platform, name=f"mul3_z{i}")[1:])
             m.d.sync += s[i].a.eq(z)
             operands.append((z, p[i].carry.coef.m))                   # carry is copied
         return operands

