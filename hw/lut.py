@@ -1,5 +1,5 @@
-"""Logic whose LUT structure synthesis must keep: an AND-OR in two levels of ECP5 LUT4s, and
-an increment of a choice in one carry chain.
+"""Logic whose LUT structure synthesis must keep: any function of four bits in one ECP5 LUT4,
+an AND-OR in two levels of them, and an increment of a choice in one carry chain.
 
 yosys's LUT mappers take a design's logic apart and map it again, and where a cone is not on
 the design's deepest path they trade its depth for area: abc maps the one-hot shift of the
@@ -7,6 +7,7 @@ epilogue's sum tree (eight terms a bit) as a chain of three or four LUTs in fron
 (docs/fpga.md, Timing choices in the RTL). With ``platform`` an ECP5
 (:func:`~.dsp.uses_ecp5_dsp`) :func:`and_or` instantiates the LUT4s itself, which the mapper
 leaves as they are: two terms a LUT, then ORs of up to four, so eight terms are two levels.
+:func:`lut` holds any function of up to four bits as one LUT4.
 :func:`choice_plus_one` makes the choice in the carry chain's own LUT4s (CCU2C), where yosys
 maps a multiplexer in front of an adder as a LUT and a route before the chain. Otherwise
 (simulation, lint, the portable Verilog) each is the same function as an expression.
@@ -16,7 +17,7 @@ from amaranth import Cat, Const, Instance, Mux, Signal
 
 from .dsp import uses_ecp5_dsp
 
-__all__ = ["and_or", "choice_plus_one"]
+__all__ = ["and_or", "choice_plus_one", "lut"]
 
 #: LUT4 truth tables (bit ``A + 2B + 4C + 8D``): ``A & B | C & D`` and ``A | B | C | D``.
 _AND_OR_INIT = sum(1 << i for i in range(16) if (i & 3) == 3 or (i & 12) == 12)
@@ -83,6 +84,18 @@ def choice_plus_one(m, select, when_set, when_clear, *, platform, name):
         m.submodules[f"{name}_ccu{k // 2}"] = Instance("CCU2C", **ports)
         carry = cout
     return total
+
+
+def lut(m, function, inputs, *, platform, name):
+    """``function`` of up to four 1-bit ``inputs`` (it is called with as many 0 or 1 ints): a
+    LUT4 named ``name`` on an ECP5, elsewhere the same truth table indexed by the inputs."""
+    inputs = list(inputs)
+    assert 1 <= len(inputs) <= 4, len(inputs)
+    init = sum(1 << i for i in range(1 << len(inputs))
+               if function(*((i >> k) & 1 for k in range(len(inputs)))))
+    if not uses_ecp5_dsp(platform):
+        return Const(init, 1 << len(inputs)).bit_select(Cat(*inputs), 1)
+    return _lut(m, init, inputs + [0] * (4 - len(inputs)), name)
 
 
 def _lut(m, init, inputs, name):

@@ -22,6 +22,7 @@ from ...golden.intops import MAX_ROW, RECIP_BITS, RECIP_TABLE, RSQRT_TABLE
 from ..isa import ParamsLayout
 from ..memory import rom
 from ..pipeline import delay, delay_line
+from ..lut import and_or, lut
 from .arith import msb, sum_shifted, tiles
 from .schedule import LayerNormSums, Schedule, SlotStats, SoftmaxSums
 
@@ -68,20 +69,21 @@ class Finalize(wiring.Component):
     def _softmax(self, m, slots, platform):
         """k, mant, R = RECIP_TABLE[mant - 8192], into the slot."""
         # The row's sum is S = A >> p (the exponent's loop), so S's top bit is A's less p, and
-        # its mantissa, S >> (k - 13), is A >> (msb(A) - 13): S holds the row's largest
-        # exponential (above 2**20), so k > RECIP_BITS and the mantissa is a right shift.
+        # its mantissa, S >> (k - 13), is A >> (top - 13) for A's top bit `top`: S holds the
+        # row's largest exponential, at least 2**20, so 20 <= top <= 38 and the mantissa is
+        # a right shift. Timing: `top` is found and the shift made in two steps, each a few
+        # levels of LUT4s of their own (`hw/lut.py`): f1 the 4-bit chunk c of A[20:] that holds
+        # it and the bits from 13 below the chunk to its top, f2 its place f in the chunk and
+        # the mantissa (top = 20 + 4c + f); f3 k = top - p.
         a, p = self.i_smx.payload.a, self.i_smx.payload.p
-        f1_top = Signal(range(len(a)), reset_less=True)
-        f1_a = Signal.like(a, reset_less=True)
-        f1_p = Signal.like(p, reset_less=True)
-        m.d.sync += [f1_top.eq(msb(a)), f1_a.eq(a), f1_p.eq(p)]
-        f2_mant = Signal(RECIP_BITS + 1, reset_less=True)
-        f2_k = Signal(SlotStats["k"].shape, reset_less=True)          # S = mant * 2**(k - 13)
-        # A >> (top - 13) as (A << 13) >> top: one barrel shift, no subtraction in front of it
-        m.d.sync += [f2_mant.eq((f1_a << RECIP_BITS) >> f1_top),
-                     f2_k.eq(f1_top - f1_p)]
-        f4_r = recip_table(m, f2_mant[:RECIP_BITS], platform)
-        f3_k = delay(m, f2_k, 1, name="smx_k")
+        f1_w, f1_c = self._smx_chunk(m, a, platform)
+        f1_q = Signal(range(21), reset_less=True)                      # 20 - p
+        m.d.sync += f1_q.eq(20 - p)
+        f2_mant, f2_f = self._smx_mantissa(m, f1_w, platform)
+        f2_c, f2_q = delay(m, f1_c, 1, name="smx_c"), delay(m, f1_q, 1, name="smx_q")
+        f3_k = Signal(SlotStats["k"].shape, reset_less=True)          # S = mant * 2**(k - 13)
+        m.d.sync += f3_k.eq(Cat(f2_f, f2_c) + f2_q)
+        f4_r = recip_table(m, f2_mant, platform)
         fin = delay_line(m, Cat(self.i_smx.valid, self.i_smx.payload.slot), 4, name="smx_fin")
         assert self._sch.SMX_FINALIZE == 4
         # R reaches its slot a cycle after k: until then the slot's r is R's register (the
@@ -93,6 +95,43 @@ class Finalize(wiring.Component):
             with m.If(r_now):
                 m.d.sync += slots[n].r.eq(f4_r)
             m.d.comb += self.o_slots[n].r.eq(Mux(r_now, f4_r, slots[n].r))
+
+    @staticmethod
+    def _smx_chunk(m, a, platform):
+        """f1: of A's top bit (at 20 to 38), the 4-bit chunk ``c`` of ``A[20:]`` that holds it,
+        and ``w = A[4c + 7:4c + 24]``, the chunk and the 13 bits below it; registers."""
+        chunks = range(-(-(len(a) - 20) // 4))
+        padded = Cat(a, Const(0, 4 * len(chunks) + 24 - len(a)))
+        anys = [lut(m, lambda *bits: any(bits), a[20 + 4 * c:24 + 4 * c], platform=platform,
+                    name=f"smx_any{c}") for c in chunks]
+        # The highest chunk with a one, one-hot: chunk 0 when none above has one (A >= 2**20).
+        tops = [lut(m, lambda *higher: not any(higher), anys[1:], platform=platform,
+                    name="smx_top0")]
+        tops += [lut(m, lambda mine, *higher: mine and not any(higher), anys[c:],
+                     platform=platform, name=f"smx_top{c}") for c in chunks[1:]]
+        f1_w = Signal(17, reset_less=True)
+        f1_c = Signal(range(len(chunks)), reset_less=True)
+        m.d.sync += f1_w.eq(Cat(
+            and_or(m, [(tops[c], padded[4 * c + 7 + j]) for c in chunks], platform=platform,
+                   name=f"smx_w{j}") for j in range(len(f1_w))))
+        m.d.sync += f1_c.eq(Cat(Cat(tops[c] for c in chunks if c >> b & 1).any()
+                                for b in range(len(f1_c))))
+        return f1_w, f1_c
+
+    @staticmethod
+    def _smx_mantissa(m, w, platform):
+        """f2: the top bit's place ``f`` in ``w``'s chunk (``w[13:17]``, not zero) and the
+        mantissa below it, ``w[f:f + 13]``; registers."""
+        high = w[13:17]
+        tops = [lut(m, lambda *bits, f=f: (f == 0 or bits[f]) and not any(bits[f + 1:]),
+                    list(high), platform=platform, name=f"smx_f{f}") for f in range(4)]
+        f2_mant = Signal(RECIP_BITS, reset_less=True)
+        f2_f = Signal(2, reset_less=True)
+        m.d.sync += f2_mant.eq(Cat(
+            and_or(m, [(tops[f], w[f + i]) for f in range(4)], platform=platform,
+                   name=f"smx_mant{i}") for i in range(RECIP_BITS)))
+        m.d.sync += f2_f.eq(Cat(tops[1] | tops[3], tops[2] | tops[3]))
+        return f2_mant, f2_f
 
     def _layernorm(self, m, slots, platform):
         """D, j, rsq, N*rsq, S1*rsq, into the slot."""

@@ -23,13 +23,14 @@ The full flow (``bertaccel synth``, ``make fpga``) takes minutes a preset; it is
 import copy
 import fnmatch
 import json
+import random
 import re
 import subprocess
 import sys
 from collections import defaultdict
 
 import pytest
-from amaranth import Module, signed, unsigned
+from amaranth import Const, Module, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -37,7 +38,7 @@ from bertaccel.fpga import synth
 from bertaccel.fpga.tools import find_tool
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.dsp import ECP5, KEEP_REGISTERS, product_register
-from bertaccel.hw.lut import and_or, choice_plus_one
+from bertaccel.hw.lut import and_or, choice_plus_one, lut
 from bertaccel.fpga.ramreg import absorb_output_registers, replicate_ram_drivers
 from bertaccel.fpga.ramreg import main as ramreg_main
 from bertaccel.hw.verilog import convert
@@ -224,6 +225,32 @@ def test_lut_and_or_computes_the_and_or(tmp_path, terms):
             level = -(-level // fan_in)
             luts += level
     assert gate.count("LUT4 ") == luts
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("inputs", [1, 2, 3, 4])
+def test_lut_computes_its_function(tmp_path, inputs):
+    # The reference is the table itself, indexed by the inputs; the LUT4's truth table is
+    # made from the function.
+    table = random.Random(inputs).getrandbits(1 << inputs)     # a function of `inputs` bits
+
+    class Lut(wiring.Component):
+        def __init__(self, platform):
+            self._platform = platform
+            super().__init__({"x": In(inputs), "y": Out(1)})
+
+        def elaborate(self, platform):
+            m = Module()
+            if self._platform is None:
+                m.d.comb += self.y.eq(Const(table, 1 << inputs).bit_select(self.x, 1))
+                return m
+            m.d.comb += self.y.eq(lut(
+                m, lambda *bits: table >> sum(bit << k for k, bit in enumerate(bits)) & 1,
+                list(self.x), platform=self._platform, name="y"))
+            return m
+
+    gate = _prove_same(tmp_path, Lut, {"x": inputs}, {"y": 1})
+    assert gate.count("LUT4 ") == 1
 
 
 @pytest.mark.timeout(120)
