@@ -27,8 +27,8 @@ b)`` and ``(x >> c) + e = (x + (e << c)) >> c`` for floor shifts, a step is exac
 
 (a row's first sub-beat, or dM >= 32, which empties S < 2**32: A' = sum e, p' = 0). ``p`` and
 the multiple of 8 that A drops depend only on the dM of earlier sub-beats, so they are decided
-where the sub-beat is in stage E; the lanes' e are shifted by ``p'`` before the tree; and the
-loop itself is a choice of A, A >> 8, ..., A >> 32 (one-hot, from registers) and an add. Since
+where the sub-beat is in stage E; the tree's sum of the lanes' e is shifted by ``p'``; and the
+loop itself is that and a choice of A, A >> 8, ..., A >> 32 (one-hot, from registers), added. Since
 ``S < 2**32``, ``A < 2**39``. The finalize reads S's bit length and mantissa from A and p.
 """
 
@@ -158,15 +158,19 @@ class Exponent(wiring.Component):
         return dm
 
     def _sum(self, m, st, dm, platform):
-        """The e tree and the rescaled-sum loop of first passes, as A and p (module docstring)."""
+        """The e tree and the rescaled-sum loop of first passes, as A and p (module docstring).
+
+        Every lane's e is shifted by the same ``p``, so the tree adds the e and the loop adds
+        ``sum e << p``. Timing: the shift is an AND-OR (two LUT levels) beside the loop's
+        choice of A >> 8j, in front of the loop's add, not between a lane's register and the
+        tree's first adder."""
         sch = self._sch
-        p, hots, step = self._sum_shifts(m, st, dm)
+        p, hot, step = self._sum_shifts(m, st, dm)
         e = st.lanes[sch.E]
-        shifted = [_shifted(m, e[i].a[:E_WIDTH], hots[i], platform=platform, name=f"e_shift{i}")
-                   for i in range(sch.lanes)]
-        e_sum, _ = tree(m, shifted,
-                        lambda a, b: a + b, lambda n: unsigned(E_WIDTH + (1 << P_WIDTH) - 1 + n),
-                        name="esum")
+        e_sum, _ = tree(m, [e[i].a[:E_WIDTH] for i in range(sch.lanes)],
+                        lambda a, b: a + b, lambda n: unsigned(E_WIDTH + n), name="esum")
+        shifted = _shifted(m, e_sum, delay(m, hot, sch.levels, name="a_hot"),
+                           platform=platform, name="e_shift")
         # Timing: the step reaches the loop from registers of its own for each group of 8 bits
         # of A (copies kept apart, hw/dsp.py KEEP), so no net selects the whole loop; each
         # bit of A >> 8j is an AND-OR of at most five bits (none selected: S starts afresh).
@@ -184,25 +188,21 @@ class Exponent(wiring.Component):
         _, c = st.tags(sch.SLOOP - 1)
         m.d.sync += smx_fin.eq(0)
         with m.If(st.first_pass(sch.SLOOP - 1, EpOp.SOFTMAX)):
-            m.d.sync += [total.eq(kept + e_sum), smx_fin.eq(c.last), smx_fin_slot.eq(c.slot)]
+            m.d.sync += [total.eq(kept + shifted), smx_fin.eq(c.last), smx_fin_slot.eq(c.slot)]
         m.d.comb += [self.o_sums.valid.eq(smx_fin), self.o_sums.payload.a.eq(total),
                      self.o_sums.payload.p.eq(delay(m, p, sch.levels + 1, name="a_p")),
                      self.o_sums.payload.slot.eq(smx_fin_slot)]
 
     def _sum_shifts(self, m, st, dm):
         """Beside stage E, for a first-pass sub-beat: ``p`` after its step, the same one-hot
-        in a register for each lane (``hots``), and its ``step`` (one-hot: A >> 8j is kept;
-        all 0 when S starts afresh). A loop of 3 bits.
-
-        Timing: a lane's ``e << p`` is an AND-OR selected by its own one-hot copy, so no one
-        net selects the shift of every lane."""
+        (``hot``), and its ``step`` (one-hot: A >> 8j is kept; all 0 when S starts afresh). A
+        loop of 3 bits."""
         sch = self._sch
         c = st.ctl[sch.E - 1]
         d = delay(m, dm, sch.E - 1 - sch.U, name="dm")
         fresh = Signal(init=1)            # the next first-pass sub-beat starts a row
         p = Signal(P_WIDTH, reset_less=True)
-        hots = [Signal(1 << P_WIDTH, init=1, name=f"p_hot{i}", reset_less=True, attrs=KEEP)
-                for i in range(sch.lanes)]
+        hot = Signal(1 << P_WIDTH, init=1, name="p_hot", reset_less=True)
         step = Signal(len(_A_STEPS), reset_less=True)
         q = Signal(P_WIDTH + 3)
         start = fresh | d[5]              # dM >= 32 empties S < 2**32
@@ -211,9 +211,9 @@ class Exponent(wiring.Component):
         with m.If(st.first_pass(sch.E - 1, EpOp.SOFTMAX)):
             m.d.sync += [fresh.eq(c.last), p.eq(p_next),
                          step.eq(Mux(start, 0, Cat(q[P_WIDTH:] == j
-                                                    for j in range(len(_A_STEPS)))))]
-            m.d.sync += [hot.eq(Cat(p_next == j for j in range(1 << P_WIDTH))) for hot in hots]
-        return p, hots, step
+                                                    for j in range(len(_A_STEPS))))),
+                         hot.eq(Cat(p_next == j for j in range(1 << P_WIDTH)))]
+        return p, hot, step
 
 
 def _shifted(m, value, hot, *, right=False, platform, name):
