@@ -173,15 +173,17 @@ class Exponent(wiring.Component):
                            platform=platform, name="e_shift")
         # Timing: the step reaches the loop from registers of its own for each group of 8 bits
         # of A (copies kept apart, hw/dsp.py KEEP), so no net selects the whole loop; each
-        # bit of A >> 8j is an AND-OR of at most five bits (none selected: S starts afresh).
+        # bit of A >> 8j is an AND-OR of at most five bits (none selected: S starts afresh),
+        # two levels of LUT4s of their own on an ECP5 as the shift beside it.
         step_before = delay(m, step, sch.levels - 1, name="a_step")
         groups = range(-(-A_WIDTH // 8))
         picks = [Signal(len(_A_STEPS), name=f"a_pick{g}", reset_less=True, attrs=KEEP)
                  for g in groups]
         m.d.sync += [reg.eq(step_before) for reg in picks]
         total = Signal(unsigned(A_WIDTH), reset_less=True)
-        kept = Cat(Cat(picks[i // 8][j] & total[i + shift]
-                       for j, shift in enumerate(_A_STEPS) if i + shift < A_WIDTH).any()
+        kept = Cat(and_or(m, [(picks[i // 8][j], total[i + shift])
+                              for j, shift in enumerate(_A_STEPS) if i + shift < A_WIDTH],
+                          platform=platform, name=f"a_kept{i}")
                    for i in range(A_WIDTH))
         smx_fin = Signal()
         smx_fin_slot = Signal()
