@@ -28,8 +28,8 @@ b)`` and ``(x >> c) + e = (x + (e << c)) >> c`` for floor shifts, a step is exac
 (a row's first sub-beat, or dM >= 32, which empties S < 2**32: A' = sum e, p' = 0). ``p`` and
 the multiple of 8 that A drops depend only on the dM of earlier sub-beats, so they are decided
 where the sub-beat is in stage E; the tree's sum of the lanes' e is shifted by ``p'``; and the
-loop itself is that and a choice of A, A >> 8, ..., A >> 32 (one-hot, from registers), added. Since
-``S < 2**32``, ``A < 2**39``. The finalize reads S's bit length and mantissa from A and p.
+loop adds that to a choice of A, A >> 8, ..., A >> 32 (one-hot, from registers). Since ``S <
+2**32``, ``A < 2**39``. The finalize reads S's bit length and mantissa from A and p.
 """
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned

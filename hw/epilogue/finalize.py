@@ -20,9 +20,9 @@ from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import MAX_ROW, RECIP_BITS, RECIP_TABLE, RSQRT_TABLE
 from ..isa import ParamsLayout
+from ..lut import and_or, lut
 from ..memory import rom
 from ..pipeline import delay, delay_line
-from ..lut import and_or, lut
 from .arith import msb, sum_shifted, tiles
 from .schedule import LayerNormSums, Schedule, SlotStats, SoftmaxSums
 
