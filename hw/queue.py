@@ -119,17 +119,19 @@ class Queue(wiring.Component):
             heads.append(Mux(copy.head, slots[1][part], slots[0][part]))
         m.d.comb += self.r_data.eq(Cat(*heads))
         if self.fast.stop > self.fast.start:
-            self._head_bits(m, ctl, slots, stored)
+            self._head_bits(m, ctl, stored)
         return m
 
-    def _head_bits(self, m, ctl, slots, stored):
+    def _head_bits(self, m, ctl, stored):
         """The head's ``fast`` bits in a register: after a pop, the spare slot's or the
         memory's; with no head, the memory's. Both next values (no pop, a pop) are outputs.
 
         Timing: the memory's oldest entry's fast bits are a register too (``oldest``), loaded
         from a copy of the memory read a pointer ahead (``consume_ahead``) or from the entry
-        written when the memory holds none after this cycle's fill, so ``r_fast_next`` is a
-        choice of registers and no read of a LUT RAM lies in front of a reader's decision."""
+        written when the memory holds none after this cycle's fill, and so are the spare
+        slot's (``spare_bits``, loaded with ``oldest`` at a fill), so ``r_fast_next`` is a
+        choice of registers by registers: no read of a LUT RAM and no pick by the head
+        pointer lies in front of a reader's decision."""
         bits = self.fast
         width = bits.stop - bits.start
         behind = self.depth - 1
@@ -147,7 +149,12 @@ class Queue(wiring.Component):
         # fill took the last; without a fill it changes only when the memory held none.
         keeps = Mux(ctl.fill, stored >= 2, ctl.stored)
         m.d.sync += oldest.eq(Mux(keeps, Mux(ctl.fill, r_port.data, oldest), self.w_data[bits]))
-        spare = Mux(ctl.head, slots[0][bits], slots[1][bits])
+        # The spare slot's bits matter while it is valid: from the fill that made it valid
+        # (behind a valid head, which stays) until the head is popped, and no fill comes
+        # between.
+        spare = Signal(width, name="spare_bits", reset_less=True)
+        with m.If(ctl.fill):
+            m.d.sync += spare.eq(oldest)
         for taken in (0, 1):
             pop = ctl.head_valid & taken
             m.d.comb += self.r_fast_next[taken].eq(
