@@ -128,7 +128,7 @@ class SynthTop(wiring.Component):
         # enable from the pins would give the port's address register a hold multiplexer that
         # the core does not have (on the 8x8 datapath, the critical path on two seeds).
         m.d.comb += acc.st_rd.en.eq(1)
-        return ([execute.i_instr.payload, execute.i_instr.valid,
+        return ([execute.i_instr.payload, execute.i_instr.valid, execute.i_head,
                  execute.from_load.avail, execute.from_store.avail,
                  execute.to_load.count, execute.to_store.count,
                  spad_a.wr.addr, spad_a.wr.data, spad_a.wr.en,

@@ -4,8 +4,8 @@ from amaranth import Cat, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .isa import (TOKEN_MAX, TOKEN_WIDTH, Instr, LoadHead, Opcode, StoreHead, load_head,
-                  store_head)
+from .isa import (TOKEN_MAX, TOKEN_WIDTH, Instr, LoadHead, MatmulHead, Opcode, StoreHead,
+                  load_head, matmul_head, store_head)
 from .queue import Queue
 
 __all__ = ["TokenProducer", "TokenConsumer", "TokenChannel", "Controller"]
@@ -92,6 +92,9 @@ class Controller(wiring.Component):
     o_load_head : Out(LoadHead)
         What the LOAD at ``o_load``'s head is (:func:`~.isa.load_head`: whether it moves no
         beat, one beat), decided as ``o_store_head`` is.
+    o_exec_head : Out(MatmulHead)
+        What the MATMUL at ``o_exec``'s head is (:func:`~.isa.matmul_head`: whether it streams
+        no row, at most one), decided as ``o_store_head`` is.
     o_store_head : Out(StoreHead)
         What the STORE at ``o_store``'s head is (:func:`~.isa.store_head`: whether it moves
         nothing, is two-pass, has one or two rows, one strip; meaningless for a SET). Timing:
@@ -110,6 +113,7 @@ class Controller(wiring.Component):
             "o_exec":  Out(stream.Signature(Instr)),
             "o_store": Out(stream.Signature(Instr)),
             "o_load_head": Out(LoadHead),
+            "o_exec_head": Out(MatmulHead),
             "o_store_head": Out(StoreHead),
             "o_error": Out(1),
             "o_busy":  Out(1),
@@ -119,7 +123,8 @@ class Controller(wiring.Component):
         m = Module()
         queues = {}
         body = self.i_instr.payload.body
-        extra = {"load": [load_head(body.load)], "exec": [], "store": [store_head(body.store)]}
+        extra = {"load": [load_head(body.load)], "exec": [matmul_head(body.matmul)],
+                 "store": [store_head(body.store)]}
         # Timing: each entry is the flags in `extra`, then the instruction, so its opcode and
         # dependence flags, which the units' accept logic decides from, are among the queue's
         # `fast` bits: registers with no multiplexer after them (hw/queue.py).
@@ -137,6 +142,7 @@ class Controller(wiring.Component):
                 queue.w_data.eq(Cat(*extra[name], self.i_instr.payload)),
             ]
         m.d.comb += [self.o_load_head.eq(queues["load"].r_data[:LoadHead.size]),
+                     self.o_exec_head.eq(queues["exec"].r_data[:MatmulHead.size]),
                      self.o_store_head.eq(queues["store"].r_data[:StoreHead.size])]
         route = {Opcode.LOAD: "load", Opcode.MATMUL: "exec", Opcode.STORE: "store",
                  Opcode.SET: "store"}

@@ -69,6 +69,7 @@ class BertAccelCore(wiring.Component):
         wiring.connect(m, controller.o_exec, execute.i_instr)
         wiring.connect(m, controller.o_store, store.i_instr)
         m.d.comb += [load.i_head.eq(controller.o_load_head),
+                     execute.i_head.eq(controller.o_exec_head),
                      store.i_head.eq(controller.o_store_head)]
 
         wiring.connect(m, wiring.flipped(self.i_data), load.i_data)

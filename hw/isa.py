@@ -26,7 +26,7 @@ from ..golden.intops import PROB_DIGIT_BITS
 __all__ = [
     "INSTR_WIDTH", "FIELD_WIDTH", "FIELD_MAX", "TOKEN_MAX", "SET_VALUE_WIDTH", "MATMUL_SHIFT",
     "Opcode", "Target", "EpOp", "Dest", "Param", "DepFlags", "LoadHead", "load_head",
-    "StoreHead", "store_head",
+    "MatmulHead", "matmul_head", "StoreHead", "store_head",
     "LoadBody", "MatmulBody", "StoreBody", "SetBody", "Body", "Instr", "PmemWord",
     "ParamsLayout", "PARAM_WIDTHS",
     "Load", "Matmul", "Store", "Set", "IllegalInstruction", "encode", "decode", "unit_of",
@@ -159,6 +159,17 @@ MatmulBody = data.StructLayout({
     "accumulate": 1,
     "shift":      1,
 })
+
+#: What the controller decodes of a MATMUL as it queues it (:func:`matmul_head`), for the
+#: execute unit to take from registers: ``zero`` (``m_len`` zero), ``final`` (``m_len`` at most
+#: one: the stream's first row is its last).
+MatmulHead = data.StructLayout({"zero": 1, "final": 1})
+
+
+def matmul_head(body):
+    """The :data:`MatmulHead` bits of the MATMUL ``body`` (a :data:`MatmulBody` view), in the
+    layout's order."""
+    return Cat(body.m_len == 0, body.m_len <= 1)
 
 #: STORE: drain ``rows`` x ``strips`` accumulator rows through the epilogue ``op``. Beat (m, s) --
 #: row m of the output, columns s*cols .. s*cols+cols-1 -- is acc[acc_addr + s*stride + m], uses

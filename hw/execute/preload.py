@@ -5,7 +5,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..controller import TokenConsumer
-from ..isa import FIELD_WIDTH, Instr
+from ..isa import FIELD_WIDTH, Instr, MatmulHead
 from ..pipeline import delay
 from .layout import matmul_layout
 from .read import OPERAND_DELAY, row_read
@@ -36,6 +36,10 @@ class PreloadStage(wiring.Component):
     -------
     i_instr : In(stream.Signature(Instr))
         MATMULs (the unit's queue holds nothing else).
+    i_head : In(MatmulHead)
+        What the MATMUL at ``i_instr``'s head is (:func:`~..isa.matmul_head`). Timing: the
+        stage's ``zero``, ``final`` and ``remaining`` start from these registers, not from
+        compares of ``m_len`` after the queue's head.
     from_load, from_store : Out(TokenConsumer())
         Popped at the accept, as the instruction's ``deps`` say.
     spad_b : In(ReadPort.Signature)
@@ -57,6 +61,7 @@ class PreloadStage(wiring.Component):
         b_shape = data.ArrayLayout(signed(cfg.in_width), cfg.cols)
         super().__init__({
             "i_instr":    In(stream.Signature(Instr)),
+            "i_head":     In(MatmulHead),
             "from_load":  Out(TokenConsumer()),
             "from_store": Out(TokenConsumer()),
             "spad_b":     In(memory.ReadPort.Signature(addr_width=cfg.spad_addr_width,
@@ -147,9 +152,9 @@ class PreloadStage(wiring.Component):
                 held["a_addr"].eq(body.a_addr),
                 held["acc_addr"].eq(body.acc_addr),
                 held["acc_prev"].eq(body.acc_addr[:cfg.acc_addr_width] - 1),
-                held["remaining"].eq(Mux(body.m_len == 0, 1, body.m_len)),
-                held["zero"].eq(body.m_len == 0),
-                held["final"].eq(body.m_len <= 1),
+                held["remaining"].eq(Mux(self.i_head.zero, 1, body.m_len)),
+                held["zero"].eq(self.i_head.zero),
+                held["final"].eq(self.i_head.final),
                 held["accumulate"].eq(body.accumulate),
                 held["shift"].eq(body.shift),
                 held["push_load"].eq(instr.deps.push_prev),

@@ -5,7 +5,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..controller import TokenConsumer, TokenProducer
-from ..isa import TOKEN_MAX, Instr
+from ..isa import TOKEN_MAX, Instr, MatmulHead
 from ..mesh import SystolicMesh
 from .accumulate import AccumulatePath
 from .preload import PreloadStage
@@ -51,6 +51,8 @@ class ExecuteUnit(wiring.Component):
     Members
     -------
     i_instr : In(stream.Signature(Instr))
+    i_head : In(MatmulHead)
+        What the MATMUL at ``i_instr``'s head is (``Controller.o_exec_head``).
     spad_a, spad_b : In(ReadPort.Signature)
     acc_rd : In(ReadPort.Signature)
     acc_wr : In(WritePort.Signature)
@@ -76,6 +78,7 @@ class ExecuteUnit(wiring.Component):
         acc_shape = data.ArrayLayout(signed(cfg.acc_width), cfg.cols)
         super().__init__({
             "i_instr":    In(stream.Signature(Instr)),
+            "i_head":     In(MatmulHead),
             "spad_a":     In(memory.ReadPort.Signature(addr_width=cfg.spad_addr_width,
                                                        shape=a_shape)),
             "spad_b":     In(memory.ReadPort.Signature(addr_width=cfg.spad_addr_width,
@@ -100,6 +103,7 @@ class ExecuteUnit(wiring.Component):
         m.submodules.accumulate = accumulate = AccumulatePath(cfg)
 
         wiring.connect(m, wiring.flipped(self.i_instr), preload.i_instr)
+        m.d.comb += preload.i_head.eq(self.i_head)
         wiring.connect(m, wiring.flipped(self.from_load), preload.from_load)
         wiring.connect(m, wiring.flipped(self.from_store), preload.from_store)
         wiring.connect(m, wiring.flipped(self.spad_b), preload.spad_b)

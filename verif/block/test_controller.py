@@ -17,8 +17,8 @@ from cocotb.triggers import FallingEdge, ReadOnly
 
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.controller import Controller
-from bertaccel.hw.isa import (EpOp, Load, LoadHead, Matmul, Param, Set, Store, StoreHead,
-                              Target, encode)
+from bertaccel.hw.isa import (EpOp, Load, LoadHead, Matmul, MatmulHead, Param, Set, Store,
+                              StoreHead, Target, encode)
 from bertaccel.sim.build import build, run_cocotb
 
 __all__ = []
@@ -36,7 +36,8 @@ def _random_instr(rng):
         return Load(target=rng.choice(list(Target)), addr=field(),
                     count=rng.choice([0, 1, 2, field()]), **flags)
     if kind is Matmul:
-        return Matmul(a_addr=field(), b_addr=field(), acc_addr=field(), m_len=field(),
+        return Matmul(a_addr=field(), b_addr=field(), acc_addr=field(),
+                      m_len=rng.choice([0, 1, 2, field()]),
                       accumulate=rng.random() < 0.5, **flags)
     if kind is Set:
         return Set(index=rng.choice(list(Param)), value=rng.getrandbits(64), **flags)
@@ -63,7 +64,7 @@ async def dispatch(dut):
 
     async def run(words, expect, idle=0.3, stall=0.4, limit=20000):
         got = {name: [] for name in OUTPUTS}
-        heads = {"o_load": [], "o_store": []}
+        heads = {"o_load": [], "o_exec": [], "o_store": []}
         sent = 0
         for _ in range(limit):
             offer = sent < len(words) and rng.random() >= idle
@@ -94,6 +95,10 @@ async def dispatch(dut):
     loads = _flags([i for i in program if isinstance(i, Load)], heads["o_load"], LoadHead)
     for instr, got in loads:
         assert got == {"empty": instr.count == 0, "one": instr.count == 1}, instr
+    matmuls = _flags([i for i in program if isinstance(i, Matmul)], heads["o_exec"],
+                     MatmulHead)
+    for instr, got in matmuls:
+        assert got == {"zero": instr.m_len == 0, "final": instr.m_len <= 1}, instr
     stores = _flags([i for i in program if isinstance(i, (Store, Set))], heads["o_store"],
                     StoreHead)
     for instr, got in stores:

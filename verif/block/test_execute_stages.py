@@ -139,6 +139,7 @@ class PreloadBench(_Bench):
                 ctx.set(stage.i_instr.payload, Instr.const({
                     "opcode": Opcode.MATMUL, "deps": head["deps"],
                     "body": {"matmul": {k: v for k, v in head.items() if k != "deps"}}}))
+                ctx.set(stage.i_head, {"zero": head["m_len"] == 0, "final": head["m_len"] <= 1})
             ctx.set(stage.from_load.avail, avail["pop_prev"])
             ctx.set(stage.from_store.avail, avail["pop_next"])
             ctx.set(stage.o_matmul.ready, sink_ready)
