@@ -86,8 +86,8 @@ class Front(wiring.Component):
         self._add(m, st)
         self._multiply(m, st, platform)
         self._shift_round(m, st)
-        phi = self._saturate(m, st)
-        self._pre(m, st, phi, platform)
+        phi, v = self._saturate(m, st)
+        self._pre(m, st, phi, v, platform)
         st.drive(self.o_lanes)
         m.d.comb += self.o_busy_next.eq(st.busy_next())
         return m
@@ -197,12 +197,16 @@ class Front(wiring.Component):
                          s[i].ilo.eq(at_most(w, -514))]
 
     def _saturate(self, m, st):
-        """SAT: the saturated results; the PHI lookup. Returns the PHI read ports' data."""
+        """SAT: the saturated results; the PHI lookup. Returns the PHI read ports' data, and
+        per lane what ``a`` is loaded with for LAYERNORM (v)."""
         k = self._sch.SAT
         c, p, s = st.ctl[k - 1], st.lanes[k - 1], st(k, a=signed(24))
-        phi = []
+        phi, vs = [], []
         for i in range(self._sch.lanes):
             over, under, r, lane_valid = p[i].over, p[i].under, p[i].r, c.lane_valid[i]
+            v = Signal(signed(16), name=f"sat_v{i}")
+            m.d.comb += v.eq(Mux(lane_valid, pick(over, under, r[:16].as_signed(), *INT16), 0))
+            vs.append(v)
             with m.Switch(c.op):
                 with m.Case(EpOp.REQUANT):
                     m.d.sync += s[i].carry.out.eq(pick(over, under, r[:8].as_signed(), *INT8))
@@ -212,28 +216,31 @@ class Front(wiring.Component):
                     m.d.sync += s[i].a.eq(Mux(lane_valid, pick(over, under, r, *INT24),
                                               INT24[0]))                                 # t
                 with m.Case(EpOp.LAYERNORM):
-                    m.d.sync += s[i].a.eq(Mux(lane_valid,
-                                              pick(over, under, r[:16].as_signed(), *INT16),
-                                              0))                                        # v
+                    m.d.sync += s[i].a.eq(v)                                             # v
             rom = m.submodules[f"phi{i}"] = memory.Memory(shape=unsigned(17), depth=len(PHI_ROM),
                                                           init=PHI_ROM)
             port = rom.read_port()
             m.d.comb += port.addr.eq(Mux(p[i].ihi, 513, Mux(p[i].ilo, 0, p[i].ir)))
             phi.append(port.data)
-        return phi
+        return phi, vs
 
-    def _pre(self, m, st, phi, platform):
-        """PRE: PHI registered, ceil(t / 4096) and the compare of t by lane pairs, v * v."""
+    def _pre(self, m, st, phi, v, platform):
+        """PRE: PHI registered, ceil(t / 4096) and the compare of t by lane pairs, v * v.
+        ``v``: per lane, what SAT's ``a`` is loaded with for LAYERNORM.
+
+        Timing: the v * v DSPs take ``v`` into their own input registers in the cycle SAT
+        does (only LAYERNORM reads ``v2``), so the route from a lane's logic to a DSP ends at
+        a register, as MUL3's (:mod:`~.back`)."""
         k = self._sch.PRE
         c, p, s = st.ctl[k - 1], st.lanes[k - 1], st(k, **PRE_LANE)
         for i in range(self._sch.lanes):
-            v = p[i].a[:16].as_signed()
             m.d.sync += s[i].c.eq((p[i].a + (1 << SOFTMAX_FRAC) - 1) >> SOFTMAX_FRAC)
             if i % 2 == 0:
                 # the max tree's first level as a compare of registers, beside the ceiling
                 # rather than after it (a timing choice)
                 m.d.sync += s[i].gt.eq(greater(p[i].a, p[i + 1].a))
-            m.d.comb += s[i].v2.eq(product(m, v, v, name=f"pre_v2{i}", platform=platform))
+            m.d.comb += s[i].v2.eq(product(m, v[i], v[i], name=f"pre_v2{i}", platform=platform,
+                                           input_registers=True))
             # Block RAM straight into a register of its own, loaded every cycle: an ECP5 flow
             # moves it into the RAM as its output register (fpga/ramreg.py), and the choice of
             # the carry waits a stage (RowStats), a timing choice.
