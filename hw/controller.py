@@ -52,24 +52,29 @@ class TokenChannel(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # Timing: push and pop come late in the cycle (each from its unit's accept logic). The
+        # count is the pushes less the pops (modulo 2**TOKEN_WIDTH: it never exceeds
+        # TOKEN_MAX), each counted in a register that only its own side moves, so no register
+        # waits for both units' decisions but the flags, which only select between values
+        # computed beside them (`avail` between set and `count != 1`).
+        pushed = Signal(TOKEN_WIDTH)
+        popped = Signal(TOKEN_WIDTH)
         count = Signal(TOKEN_WIDTH)
         avail = Signal()
         room = Signal(init=1)
         room2 = Signal(init=1)
-        m.d.comb += [self.producer.count.eq(count), self.consumer.avail.eq(avail),
+        m.d.comb += [count.eq(pushed - popped), self.producer.count.eq(count),
+                     self.consumer.avail.eq(avail),
                      self.producer.room.eq(room), self.producer.room2.eq(room2)]
-        # Timing: push and pop come late in the cycle (each from its unit's accept logic), so
-        # they only select between count + 1 and count - 1, and `avail` between set and
-        # `count != 1`, which are computed beside them.
-        up = Signal(TOKEN_WIDTH)
-        down = Signal(TOKEN_WIDTH)
-        last = Signal()
-        m.d.comb += [up.eq(count + 1), down.eq(count - 1), last.eq(count == 1)]
+        with m.If(self.producer.push):
+            m.d.sync += pushed.eq(pushed + 1)
+        with m.If(self.consumer.pop):
+            m.d.sync += popped.eq(popped + 1)
         with m.If(self.producer.push & ~self.consumer.pop):
-            m.d.sync += [count.eq(up), avail.eq(1), room.eq(count != TOKEN_MAX - 1),
+            m.d.sync += [avail.eq(1), room.eq(count != TOKEN_MAX - 1),
                          room2.eq(count < TOKEN_MAX - 2)]
         with m.Elif(self.consumer.pop & ~self.producer.push):
-            m.d.sync += [count.eq(down), avail.eq(~last), room.eq(1), room2.eq(room)]
+            m.d.sync += [avail.eq(count != 1), room.eq(1), room2.eq(room)]
         return m
 
 
