@@ -3,7 +3,7 @@ an AND-OR in two levels of them, and an increment of a choice in one carry chain
 
 yosys's LUT mappers take a design's logic apart and map it again, and where a cone is not on
 the design's deepest path they trade its depth for area: abc maps the one-hot shift of the
-epilogue's sum tree (eight terms a bit) as a chain of three or four LUTs in front of an adder
+epilogue's SOFTMAX sum by p (eight terms a bit) as a chain of three or four LUTs before an adder
 (docs/fpga.md, Timing choices in the RTL). With ``platform`` an ECP5
 (:func:`~.dsp.uses_ecp5_dsp`) :func:`and_or` instantiates the LUT4s itself, which the mapper
 leaves as they are: two terms a LUT, then ORs of up to four, so eight terms are two levels.
