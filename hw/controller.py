@@ -38,8 +38,8 @@ class TokenConsumer(wiring.Signature):
 class TokenChannel(wiring.Component):
     """A counting semaphore between two units (TVM VTA's dependence queues, as counters).
 
-    Units only push when ``count`` leaves room and only pop when it is nonzero, so the counter
-    never wraps.
+    Units only push when ``count`` leaves room and only pop when it is nonzero, so the count
+    stays within 0 .. TOKEN_MAX.
 
     Members
     -------

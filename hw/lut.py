@@ -7,7 +7,8 @@ epilogue's SOFTMAX sum by p (eight terms a bit) as a chain of three or four LUTs
 (docs/fpga.md, Timing choices in the RTL). With ``platform`` an ECP5
 (:func:`~.dsp.uses_ecp5_dsp`) :func:`and_or` instantiates the LUT4s itself, which the mapper
 leaves as they are: two terms a LUT, then ORs of up to four, so eight terms are two levels.
-:func:`lut` holds any function of up to four bits as one LUT4.
+:func:`shifted` is a shift by a one-hot amount built of them. :func:`lut` holds any function
+of up to four bits as one LUT4.
 :func:`choice_plus_one` makes the choice in the carry chain's own LUT4s (CCU2C), where yosys
 maps a multiplexer in front of an adder as a LUT and a route before the chain. Otherwise
 (simulation, lint, the portable Verilog) each is the same function as an expression.
@@ -17,7 +18,7 @@ from amaranth import Cat, Const, Instance, Mux, Signal
 
 from .dsp import uses_ecp5_dsp
 
-__all__ = ["and_or", "choice_plus_one", "lut"]
+__all__ = ["and_or", "choice_plus_one", "lut", "shifted"]
 
 #: LUT4 truth tables (bit ``A + 2B + 4C + 8D``): ``A & B | C & D`` and ``A | B | C | D``.
 _AND_OR_INIT = sum(1 << i for i in range(16) if (i & 3) == 3 or (i & 12) == 12)
@@ -54,6 +55,28 @@ def and_or(m, terms, *, platform, name):
                  for k in range(0, len(level), 4)]
         depth += 1
     return level[0]
+
+
+def shifted(m, value, hot, *, right=False, width=None, platform, name):
+    """``value << j`` (or, with ``right``, ``value >> j``, arithmetic for a signed ``value``)
+    for the one bit ``j`` set in ``hot``: an AND-OR of the shifted copies a bit
+    (:func:`and_or`, two LUT levels for up to eight shifts on an ECP5). Its low ``width``
+    bits: all of a left shift's by default, as many as ``value`` has for a right shift."""
+    n, shifts = len(value), range(len(hot))
+    if width is None:
+        width = n if right else n + len(hot) - 1
+    bits = [[(hot[j], value[k]) for j in shifts
+             if (k := _source(i, j, n, right, value.shape().signed)) is not None]
+            for i in range(width)]
+    return Cat(and_or(m, terms, platform=platform, name=f"{name}_{i}")
+               for i, terms in enumerate(bits))
+
+
+def _source(i, j, n, right, signed):
+    """The bit of an ``n``-bit value that bit ``i`` of it shifted by ``j`` takes (None: 0)."""
+    if right:
+        return i + j if i + j < n else (n - 1 if signed else None)
+    return i - j if 0 <= i - j < n else None
 
 
 def choice_plus_one(m, select, when_set, when_clear, *, platform, name):

@@ -39,7 +39,7 @@ from amaranth.lib.wiring import In, Out
 from ...golden.intops import EXP2_CUTOFF, EXP2_GUARD, EXP2_TABLE, SOFTMAX_FRAC
 from ..dsp import KEEP
 from ..isa import EpOp
-from ..lut import and_or
+from ..lut import and_or, shifted
 from ..memory import rom
 from ..pipeline import delay
 from .arith import coarse, tree
@@ -140,7 +140,7 @@ class Exponent(wiring.Component):
         takes = st.decoded(sch.ESH - 1, lambda ctl: ctl.op == EpOp.SOFTMAX, name="e_takes")
         width = len(s[0].a) + 1                  # 2a, a of stage EREG
         # Timing: the fine shift's amount is one-hot (`qh`), so stage E's shift is an AND-OR
-        # of eight terms a bit, two LUT levels on an ECP5 (`_shifted`) before the add.
+        # of eight terms a bit, two LUT levels on an ECP5 (`shifted`) before the add.
         p, s = s, st(sch.ESH, qh=unsigned(8), w=signed(width))
         for i in lanes:
             e = Mux(p[i].zero, 0, coarse(p[i].r << (EXP2_GUARD + 1), p[i].q))
@@ -148,7 +148,7 @@ class Exponent(wiring.Component):
                          s[i].qh.eq(Mux(takes[i], 1 << p[i].q[:3], 1))]
         p, s = s, st(sch.E, **E_LANE)
         for i in lanes:
-            w = _shifted(m, p[i].w, p[i].qh, right=True, platform=platform, name=f"e_fine{i}")
+            w = shifted(m, p[i].w, p[i].qh, right=True, platform=platform, name=f"e_fine{i}")
             m.d.sync += s[i].a.eq((w.as_signed() + 1)[1:width])
         # Timing: the back's BIND stage chooses by these (a copy a lane), not by a decode of
         # the tags that reaches every lane's statistics registers across the chip.
@@ -169,8 +169,8 @@ class Exponent(wiring.Component):
         e = st.lanes[sch.E]
         e_sum, _ = tree(m, [e[i].a[:E_WIDTH] for i in range(sch.lanes)],
                         lambda a, b: a + b, lambda n: unsigned(E_WIDTH + n), name="esum")
-        shifted = _shifted(m, e_sum, delay(m, hot, sch.levels, name="a_hot"),
-                           platform=platform, name="e_shift")
+        e_shift = shifted(m, e_sum, delay(m, hot, sch.levels, name="a_hot"),
+                          platform=platform, name="e_shift")
         # Timing: the step reaches the loop from registers of its own for each group of 8 bits
         # of A (copies kept apart, hw/dsp.py KEEP), so no net selects the whole loop; each
         # bit of A >> 8j is an AND-OR of at most five bits (none selected: S starts afresh),
@@ -190,7 +190,7 @@ class Exponent(wiring.Component):
         _, c = st.tags(sch.SLOOP - 1)
         m.d.sync += smx_fin.eq(0)
         with m.If(st.first_pass(sch.SLOOP - 1, EpOp.SOFTMAX)):
-            m.d.sync += [total.eq(kept + shifted), smx_fin.eq(c.last), smx_fin_slot.eq(c.slot)]
+            m.d.sync += [total.eq(kept + e_shift), smx_fin.eq(c.last), smx_fin_slot.eq(c.slot)]
         m.d.comb += [self.o_sums.valid.eq(smx_fin), self.o_sums.payload.a.eq(total),
                      self.o_sums.payload.p.eq(delay(m, p, sch.levels + 1, name="a_p")),
                      self.o_sums.payload.slot.eq(smx_fin_slot)]
@@ -216,23 +216,3 @@ class Exponent(wiring.Component):
                                                     for j in range(len(_A_STEPS))))),
                          hot.eq(Cat(p_next == j for j in range(1 << P_WIDTH)))]
         return p, hot, step
-
-
-def _shifted(m, value, hot, *, right=False, platform, name):
-    """``value << j`` (or, with ``right``, ``value >> j``, arithmetic for a signed ``value``,
-    as wide as it) for the one bit ``j`` set in ``hot``: an AND-OR of the shifted copies, in
-    two LUT levels on an ECP5 (:func:`~..lut.and_or`; a timing choice)."""
-    n, shifts = len(value), range(len(hot))
-    width = n if right else n + len(hot) - 1
-    bits = [[(hot[j], value[k]) for j in shifts
-             if (k := _source(i, j, n, right, value.shape().signed)) is not None]
-            for i in range(width)]
-    return Cat(and_or(m, terms, platform=platform, name=f"{name}_{i}")
-               for i, terms in enumerate(bits))
-
-
-def _source(i, j, n, right, signed):
-    """The bit of an ``n``-bit value that bit ``i`` of it shifted by ``j`` takes (None: 0)."""
-    if right:
-        return i + j if i + j < n else (n - 1 if signed else None)
-    return i - j if 0 <= i - j < n else None

@@ -20,7 +20,7 @@ from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import MAX_ROW, RECIP_BITS, RECIP_TABLE, RSQRT_TABLE
 from ..isa import ParamsLayout
-from ..lut import and_or, lut
+from ..lut import and_or, lut, shifted
 from ..memory import rom
 from ..pipeline import delay, delay_line
 from .arith import msb, sum_shifted, tiles
@@ -114,8 +114,7 @@ class Finalize(wiring.Component):
         m.d.sync += f1_w.eq(Cat(
             and_or(m, [(tops[c], padded[4 * c + 7 + j]) for c in chunks], platform=platform,
                    name=f"smx_w{j}") for j in range(len(f1_w))))
-        m.d.sync += f1_c.eq(Cat(Cat(tops[c] for c in chunks if c >> b & 1).any()
-                                for b in range(len(f1_c))))
+        m.d.sync += f1_c.eq(_index(tops, len(f1_c)))
         return f1_w, f1_c
 
     @staticmethod
@@ -127,10 +126,9 @@ class Finalize(wiring.Component):
                     list(high), platform=platform, name=f"smx_f{f}") for f in range(4)]
         f2_mant = Signal(RECIP_BITS, reset_less=True)
         f2_f = Signal(2, reset_less=True)
-        m.d.sync += f2_mant.eq(Cat(
-            and_or(m, [(tops[f], w[f + i]) for f in range(4)], platform=platform,
-                   name=f"smx_mant{i}") for i in range(RECIP_BITS)))
-        m.d.sync += f2_f.eq(Cat(tops[1] | tops[3], tops[2] | tops[3]))
+        m.d.sync += [f2_mant.eq(shifted(m, w[:16], Cat(tops), right=True, width=RECIP_BITS,
+                                        platform=platform, name="smx_mant")),
+                     f2_f.eq(_index(tops, len(f2_f)))]
         return f2_mant, f2_f
 
     def _layernorm(self, m, slots, platform):
@@ -201,6 +199,11 @@ class Finalize(wiring.Component):
                      ln_f8_j.eq(Mux(ln_f7_pos, ln_f7_j, 0))]
         m.d.comb += rsqrt_port.addr.eq(ln_f8_addr)                     # c0 + 9
         return delay(m, rsqrt_port.data, 1, name="ln_rsq"), ln_f8_j    # c0 + 10, c0 + 8
+
+
+def _index(hot, width):
+    """The index of the one bit set in the list ``hot``, ``width`` bits."""
+    return Cat(Cat(bit for j, bit in enumerate(hot) if j >> b & 1).any() for b in range(width))
 
 
 def _chunk_msbs(m, value, *, name):
