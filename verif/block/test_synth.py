@@ -28,6 +28,7 @@ import re
 import subprocess
 import sys
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from amaranth import Const, Module, signed, unsigned
@@ -396,6 +397,17 @@ pathlib.Path("netlist.json").write_text(json.dumps({"modules": {%r: {"cells": {}
 ASSERTION = "ERROR: Assert `GetSize(conn.first) == GetSize(conn.second)' failed in rtlil.cc\n"
 
 
+def _fake_tools(tmp_path, monkeypatch, failures=None):
+    """yosys and nextpnr stood in for by :data:`_FAKE_TOOL`, each call of yosys written to the
+    build folder's ``calls.txt``."""
+    tool = tmp_path / "fake_tool.py"
+    tool.write_text(f"#!{sys.executable}\n" + _FAKE_TOOL % synth.TOP_NAME)
+    tool.chmod(0o755)
+    (tmp_path / "failures.json").write_text(json.dumps(failures or {}))
+    monkeypatch.setenv("YOSYS", str(tool))
+    monkeypatch.setenv("NEXTPNR_ECP5", str(tool))
+
+
 @pytest.mark.parametrize("failures, scripts, mapper", [
     ({}, ["synth.ys"], "abc9"),
     ({"synth.ys": ASSERTION}, ["synth.ys", "synth-nowidelut.ys"],
@@ -411,12 +423,7 @@ def test_abc9_assertion_falls_back_in_order(tmp_path, monkeypatch, failures, scr
     # yosys stands in for itself: abc9, then abc9 without wide LUTs, then the classic mapper,
     # each only after the one before failed the reintegration assertion; any other error
     # stops the run. Each failed log is kept under its own name.
-    tool = tmp_path / "fake_tool.py"
-    tool.write_text(f"#!{sys.executable}\n" + _FAKE_TOOL % synth.TOP_NAME)
-    tool.chmod(0o755)
-    (tmp_path / "failures.json").write_text(json.dumps(failures))
-    monkeypatch.setenv("YOSYS", str(tool))
-    monkeypatch.setenv("NEXTPNR_ECP5", str(tool))
+    _fake_tools(tmp_path, monkeypatch, failures)
     build = tmp_path / synth.build_name(CFG, synth.target("ecp5-85k"), "mesh")
     if mapper is None:
         with pytest.raises(synth.SynthError, match="yosys failed"):
@@ -429,6 +436,35 @@ def test_abc9_assertion_falls_back_in_order(tmp_path, monkeypatch, failures, scr
     kept = {"synth.ys": "yosys-abc9.log", "synth-nowidelut.ys": "yosys-abc9-nowidelut.log"}
     for script in scripts[:-1]:
         assert (build / kept[script]).read_text().endswith(failures[script])
+
+
+def test_runs_that_differ_in_placement_share_one_netlist(tmp_path, monkeypatch):
+    # Seeds side by side (a sweep's tasks), another placer and router: yosys runs once, in
+    # the first run's folder, and every other run copies its netlist. --force maps again.
+    _fake_tools(tmp_path, monkeypatch)
+    tgt = synth.target("ecp5-85k")
+    with ThreadPoolExecutor(2) as pool:
+        reports = list(pool.map(lambda seed: synth.synthesize(CFG, design="mesh", seed=seed,
+                                                              build_root=tmp_path), (1, 2)))
+    reports.append(synth.synthesize(CFG, design="mesh", seed=3, placer="static",
+                                    router="router2", build_root=tmp_path))
+    folders = [tmp_path / synth.build_name(CFG, tgt, "mesh", seed, "abc9", placer, router)
+               for seed, placer, router in ((1, "heap", "router1"), (2, "heap", "router1"),
+                                            (3, "static", "router2"))]
+    mapped = [folder for folder in folders if (folder / "calls.txt").exists()]
+    assert len(mapped) == 1 and (mapped[0] / "calls.txt").read_text().split() == ["synth.ys"]
+    assert sorted(report["netlist_shared"] for report in reports) == [False, True, True]
+    for folder in folders:
+        assert (folder / "netlist.json").exists() and (folder / "stat.json").exists()
+    assert len({json.dumps(report["yosys"]) for report in reports}) == 1
+
+    calls = folders[2] / "calls.txt"
+    forced = synth.synthesize(CFG, design="mesh", seed=3, placer="static", router="router2",
+                              build_root=tmp_path, force=True)
+    assert not forced["netlist_shared"] and calls.read_text().split() == ["synth.ys"]
+    # Another LUT mapper is another netlist.
+    assert not synth.synthesize(CFG, design="mesh", seed=2, build_root=tmp_path,
+                                lut_mapper="abc")["netlist_shared"]
 
 
 def test_seed_table_lists_each_seed_and_the_lowest():
