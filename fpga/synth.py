@@ -351,16 +351,16 @@ def _shared_netlist(run, yosys, key, *, remake_before):
         fcntl.flock(lock, fcntl.LOCK_EX)
         made = kept / "made.json"
         if made.exists() and made.stat().st_mtime >= remake_before:
-            for name in _NETLIST_FILES:
-                if (kept / name).exists():
-                    shutil.copyfile(kept / name, run.build_dir / name)
+            for file in _NETLIST_FILES:
+                if (kept / file).exists():
+                    shutil.copyfile(kept / file, run.build_dir / file)
             stored = json.loads(made.read_text())
             run.say(f"{run.what}: yosys's netlist shared from {kept}")
             return stored["yosys_s"], stored["mapper"], True
         yosys_s, mapper = _map(run, yosys)
-        for name in _NETLIST_FILES:
-            if (run.build_dir / name).exists():
-                shutil.copyfile(run.build_dir / name, kept / name)
+        for file in _NETLIST_FILES:
+            if (run.build_dir / file).exists():
+                shutil.copyfile(run.build_dir / file, kept / file)
         made.write_text(json.dumps({"yosys_s": yosys_s, "mapper": mapper}))
         return yosys_s, mapper, False
 
