@@ -16,12 +16,15 @@ tee -q -o stat.json stat -json
 """
 
 #: ``synth_ecp5`` up to its cell mapping with the classic abc LUT mapper in place of abc9
-#: (format with ``top``); the board build (bench/ulx3s.py) uses it too.
+#: (format with ``top``); the board build (bench/ulx3s.py) uses it too. LUTs of 4 to 7
+#: inputs, as synth_ecp5 maps with the classic mapper: a wider function is LUT4s and the
+#: slice's PFUMX or L6MUX21, no route between them, where LUT4s alone take a level of
+#: routing more (docs/fpga.md).
 CLASSIC_ABC_STEPS = """\
 synth_ecp5 -top {top} -run :map_luts
 check -latchonly -assert
 techmap -map +/lattice/latches_map.v
-abc -dress -lut 4
+abc -dress -lut 4:7
 clean"""
 
 _YOSYS_FALLBACK_SCRIPT = """\
