@@ -44,7 +44,8 @@ class Finalize(wiring.Component):
     i_smx : In(stream.Signature(SoftmaxSums, always_ready=True))
     i_ln : In(stream.Signature(LayerNormSums, always_ready=True))
     params : In(ParamsLayout)
-        ``row_len`` (N) and ``eps`` (eps_n2).
+        ``row_len`` (N) and ``eps`` (eps_n2), settled from at least a cycle before a row's
+        sums come until its statistics are in the slot.
     o_slots : Out(ArrayLayout(SlotStats, 2))
         The two slots; each field changes only when a row of its op is finalized into it.
     """
@@ -136,7 +137,12 @@ class Finalize(wiring.Component):
         # c0 is the cycle the row sums are final. Every product is cut into MULT18X18D tiles
         # whose sums take their own stages.
         s1, s2 = self.i_ln.payload.s1, self.i_ln.payload.s2
-        n_len = self.params.row_len[:N_WIDTH]
+        # Timing: N is a copy of the store unit's `row_len` kept here, a cycle behind it, so the
+        # route from the store unit ends at a register and not at the `N * S2` multipliers
+        # (nextpnr times a MULT18X18D with one operand registered as one with none). A SET
+        # waits for the epilogue to drain, so N is settled long before a row's sums are.
+        n_len = Signal(N_WIDTH, name="ln_n", reset_less=True)
+        m.d.sync += n_len.eq(self.params.row_len[:N_WIDTH])
         ns2 = tiles(m, n_len, s2, name="ln_ns2", platform=platform)   # c0 + 1
         s1s1 = tiles(m, s1, s1, name="ln_s1s1", platform=platform)
         big, lat_a = sum_shifted(m, ns2 + [(self.params.eps, 0)], name="ln_a")  # N*S2 + eps_n2

@@ -739,7 +739,8 @@ def test_finalize(preset):
     sch = Schedule.of(cfg)
     dut = Finalize(cfg)
     groups = finalize_rows(rng, cfg)
-    # Params stay while a group's rows are in the pipeline (a SET waits for an idle unit).
+    # Params are set a cycle before a group's first row and stay while its rows are in the
+    # pipeline (a SET waits for an idle unit).
     at, end = place([rows for _, rows in groups], rng, idle=0.5, gap=sch.LN_FINALIZE)
     rows = [row for _, group in groups for row in group]
     params = [prm for prm, group in groups for _ in group]
@@ -757,9 +758,9 @@ def test_finalize(preset):
     prm_now = {}
 
     def step(ctx, t):
-        row = entering.get(t)
-        if row:
-            prm_now.update(row[1])
+        row, ahead = entering.get(t), entering.get(t + 1)
+        if ahead:
+            prm_now.update(ahead[1])
         (op, slot, stats) = row[0] if row else (None, 0, {})
         put(ctx, dut.i_smx.valid, int(op == EpOp.SOFTMAX))
         put(ctx, dut.i_smx.payload, sum_fields(rng, stats["total"], slot)
