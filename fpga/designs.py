@@ -157,7 +157,7 @@ class SynthTop(wiring.Component):
                  controller.o_error,
                  controller.o_busy, store.acc.addr, store.pmem.addr, store.res.addr,
                  store.o_data.payload, store.o_data.valid, store.o_busy,
-                 e2s.producer.count, s2e.consumer.avail])
+                 e2s.producer.popped, s2e.consumer.avail])
 
     def elaborate(self, platform):
         m = Module()

@@ -12,16 +12,18 @@ __all__ = ["TokenProducer", "TokenConsumer", "TokenChannel", "Controller"]
 
 
 class TokenProducer(wiring.Signature):
-    """A unit's side of a channel it pushes into: ``count`` lets it check there is room.
+    """A unit's side of a channel it pushes into: whether there is room.
 
-    ``room`` (``count != TOKEN_MAX``) and ``room2`` (``count < TOKEN_MAX - 1``: room for two)
-    are registers kept beside the count, so a unit's accept logic starts from them rather than
-    from compares of the count (a timing choice, as ``avail``).
+    ``room`` (the channel's count is not ``TOKEN_MAX``) and ``room2`` (it is below
+    ``TOKEN_MAX - 1``: room for two) are registers kept beside the count, so a unit's accept
+    logic starts from them rather than from compares of the count (a timing choice, as
+    ``avail``). ``popped`` is the consumer's pops so far, modulo ``2**TOKEN_WIDTH`` (the count
+    is the pushes less the pops), for a unit that counts its pushes ahead of making them.
     """
 
     def __init__(self):
-        super().__init__({"push": Out(1), "count": In(TOKEN_WIDTH), "room": In(1),
-                          "room2": In(1)})
+        super().__init__({"push": Out(1), "room": In(1), "room2": In(1),
+                          "popped": In(TOKEN_WIDTH)})
 
 
 class TokenConsumer(wiring.Signature):
@@ -63,7 +65,7 @@ class TokenChannel(wiring.Component):
         avail = Signal()
         room = Signal(init=1)
         room2 = Signal(init=1)
-        m.d.comb += [count.eq(pushed - popped), self.producer.count.eq(count),
+        m.d.comb += [count.eq(pushed - popped), self.producer.popped.eq(popped),
                      self.consumer.avail.eq(avail),
                      self.producer.room.eq(room), self.producer.room2.eq(room2)]
         with m.If(self.producer.push):

@@ -5,7 +5,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..controller import TokenConsumer, TokenProducer
-from ..isa import TOKEN_MAX, Instr, MatmulHead
+from ..isa import TOKEN_WIDTH, Instr, MatmulHead
 from ..mesh import SystolicMesh
 from .accumulate import AccumulatePath
 from .preload import PreloadStage
@@ -125,37 +125,35 @@ class ExecuteUnit(wiring.Component):
             self.o_busy.eq(preload.o_busy | streamer.o_busy | accumulate.o_busy),
         ]
         # The hand-over also waits until the MATMUL's pushes have room in their channels.
-        m.d.comb += preload.i_room.eq(self._room(m, preload.o_matmul, streamer.o_push_load,
-                                                 accumulate.o_push_store))
+        m.d.comb += preload.i_room.eq(self._room(m, preload.o_matmul, streamer.o_push_load))
         return m
 
-    def _room(self, m, matmul, load_pushing, store_pushing):
+    def _room(self, m, matmul, load_pushing):
         """Whether the pushes of the MATMUL on offer (``matmul``) have room: a register.
 
-        Timing: the room check is one register, computed from sums one cycle old: the tokens
-        in each channel plus the pushes this unit has handed over and not made yet (for
-        execute->load, the streaming MATMUL's at its last row; for execute->store, those
-        still travelling down the delay line), and from the preloaded MATMUL's push flags of
-        that cycle. That is safe: the sums only grow by this unit's handoffs, and a handoff
-        never follows another in the next cycle (a preload reads `rows` >= 2 weight rows), so
-        it is at most one cycle late to see room that a pop made; and a hand-over is never in
-        the cycle after the preload stage took a new MATMUL, whose push flags it would miss.
+        Timing: the room check is one register, computed from registers one cycle old, with
+        no adder or compare of counts in front of it: the channels' room flags and the pushes
+        this unit has handed over and not made yet (for execute->load, the streaming MATMUL's
+        at its last row; for execute->store, those still travelling down the delay line), and
+        the preloaded MATMUL's push flags of that cycle. That is safe: the tokens only grow by
+        this unit's handoffs, and a handoff never follows another in the next cycle (a
+        preload reads `rows` >= 2 weight rows), so it is at most one cycle late to see room
+        that a pop made; and a hand-over is never in the cycle after the preload stage took a
+        new MATMUL, whose push flags it would miss.
         """
         p = matmul.payload
         handoff = matmul.valid & matmul.ready
         load_owed = Signal()
-        # TOKEN_MAX minus the execute->store pushes still travelling down the delay line: the
-        # room check compares the channel's count with it.
-        store_limit = Signal(range(TOKEN_MAX + 1), init=TOKEN_MAX)
+        # The execute->store tokens and the pushes owed to that channel are the handoffs that
+        # owe one, less the channel's pops (modulo 2**TOKEN_WIDTH; at most TOKEN_MAX, which is
+        # 2**TOKEN_WIDTH - 1). Kept plus one, "below TOKEN_MAX" is "not equal to the pops".
+        store_owed = Signal(TOKEN_WIDTH, init=1)
         room = Signal()
-        # No adders: `count + owed < TOKEN_MAX` is two compares with constants, and the pushes
-        # owed to the store channel are kept as the limit its count must stay under.
-        load_count, store_count = self.to_load.count, self.to_store.count
         m.d.sync += room.eq(
-            (~p.push_load | Mux(load_owed, load_count < TOKEN_MAX - 1,
-                                load_count != TOKEN_MAX)) &
-            (~p.push_store | (store_count < store_limit)))
-        m.d.sync += store_limit.eq(store_limit - (handoff & p.push_store) + store_pushing)
+            (~p.push_load | Mux(load_owed, self.to_load.room2, self.to_load.room)) &
+            (~p.push_store | (store_owed != self.to_store.popped)))
+        with m.If(handoff & p.push_store):
+            m.d.sync += store_owed.eq(store_owed + 1)
         # A handoff and the push it owes are never in the same cycle: the push is at the last
         # row, from the cycle after the handoff at the earliest.
         with m.If(handoff & p.push_load):
