@@ -17,6 +17,11 @@ pointers, ``w_rdy``), kept apart in the FPGA flows (:data:`~bertaccel.hw.dsp.KEE
 net selects, enables or addresses a whole entry. The reader's ``r_en`` reaches those copies and
 ``head_bits``.
 
+The memories are written at the write pointer whenever the queue has room, whether or not
+``w_en`` is high: that row holds no entry until a write is taken, which moves the pointer on,
+so the write enables are registers and the writer's decision reaches only the pointers and
+flags (a timing choice).
+
 The timing that stays the same (``sw/cycles.py`` reads it): an entry written in cycle W is at
 the output in cycle W + 2 when the head is free, the next entry is there the cycle after a pop,
 and a write is taken while fewer than ``depth - 1`` entries wait behind the head.
@@ -83,18 +88,12 @@ class Queue(wiring.Component):
         m = Module()
         behind = self.depth - 1              # entries behind the head: the spare slot and memory
         ctl = _Control(behind)
-        stored = Signal(range(behind + 1), name="stored")      # entries in the memory
-        waiting = Signal(range(behind + 1))  # ... and in the spare slot: behind the head
-        write = Signal()
         m.d.comb += [
-            write.eq(self.w_en & ctl.room),
             self.w_rdy.eq(ctl.room),
             self.r_rdy.eq(ctl.head_valid),
-            waiting.eq(stored + ctl.spare_valid),
-            self.level.eq(waiting + ctl.head_valid),
+            self.level.eq(ctl.waiting + ctl.head_valid),
         ]
-        m.d.sync += stored.eq(stored + write - ctl.fill)
-        ctl.advance(m, w_en=self.w_en, r_en=self.r_en, stored=stored, waiting=waiting)
+        ctl.advance(m, w_en=self.w_en, r_en=self.r_en)
 
         slots = [Signal(self.width, name=f"slot{i}", reset_less=True) for i in range(2)]
         heads = []
@@ -104,13 +103,13 @@ class Queue(wiring.Component):
                 copy = ctl
             else:
                 copy = _Control(behind, f"_{n}")    # the control registers, again
-                copy.advance(m, w_en=self.w_en, r_en=self.r_en, stored=stored, waiting=waiting)
+                copy.advance(m, w_en=self.w_en, r_en=self.r_en)
             m.submodules[f"storage_{n}"] = storage = memory.Memory(
                 shape=part.stop - part.start, depth=behind, init=[])
             w_port = storage.write_port()
             r_port = storage.read_port(domain="comb")
             m.d.comb += [w_port.addr.eq(copy.produce), w_port.data.eq(self.w_data[part]),
-                         w_port.en.eq(self.w_en & copy.room), r_port.addr.eq(copy.consume)]
+                         w_port.en.eq(copy.room), r_port.addr.eq(copy.consume)]
             # A fill goes into the spare slot behind a valid head, else into the head's slot.
             target = copy.head ^ copy.head_valid
             for i, slot in enumerate(slots):
@@ -119,10 +118,10 @@ class Queue(wiring.Component):
             heads.append(Mux(copy.head, slots[1][part], slots[0][part]))
         m.d.comb += self.r_data.eq(Cat(*heads))
         if self.fast.stop > self.fast.start:
-            self._head_bits(m, ctl, stored)
+            self._head_bits(m, ctl)
         return m
 
-    def _head_bits(self, m, ctl, stored):
+    def _head_bits(self, m, ctl):
         """The head's ``fast`` bits in a register: after a pop, the spare slot's or the
         memory's; with no head, the memory's. Both next values (no pop, a pop) are outputs.
 
@@ -142,12 +141,12 @@ class Queue(wiring.Component):
         w_port = storage.write_port()
         r_port = storage.read_port(domain="comb")
         m.d.comb += [w_port.addr.eq(ctl.produce), w_port.data.eq(self.w_data[bits]),
-                     w_port.en.eq(self.w_en & ctl.room), r_port.addr.eq(ahead)]
+                     w_port.en.eq(ctl.room), r_port.addr.eq(ahead)]
         with m.If(ctl.fill):
             m.d.sync += ahead.eq(_next(ahead, behind))
         # After a fill the oldest entry is the one behind it, or the one written now if the
         # fill took the last; without a fill it changes only when the memory held none.
-        keeps = Mux(ctl.fill, stored >= 2, ctl.stored)
+        keeps = Mux(ctl.fill, ctl.count >= 2, ctl.stored)
         m.d.sync += oldest.eq(Mux(keeps, Mux(ctl.fill, r_port.data, oldest), self.w_data[bits]))
         # The spare slot's bits matter while it is valid: from the fill that made it valid
         # (behind a valid head, which stays) until the head is popped, and no fill comes
@@ -166,9 +165,10 @@ class Queue(wiring.Component):
 
 class _Control:
     """The queue's control registers: ``head`` (which slot is the head), ``head_valid``,
-    ``spare_valid`` (the other slot holds the next entry), ``stored`` (the memory holds an
-    entry), ``room`` (``w_rdy``), the memory's write pointer and the one after it, its read
-    pointer; and ``fill``: the memory's oldest entry moves into a slot this cycle.
+    ``spare_valid`` (the other slot holds the next entry), ``count`` (the entries in the
+    memory), ``stored`` (the memory holds an entry), ``room`` (``w_rdy``), the memory's write
+    pointer and the one after it, its read pointer; ``waiting``, the entries behind the head;
+    and ``fill``: the memory's oldest entry moves into a slot this cycle.
 
     Timing: each register's next value is a LUT or two of registers and the late ``w_en`` and
     ``r_en`` (the writer's and the reader's decisions), with no adder or compare after them:
@@ -181,6 +181,7 @@ class _Control:
         self.head = Signal(name=f"head{suffix}", attrs=KEEP)
         self.head_valid = Signal(name=f"head_valid{suffix}", attrs=KEEP)
         self.spare_valid = Signal(name=f"spare_valid{suffix}", attrs=KEEP)
+        self.count = Signal(range(behind + 1), name=f"stored{suffix}", attrs=KEEP)
         self.stored = Signal(name=f"stored_any{suffix}", attrs=KEEP)
         self.room = Signal(init=1, name=f"room{suffix}", attrs=KEEP)
         self.produce = Signal(range(behind), name=f"produce{suffix}", attrs=KEEP)
@@ -188,35 +189,36 @@ class _Control:
                                     name=f"produce_ahead{suffix}", attrs=KEEP)
         self.consume = Signal(range(behind), name=f"consume{suffix}", attrs=KEEP)
         self.fill = self.stored & ~self.spare_valid
+        self.waiting = self.count + self.spare_valid
 
-    def next_values(self, *, write, pop, move, stored, waiting):
+    def next_values(self, *, write, pop, move):
         """The registers' values in the next cycle, by name, from this cycle's ``write``,
-        ``pop`` and ``move`` (an entry reaches the head) and the counts of entries in the
-        memory (``stored``) and behind the head (``waiting``)."""
+        ``pop`` and ``move`` (an entry reaches the head)."""
         behind = self._behind
         return {
+            "count": self.count + write - self.fill,
             "head": self.head ^ pop,
             "head_valid": Mux(pop, self.spare_valid | self.fill, self.head_valid | self.fill),
             "spare_valid": ~pop & self.head_valid & (self.spare_valid | self.fill),
-            "stored": write | Mux(self.fill, stored >= 2, self.stored),
-            "room": Mux(write & ~move, waiting != behind - 1, (move & ~write) | self.room),
+            "stored": write | Mux(self.fill, self.count >= 2, self.stored),
+            "room": Mux(write & ~move, self.waiting != behind - 1, (move & ~write) | self.room),
             "produce": Mux(write, self.produce_ahead, self.produce),
             "produce_ahead": Mux(write, _next(self.produce_ahead, behind), self.produce_ahead),
             "consume": Mux(self.fill, _next(self.consume, behind), self.consume),
         }
 
-    def advance(self, m, *, w_en, r_en, stored, waiting):
+    def advance(self, m, *, w_en, r_en):
         """Load the registers with their :meth:`next_values` for the writer's ``w_en`` and the
         reader's ``r_en``, from these registers.
 
-        Timing: each copy makes its next values from its own registers, so the logic in
+        Timing: each copy makes its next values from its own registers (its own count of
+        the entries in the memory too), so the logic in
         front of a register drives that register alone, and yosys turns its choices into the
         flip-flop's clock enable and its reset into the flip-flop's synchronous reset (it
         does neither for logic shared by several registers, which then costs a LUT level)."""
         pop = r_en & self.head_valid
         move = (self.spare_valid | self.stored) & (~self.head_valid | pop)
-        values = self.next_values(write=w_en & self.room, pop=pop, move=move, stored=stored,
-                                  waiting=waiting)
+        values = self.next_values(write=w_en & self.room, pop=pop, move=move)
         m.d.sync += [getattr(self, name).eq(value) for name, value in values.items()]
 
 
