@@ -196,7 +196,10 @@ class _Control:
         ``pop`` and ``move`` (an entry reaches the head)."""
         behind = self._behind
         return {
-            "count": self.count + write - self.fill,
+            # A choice of the count and its neighbours: the writer's decision picks, and
+            # enters no adder.
+            "count": Mux(write, Mux(self.fill, self.count, self.count + 1),
+                         Mux(self.fill, self.count - 1, self.count)),
             "head": self.head ^ pop,
             "head_valid": Mux(pop, self.spare_valid | self.fill, self.head_valid | self.fill),
             "spare_valid": ~pop & self.head_valid & (self.spare_valid | self.fill),
