@@ -214,11 +214,11 @@ class _Control:
         """Load the registers with their :meth:`next_values` for the writer's ``w_en`` and the
         reader's ``r_en``, from these registers.
 
-        Timing: each copy makes its next values from its own registers (its own count of
-        the entries in the memory too), so the logic in
-        front of a register drives that register alone, and yosys turns its choices into the
-        flip-flop's clock enable and its reset into the flip-flop's synchronous reset (it
-        does neither for logic shared by several registers, which then costs a LUT level)."""
+        Timing: each copy makes its next values from its own registers (its own count of the
+        entries in the memory too), so the logic in front of a register drives that register
+        alone, and yosys turns its choices into the flip-flop's clock enable and its reset into
+        the flip-flop's synchronous reset (it does neither for logic shared by several
+        registers, which then costs a LUT level)."""
         pop = r_en & self.head_valid
         move = (self.spare_valid | self.stored) & (~self.head_valid | pop)
         values = self.next_values(write=w_en & self.room, pop=pop, move=move)
