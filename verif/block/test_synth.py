@@ -39,7 +39,8 @@ from bertaccel.fpga import synth
 from bertaccel.fpga.tools import find_tool
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.dsp import ECP5, KEEP_REGISTERS, product_register
-from bertaccel.hw.lut import and_or, choice_plus_one, lut
+from bertaccel.hw.lut import (and_or, and_pairs, choice_plus_one, cleared_sum, lut, mux4,
+                              shifted_plus_one, shifted_sum, sum_of_ors)
 from bertaccel.fpga.ramreg import absorb_output_registers, replicate_ram_drivers
 from bertaccel.fpga.ramreg import main as ramreg_main
 from bertaccel.hw.verilog import convert
@@ -271,6 +272,110 @@ def test_choice_plus_one_in_one_carry_chain(tmp_path, width):
 
     gate = _prove_same(tmp_path, ChoicePlusOne, {"s": 1, "a": width, "b": width}, {"y": width})
     assert gate.count("CCU2C ") == width // 2 + 1 and "LUT4 " not in gate
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("width, shifts, shape", [(1, 1, unsigned), (6, 3, signed),
+                                                  (25, 8, signed), (12, 8, unsigned)])
+def test_shifted_plus_one_is_one_lut_level_and_a_carry_chain(tmp_path, width, shifts, shape):
+    # The ECP5 form: the shift's AND LUTs, their ORs in the carry cells (hw/lut.py); equal for
+    # every ``hot``, one-hot or not (both OR the shifts it selects).
+    class ShiftedPlusOne(wiring.Component):
+        def __init__(self, platform):
+            self._platform = platform
+            super().__init__({"a": In(width), "h": In(shifts), "y": Out(width)})
+
+        def elaborate(self, platform):
+            m = Module()
+            value = self.a.as_signed() if shape is signed else self.a
+            m.d.comb += self.y.eq(shifted_plus_one(m, value, self.h, right=True,
+                                                   platform=self._platform, name="y"))
+            return m
+
+    gate = _prove_same(tmp_path, ShiftedPlusOne, {"a": width, "h": shifts}, {"y": width})
+    ands = sum(-(-min(shifts, width - i if shape is unsigned else shifts) // 2)
+               for i in range(width))
+    assert gate.count("CCU2C ") == width // 2 + 1 and gate.count("LUT4 ") == ands
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("shape_a, shape_b, width", [(unsigned(5), unsigned(3), 5),
+                                                     (signed(7), signed(4), 7),
+                                                     (unsigned(6), unsigned(6), 4)])
+def test_cleared_sum_clears_in_the_carry_chain(tmp_path, shape_a, shape_b, width):
+    class ClearedSum(wiring.Component):
+        def __init__(self, platform):
+            self._platform = platform
+            super().__init__({"c": In(1), "a": In(shape_a), "b": In(shape_b), "y": Out(width)})
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.comb += self.y.eq(cleared_sum(m, self.c, self.a, self.b, width=width,
+                                              platform=self._platform, name="y"))
+            return m
+
+    gate = _prove_same(tmp_path, ClearedSum,
+                       {"c": 1, "a": shape_a.width, "b": shape_b.width}, {"y": width})
+    assert gate.count("CCU2C ") == (width + 2) // 2 and "LUT4 " not in gate
+
+
+@pytest.mark.timeout(120)
+def test_mux4_is_two_luts_and_a_pfumx(tmp_path):
+    class Mux4(wiring.Component):
+        def __init__(self, platform):
+            self._platform = platform
+            super().__init__({"s": In(2), "x": In(4), "y": Out(1)})
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.comb += self.y.eq(mux4(m, self.s, list(self.x), platform=self._platform,
+                                       name="y"))
+            return m
+
+    gate = _prove_same(tmp_path, Mux4, {"s": 2, "x": 4}, {"y": 1})
+    assert gate.count("LUT4 ") == 2 and gate.count("PFUMX ") == 1
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("width", [1, 4, 9])
+def test_sum_of_ors_is_one_carry_chain(tmp_path, width):
+    # Each operand bit is the OR of up to two AND pairs (one LUT level): the ORs and the add
+    # are the carry cells (hw/lut.py).
+    class SumOfOrs(wiring.Component):
+        def __init__(self, platform):
+            self._platform = platform
+            super().__init__({"s": In(8 * width), "b": In(8 * width), "y": Out(width)})
+
+        def elaborate(self, platform):
+            m = Module()
+            sides = [[and_pairs(m, [(self.s[k], self.b[k]) for k in range(8 * i + 4 * side,
+                                                                        8 * i + 4 * side + n)],
+                                platform=self._platform, name=f"y{side}_{i}")
+                      for i, n in zip(range(width), [4, 3, 1, 0] * width)]
+                     for side in (0, 1)]
+            m.d.comb += self.y.eq(sum_of_ors(m, *sides, platform=self._platform, name="y"))
+            return m
+
+    gate = _prove_same(tmp_path, SumOfOrs, {"s": 8 * width, "b": 8 * width}, {"y": width})
+    assert gate.count("CCU2C ") == (width + 1 + 1) // 2
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("shifts", [1, 2, 4])
+def test_shifted_sum_adds_two_values_shifted_alike(tmp_path, shifts):
+    class ShiftedSum(wiring.Component):
+        def __init__(self, platform):
+            self._platform = platform
+            super().__init__({"a": In(6), "b": In(6), "h": In(shifts), "y": Out(6 + shifts)})
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.comb += self.y.eq(shifted_sum(m, self.a, self.b, self.h, width=6 + shifts,
+                                              platform=self._platform, name="y"))
+            return m
+
+    gate = _prove_same(tmp_path, ShiftedSum, {"a": 6, "b": 6, "h": shifts}, {"y": 6 + shifts})
+    assert "CCU2C " in gate
 
 
 @pytest.mark.slow
