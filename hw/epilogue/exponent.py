@@ -32,14 +32,14 @@ loop adds that to a choice of A, A >> 8, ..., A >> 32 (one-hot, from registers).
 2**32``, ``A < 2**39``. The finalize reads S's bit length and mantissa from A and p.
 """
 
-from amaranth import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import EXP2_CUTOFF, EXP2_GUARD, EXP2_TABLE, SOFTMAX_FRAC
 from ..dsp import KEEP
 from ..isa import EpOp
-from ..lut import and_or, shifted
+from ..lut import and_pairs, mux4, shifted_plus_one, shifted_sum, sum_of_ors
 from ..memory import rom
 from ..pipeline import delay
 from .arith import coarse, tree
@@ -140,7 +140,8 @@ class Exponent(wiring.Component):
         takes = st.decoded(sch.ESH - 1, lambda ctl: ctl.op == EpOp.SOFTMAX, name="e_takes")
         width = len(s[0].a) + 1                  # 2a, a of stage EREG
         # Timing: the fine shift's amount is one-hot (`qh`), so stage E's shift is an AND-OR
-        # of eight terms a bit, two LUT levels on an ECP5 (`shifted`) before the add.
+        # of eight terms a bit, its ANDs one LUT level on an ECP5 and its ORs in the rounding
+        # add's carry chain (`shifted_plus_one`).
         p, s = s, st(sch.ESH, qh=unsigned(8), w=signed(width))
         for i in lanes:
             e = Mux(p[i].zero, 0, coarse(p[i].r << (EXP2_GUARD + 1), p[i].q))
@@ -148,8 +149,9 @@ class Exponent(wiring.Component):
                          s[i].qh.eq(Mux(takes[i], 1 << p[i].q[:3], 1))]
         p, s = s, st(sch.E, **E_LANE)
         for i in lanes:
-            w = shifted(m, p[i].w, p[i].qh, right=True, platform=platform, name=f"e_fine{i}")
-            m.d.sync += s[i].a.eq((w.as_signed() + 1)[1:width])
+            w = shifted_plus_one(m, p[i].w, p[i].qh, right=True, platform=platform,
+                                 name=f"e_fine{i}")
+            m.d.sync += s[i].a.eq(w[1:])
         # Timing: the back's BIND stage chooses by these (a copy a lane), not by a decode of
         # the tags that reaches every lane's statistics registers across the chip.
         bind = st.decoded(sch.E, lambda ctl: Cat(ctl.op == EpOp.SOFTMAX, ctl.slot),
@@ -161,58 +163,91 @@ class Exponent(wiring.Component):
         """The e tree and the rescaled-sum loop of first passes, as A and p (module docstring).
 
         Every lane's e is shifted by the same ``p``, so the tree adds the e and the loop adds
-        ``sum e << p``. Timing: the shift is an AND-OR (two LUT levels) beside the loop's
-        choice of A >> 8j, in front of the loop's add, not between a lane's register and the
-        tree's first adder."""
+        ``sum e << p``. Timing: the shift is cut in two, ``p & 3`` in the tree's last level
+        and ``p & 4`` in the loop, so that each add's operands are one LUT level deep and
+        their ORs are made in the carry chain's own LUTs (hw/lut.py)."""
         sch = self._sch
-        p, hot, step = self._sum_shifts(m, st, dm)
-        e = st.lanes[sch.E]
-        e_sum, _ = tree(m, [e[i].a[:E_WIDTH] for i in range(sch.lanes)],
-                        lambda a, b: a + b, lambda n: unsigned(E_WIDTH + n), name="esum")
-        e_shift = shifted(m, e_sum, delay(m, hot, sch.levels, name="a_hot"),
-                          platform=platform, name="e_shift")
-        # Timing: the step reaches the loop from registers of its own for each group of 8 bits
-        # of A (copies kept apart, hw/dsp.py KEEP), so no net selects the whole loop; each
-        # bit of A >> 8j is an AND-OR of at most five bits (none selected: S starts afresh),
-        # two levels of LUT4s of their own on an ECP5 as the shift beside it.
-        step_before = delay(m, step, sch.levels - 1, name="a_step")
-        groups = range(-(-A_WIDTH // 8))
-        picks = [Signal(len(_A_STEPS), name=f"a_pick{g}", reset_less=True, attrs=KEEP)
-                 for g in groups]
-        m.d.sync += [reg.eq(step_before) for reg in picks]
+        p, hot_lo, hot_hi, step = self._sum_shifts(m, st, dm)
+        e = [st.lanes[sch.E][i].a[:E_WIDTH] for i in range(sch.lanes)]
+        half = sch.lanes // 2
+        halves = [tree(m, e[k * half:(k + 1) * half], lambda a, b: a + b,
+                       lambda n: unsigned(E_WIDTH + n), name=f"esum{k}")[0] for k in range(2)]
+        e_sum = Signal(unsigned(E_WIDTH + sch.levels + len(hot_lo)), name="esum",
+                       reset_less=True)
+        m.d.sync += e_sum.eq(shifted_sum(
+            m, *halves, delay(m, hot_lo, sch.levels - 1, name="a_hot_lo"), width=len(e_sum),
+            platform=platform, name="esum_shift"))
+        hi = delay(m, hot_hi, sch.levels, name="a_hot_hi")
+        e_side = [and_pairs(m, [(hi[j], e_sum[i - 4 * j]) for j in range(2)
+                                if 0 <= i - 4 * j < len(e_sum)], platform=platform,
+                            name=f"e_shift{i}")
+                  for i in range(A_WIDTH)]
         total = Signal(unsigned(A_WIDTH), reset_less=True)
-        kept = Cat(and_or(m, [(picks[i // 8][j], total[i + shift])
-                              for j, shift in enumerate(_A_STEPS) if i + shift < A_WIDTH],
-                          platform=platform, name=f"a_kept{i}")
-                   for i in range(A_WIDTH))
+        kept = self._kept(m, total, delay(m, step, sch.levels - 1, name="a_step"), platform)
         smx_fin = Signal()
         smx_fin_slot = Signal()
         _, c = st.tags(sch.SLOOP - 1)
         m.d.sync += smx_fin.eq(0)
         with m.If(st.first_pass(sch.SLOOP - 1, EpOp.SOFTMAX)):
-            m.d.sync += [total.eq(kept + e_shift), smx_fin.eq(c.last), smx_fin_slot.eq(c.slot)]
+            m.d.sync += [total.eq(sum_of_ors(m, kept, e_side, platform=platform, name="a_sum")),
+                         smx_fin.eq(c.last), smx_fin_slot.eq(c.slot)]
         m.d.comb += [self.o_sums.valid.eq(smx_fin), self.o_sums.payload.a.eq(total),
                      self.o_sums.payload.p.eq(delay(m, p, sch.levels + 1, name="a_p")),
                      self.o_sums.payload.slot.eq(smx_fin_slot)]
 
+    @staticmethod
+    def _kept(m, total, step_before, platform):
+        """Per bit of A, the values (one LUT level each, at most two) whose OR is the bit of
+        ``A >> 8j`` that the loop keeps, for the one-hot ``step`` a cycle after
+        ``step_before``.
+
+        Timing: the step reaches the loop from registers of its own for each group of 8 bits
+        of A (copies kept apart, hw/dsp.py KEEP), so no net selects the whole loop. A bit with
+        at most four shifts is two AND pairs (:func:`~..lut.and_pairs`); the low bits of A,
+        which take five (A >> 32 too), are a pair and a :func:`~..lut.mux4` of the other
+        three by a code of the step (``a_code``: 1, 2, 3 for A >> 16, 24, 32; 0 none)."""
+        groups = range(-(-A_WIDTH // 8))
+        picks = [Signal(len(_A_STEPS), name=f"a_pick{g}", reset_less=True, attrs=KEEP)
+                 for g in groups]
+        code = Signal(2, name="a_code", reset_less=True, attrs=KEEP)
+        m.d.sync += [reg.eq(step_before) for reg in picks]
+        m.d.sync += code.eq(Cat(step_before[2] | step_before[4], step_before[3] | step_before[4]))
+        kept = []
+        for i in range(A_WIDTH):
+            terms = [(picks[i // 8][j], total[i + shift])
+                     for j, shift in enumerate(_A_STEPS) if i + shift < A_WIDTH]
+            if len(terms) <= 4:
+                kept.append(and_pairs(m, terms, platform=platform, name=f"a_kept{i}"))
+                continue
+            three = [Const(0, 1), *(bit for _, bit in terms[2:])]
+            kept.append([*and_pairs(m, terms[:2], platform=platform, name=f"a_kept{i}"),
+                         mux4(m, code, three, platform=platform, name=f"a_kept{i}_far")])
+        return kept
+
     def _sum_shifts(self, m, st, dm):
-        """Beside stage E, for a first-pass sub-beat: ``p`` after its step, the same one-hot
-        (``hot``), and its ``step`` (one-hot: A >> 8j is kept; all 0 when S starts afresh). A
-        loop of 3 bits."""
+        """Beside stage E, for a first-pass sub-beat: ``p`` after its step, the same as one-hot
+        ``p & 3`` (``hot_lo``) and one-hot ``p >> 2`` (``hot_hi``), and its ``step`` (one-hot:
+        A >> 8j is kept; all 0 when S starts afresh). A loop of 3 bits."""
         sch = self._sch
         c = st.ctl[sch.E - 1]
         d = delay(m, dm, sch.E - 1 - sch.U, name="dm")
         fresh = Signal(init=1)            # the next first-pass sub-beat starts a row
         p = Signal(P_WIDTH, reset_less=True)
-        hot = Signal(1 << P_WIDTH, init=1, name="p_hot", reset_less=True)
+        hot_lo = Signal(4, init=1, name="p_hot_lo", reset_less=True)
+        hot_hi = Signal(2, init=1, name="p_hot_hi", reset_less=True)
         step = Signal(len(_A_STEPS), reset_less=True)
         q = Signal(P_WIDTH + 3)
         start = fresh | d[5]              # dM >= 32 empties S < 2**32
         m.d.comb += q.eq(p + d[:5])
         p_next = Mux(start, 0, q[:P_WIDTH])
-        with m.If(st.first_pass(sch.E - 1, EpOp.SOFTMAX)):
+        # Timing: whether stage E - 1 holds a first pass is a register decoded a stage ahead,
+        # so these registers' enable is a register.
+        first = Signal(name="sum_fp")
+        m.d.sync += first.eq(st.first_pass(sch.E - 2, EpOp.SOFTMAX))
+        with m.If(first):
             m.d.sync += [fresh.eq(c.last), p.eq(p_next),
                          step.eq(Mux(start, 0, Cat(q[P_WIDTH:] == j
                                                     for j in range(len(_A_STEPS))))),
-                         hot.eq(Cat(p_next == j for j in range(1 << P_WIDTH)))]
-        return p, hot, step
+                         hot_lo.eq(Cat(p_next[:2] == j for j in range(4))),
+                         hot_hi.eq(Cat(~p_next[2], p_next[2]))]
+        return p, hot_lo, hot_hi, step
