@@ -17,6 +17,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..isa import EpOp
+from ..lut import cleared_sum
 from .arith import greater, tree
 from .lanes import Stages
 from .schedule import (
@@ -76,7 +77,7 @@ class RowStats(wiring.Component):
         assert levels == sch.levels
         st.wait(sch.ACC)
         self._running_max(m, st, c_max)
-        self._sums(m, st, v_sum, v2_sum)
+        self._sums(m, st, v_sum, v2_sum, platform)
         for i in range(sch.lanes):                  # GELU's phi, from the PHI table's register
             with m.If(pre[i].gelu):
                 m.d.sync += st.lanes[sch.PRE + 1][i].carry.coef.m.eq(pre[i].phi)
@@ -138,8 +139,9 @@ class RowStats(wiring.Component):
             with m.If(row_end[n]):
                 m.d.sync += smx_m[n].eq(row_m)
 
-    def _sums(self, m, st, v_sum, v2_sum):
-        """ACC, LAYERNORM: the row sums of v and v * v."""
+    def _sums(self, m, st, v_sum, v2_sum, platform):
+        """ACC, LAYERNORM: the row sums of v and v * v. Timing: a row's first sub-beat clears
+        each sum in its add's carry chain (:func:`~..lut.cleared_sum`)."""
         k = self._sch.ACC
         c = st.ctl[k - 1]
         s1 = Signal(signed(26), reset_less=True)
@@ -156,7 +158,10 @@ class RowStats(wiring.Component):
         first = st.first_pass(k - 2, EpOp.LAYERNORM)
         m.d.sync += [fp.eq(first), ends.eq(first & c_before.last), ln_fin.eq(ends)]
         with m.If(fp):
-            m.d.sync += [s1.eq(Mux(ln_fresh, 0, s1) + v_sum), s2.eq(Mux(ln_fresh, 0, s2) + v2_sum),
+            m.d.sync += [s1.eq(cleared_sum(m, ln_fresh, s1, v_sum, width=len(s1),
+                                           platform=platform, name="ln_s1_add")),
+                         s2.eq(cleared_sum(m, ln_fresh, s2, v2_sum, width=len(s2),
+                                           platform=platform, name="ln_s2_add")),
                          ln_fresh.eq(c.last), ln_fin_slot.eq(c.slot)]
         m.d.comb += [self.o_sums.valid.eq(ln_fin), self.o_sums.payload.s1.eq(s1),
                      self.o_sums.payload.s2.eq(s2), self.o_sums.payload.slot.eq(ln_fin_slot)]
