@@ -204,7 +204,11 @@ class _Control:
             "head_valid": Mux(pop, self.spare_valid | self.fill, self.head_valid | self.fill),
             "spare_valid": ~pop & self.head_valid & (self.spare_valid | self.fill),
             "stored": write | Mux(self.fill, self.count >= 2, self.stored),
-            "room": Mux(write & ~move, self.waiting != behind - 1, (move & ~write) | self.room),
+            # `waiting != behind - 1` as two compares of the count, picked by `spare_valid`,
+            # with no adder in front of them.
+            "room": Mux(write & ~move,
+                        Mux(self.spare_valid, self.count != behind - 2, self.count != behind - 1),
+                        (move & ~write) | self.room),
             "produce": Mux(write, self.produce_ahead, self.produce),
             "produce_ahead": Mux(write, _next(self.produce_ahead, behind), self.produce_ahead),
             "consume": Mux(self.fill, _next(self.consume, behind), self.consume),
