@@ -4,6 +4,8 @@ row's statistics, and every op's last multiply.
 Per lane, stage by stage (the names are :class:`~.schedule.Schedule`'s)::
 
     BIND    a second-pass beat takes its row's statistics from its slot
+    (+1)    the operands in the multipliers' input registers (a timing choice: the route
+            from BIND ends at a register, not at a DSP's multiply)
     MUL2    SOFTMAX R * e | LAYERNORM v * (N * rsq): two tiles
     PSUM2   the tiles added
     SUB     LAYERNORM: - S1 * rsq, making (N * v - S1) * rsq
@@ -114,17 +116,20 @@ class Back(wiring.Component):
                              s[i].lsh.eq(11 + Mux(sel.slot, slots[1].j, slots[0].j))]
 
     def _normalize(self, m, st, platform):
-        """MUL2, PSUM2, SUB, SHC2, SHF2, RND2: R * e or (N * v - S1) * rsq, rounded. Returns,
+        """MUL2 (and its input registers), PSUM2, SUB, SHC2, SHF2, RND2: R * e or (N * v - S1) * rsq, rounded. Returns,
         per lane, what RND2's ``a`` and ``carry.coef.m`` are loaded with (MUL3's operands)."""
         sch, lanes = self._sch, range(self._sch.lanes)
         k = sch.MUL2
-        p, s = st.lanes[k - 1], st(k, a=signed(24), t0=signed(35), t1=signed(31),
-                                   sb=signed(46), lsh=unsigned(6))
+        p = st.lanes[k - 2]
+        st(k - 1, a=signed(24), sb=signed(46), lsh=unsigned(6))
+        s = st(k, a=signed(24), t0=signed(35), t1=signed(31), sb=signed(46), lsh=unsigned(6))
         for i in lanes:
             r_or_v, mb = p[i].a[:TILE + 1].as_signed(), p[i].mb
             m.d.comb += [
-                s[i].t0.eq(product(m, r_or_v, mb[:TILE], name=f"mul2_t0{i}", platform=platform)),
-                s[i].t1.eq(product(m, r_or_v, mb[TILE:], name=f"mul2_t1{i}", platform=platform)),
+                s[i].t0.eq(product(m, r_or_v, mb[:TILE], name=f"mul2_t0{i}", platform=platform,
+                                   input_registers=True)),
+                s[i].t1.eq(product(m, r_or_v, mb[TILE:], name=f"mul2_t1{i}", platform=platform,
+                                   input_registers=True)),
             ]
         p, s = s, st(k + 1, a=signed(24), d=signed(47), sb=signed(46), lsh=unsigned(6))
         for i in lanes:

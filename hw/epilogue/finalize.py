@@ -143,30 +143,32 @@ class Finalize(wiring.Component):
         # waits for the epilogue to drain, so N is settled long before a row's sums are.
         n_len = Signal(N_WIDTH, name="ln_n", reset_less=True)
         m.d.sync += n_len.eq(self.params.row_len[:N_WIDTH])
-        ns2 = tiles(m, n_len, s2, name="ln_ns2", platform=platform)   # c0 + 1
-        s1s1 = tiles(m, s1, s1, name="ln_s1s1", platform=platform)
+        # Timing: every product's operands enter the DSPs' input registers (S1 and S2 at
+        # c0 + 1, rsq at c0 + 12), so the routes from the row sums across the chip and from
+        # the RSQRT table's output register end at registers, not at a multiplier's inputs.
+        ns2 = tiles(m, n_len, s2, name="ln_ns2", platform=platform,
+                    input_registers=True)                              # c0 + 2
+        s1s1 = tiles(m, s1, s1, name="ln_s1s1", platform=platform, input_registers=True)
         big, lat_a = sum_shifted(m, ns2 + [(self.params.eps, 0)], name="ln_a")  # N*S2 + eps_n2
         sq, lat_b = sum_shifted(m, s1s1, name="ln_b")                  # S1**2
         assert lat_a == lat_b == 2
-        ln_d = Signal(unsigned(64), reset_less=True)                   # c0 + 4
+        ln_d = Signal(unsigned(64), reset_less=True)                   # c0 + 5
         m.d.sync += ln_d.eq(big - sq)
-        rsq, j = self._rsqrt(m, ln_d)                                  # c0 + 10, c0 + 8
-        ln_f10_s1 = delay(m, s1, 10, name="ln_s1")
-        # Timing: rsq enters the DSPs' input registers (c0 + 11), so the route from the
-        # table's output register ends at a register, not at a multiplier's inputs.
+        rsq, j = self._rsqrt(m, ln_d)                                  # c0 + 11, c0 + 9
+        ln_f11_s1 = delay(m, s1, 11, name="ln_s1")
         nr, lat_nr = sum_shifted(m, tiles(m, n_len, rsq, name="ln_nr", platform=platform,
                                           input_registers=True),
-                                 name="ln_nr")                         # c0 + 12 (tiles)
-        sr, lat_sr = sum_shifted(m, tiles(m, ln_f10_s1, rsq, name="ln_sr", platform=platform,
+                                 name="ln_nr")                         # c0 + 13 (tiles)
+        sr, lat_sr = sum_shifted(m, tiles(m, ln_f11_s1, rsq, name="ln_sr", platform=platform,
                                           input_registers=True),
                                  name="ln_sr")
         assert lat_sr == 2 and lat_nr <= lat_sr
-        nr = delay(m, nr, lat_sr - lat_nr, name="ln_nr_wait")           # c0 + 14
+        nr = delay(m, nr, lat_sr - lat_nr, name="ln_nr_wait")           # c0 + 15
         ln_slot_j = delay(m, j, 6, name="ln_j")
-        fin = delay(m, Cat(self.i_ln.valid, self.i_ln.payload.slot), 14, name="ln_fin")
-        assert self._sch.LN_FINALIZE == 15
+        fin = delay(m, Cat(self.i_ln.valid, self.i_ln.payload.slot), 15, name="ln_fin")
+        assert self._sch.LN_FINALIZE == 16
         for n in range(2):
-            with m.If(fin[0] & (fin[1] == n)):                         # slot: c0 + 15
+            with m.If(fin[0] & (fin[1] == n)):                         # slot: c0 + 16
                 m.d.sync += [slots[n].nr.eq(nr), slots[n].sr.eq(sr), slots[n].j.eq(ln_slot_j)]
 
     def _rsqrt(self, m, ln_d):
@@ -175,36 +177,36 @@ class Finalize(wiring.Component):
         # j = floor((bit_length(D) - 9) / 2) = floor((msb(D) - 8) / 2); for msb(D) = 16c + t,
         # t the top bit within 16-bit chunk c, that is 8c - 4 + (t >> 1). Timing: each chunk's
         # t and whether it holds a 1 in one stage, the highest such chunk's j in the next.
-        tops, anys = _chunk_msbs(m, ln_d, name="ln_d")                 # c0 + 5
-        ln_j = Signal(signed(6), reset_less=True)                      # D = m * 4**j, c0 + 6
+        tops, anys = _chunk_msbs(m, ln_d, name="ln_d")                 # c0 + 6
+        ln_j = Signal(signed(6), reset_less=True)                      # D = m * 4**j, c0 + 7
         ln_pos = Signal(reset_less=True)
         pick = Const(-4, signed(6))
         for c, (top, any_) in enumerate(zip(tops, anys)):
             pick = Mux(any_, 8 * c - 4 + (top >> 1), pick)
         m.d.sync += [ln_j.eq(pick), ln_pos.eq(Cat(anys).any())]
-        ln_f6_d = delay(m, ln_d, 2, name="ln_d")
+        ln_f7_d = delay(m, ln_d, 2, name="ln_d")
         # m = D >> 2j (D << -2j for j < 0) in two stages: by 16 bits at a time, then the rest.
-        ln_f7_v = Signal(24, reset_less=True)                          # c0 + 7
-        ln_f7_j = Signal(signed(6), reset_less=True)
-        ln_f7_pos = Signal(reset_less=True)
-        coarse16 = (ln_f6_d >> Cat(Const(0, 4), ln_j[3:5]))[:24]
-        m.d.sync += [ln_f7_v.eq(Mux(ln_j >= 0, coarse16, ln_f6_d[:8])), ln_f7_j.eq(ln_j),
-                     ln_f7_pos.eq(ln_pos)]
+        ln_f8_v = Signal(24, reset_less=True)                          # c0 + 8
+        ln_f8_j = Signal(signed(6), reset_less=True)
+        ln_f8_pos = Signal(reset_less=True)
+        coarse16 = (ln_f7_d >> Cat(Const(0, 4), ln_j[3:5]))[:24]
+        m.d.sync += [ln_f8_v.eq(Mux(ln_j >= 0, coarse16, ln_f7_d[:8])), ln_f8_j.eq(ln_j),
+                     ln_f8_pos.eq(ln_pos)]
         ln_mant = Signal(10)
-        with m.If(ln_f7_j >= 0):
-            m.d.comb += ln_mant.eq(ln_f7_v >> Cat(Const(0, 1), ln_f7_j[:3]))
+        with m.If(ln_f8_j >= 0):
+            m.d.comb += ln_mant.eq(ln_f8_v >> Cat(Const(0, 1), ln_f8_j[:3]))
         with m.Else():
-            m.d.comb += ln_mant.eq(ln_f7_v[:8] << Cat(Const(0, 1), (-ln_f7_j)[:3]))
+            m.d.comb += ln_mant.eq(ln_f8_v[:8] << Cat(Const(0, 1), (-ln_f8_j)[:3]))
         # RSQRT_TABLE[m - 256]; D = 0 reads a zero past the table (golden: rsq = 0, j = 0).
         rsqrt = m.submodules.rsqrt = memory.Memory(
             shape=unsigned(19), depth=1024, init=list(RSQRT_TABLE) + [0] * (1024 - 768))
         rsqrt_port = rsqrt.read_port()
-        ln_f8_addr = Signal(10, reset_less=True)                       # c0 + 8
-        ln_f8_j = Signal(signed(6), reset_less=True)
-        m.d.sync += [ln_f8_addr.eq(Mux(ln_f7_pos, ln_mant - 256, 1023)),
-                     ln_f8_j.eq(Mux(ln_f7_pos, ln_f7_j, 0))]
-        m.d.comb += rsqrt_port.addr.eq(ln_f8_addr)                     # c0 + 9
-        return delay(m, rsqrt_port.data, 1, name="ln_rsq"), ln_f8_j    # c0 + 10, c0 + 8
+        ln_f9_addr = Signal(10, reset_less=True)                       # c0 + 9
+        ln_f9_j = Signal(signed(6), reset_less=True)
+        m.d.sync += [ln_f9_addr.eq(Mux(ln_f8_pos, ln_mant - 256, 1023)),
+                     ln_f9_j.eq(Mux(ln_f8_pos, ln_f8_j, 0))]
+        m.d.comb += rsqrt_port.addr.eq(ln_f9_addr)                     # c0 + 10
+        return delay(m, rsqrt_port.data, 1, name="ln_rsq"), ln_f9_j    # c0 + 11, c0 + 9
 
 
 def _index(hot, width):

@@ -5,13 +5,15 @@ Per lane, stage by stage (the names are :class:`~.schedule.Schedule`'s)::
 
     IN      the beat, registered (by the intake)
     ADD     x' = acc + bias (sat32 for SOFTMAX); the operands of the front multipliers
+    MULI    the operands in the multipliers' input registers (a timing choice: the route from
+            ADD's add and saturation ends at a register, not at a DSP's multiply)
     MUL     x' * mul (REQUANT, GELU gmul, SOFTMAX, LAYERNORM xmul) | x' * omul (GELU),
             r * rmul (LAYERNORM): four tiles
     PSUM    the tiles added
     SUM     v, the field the op rounds: LAYERNORM x' * xmul + r * rmul, GELU x' * omul (z),
             the others the first product; its shift amount
     SHC SHF rounding shifts of v and of GELU's w (x' * gmul), coarse (multiples of 8) then fine
-            (see :mod:`~.arith`)
+            (see :mod:`~.arith`); SHF compares w with the PHI index's limits
     RND     the rounding add, narrow, and the saturation limits compared beside it
     SAT     REQUANT done (sat8); GELU z = clamp24, PHI lookup at clamp(t + 257, 0, 513);
             SOFTMAX t = clamp24 (pads: -2**23); LAYERNORM v = sat16 (pads: 0)
@@ -28,14 +30,14 @@ the formula says (``2**63 >> 1`` is added); golden's int64 ``1 << 63`` overflows
 
 from functools import reduce
 
-from amaranth import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import PHI_TABLE, SOFTMAX_FRAC
 from ..isa import EpOp, ParamsLayout
-from .arith import (INT8, INT16, INT24, at_least, at_most, biased, coarse, fine, greater,
-                    no_borrow, pick, product, round_limits, rounded)
+from .arith import (INT8, INT16, INT24, biased, coarse, fine, greater, no_borrow, pick, product,
+                    round_limits, rounded)
 from .lanes import Stages
 from .schedule import PRE_LANE, Schedule, beat_layout, lane_layout, stage_signature
 
@@ -128,22 +130,24 @@ class Front(wiring.Component):
                 m.d.sync += s[i].carry.out.eq(inb.acc[i])
 
     def _multiply(self, m, st, platform):
-        """MUL: four 17 x 16 products; PSUM: the products of the two multipliers; SUM: the
-        field the op rounds (LayerNorm's with the residual term)."""
+        """MULI, MUL: four 17 x 16 products, the operands registered in the DSPs; PSUM: the
+        products of the two multipliers; SUM: the field the op rounds (LayerNorm's with the
+        residual term)."""
         sch = self._sch
-        p, s = st.lanes[sch.MUL - 1], st(sch.MUL, p1lo=unsigned(32), p1hi=signed(33),
-                                         p2lo=signed(33), p2hi=signed(33), sh=unsigned(6),
-                                         sh1=unsigned(6))
+        p = st.lanes[sch.MULI - 1]
+        st(sch.MULI, sh=unsigned(6), sh1=unsigned(6))
+        s = st(sch.MUL, p1lo=unsigned(32), p1hi=signed(33), p2lo=signed(33), p2hi=signed(33),
+               sh=unsigned(6), sh1=unsigned(6))
         for i in range(sch.lanes):
             m.d.comb += [
                 s[i].p1lo.eq(product(m, p[i].x[:16], p[i].mul, name=f"mul_p1lo{i}",
-                                     platform=platform)),
+                                     platform=platform, input_registers=True)),
                 s[i].p1hi.eq(product(m, p[i].x[16:].as_signed(), p[i].mul, name=f"mul_p1hi{i}",
-                                     platform=platform)),
+                                     platform=platform, input_registers=True)),
                 s[i].p2lo.eq(product(m, p[i].m2lo, p[i].b2lo, name=f"mul_p2lo{i}",
-                                     platform=platform)),
+                                     platform=platform, input_registers=True)),
                 s[i].p2hi.eq(product(m, p[i].m2hi, p[i].b2hi, name=f"mul_p2hi{i}",
-                                     platform=platform)),
+                                     platform=platform, input_registers=True)),
             ]
         p, s = s, st(sch.PSUM, a=signed(49), b=signed(49), sh=unsigned(6), sh1=unsigned(6))
         for i in range(sch.lanes):
@@ -164,20 +168,30 @@ class Front(wiring.Component):
         saturation limits compared beside it."""
         sch = self._sch
         p, s = st.lanes[sch.SHC - 1], st(sch.SHC, a=signed(50), v=signed(51), shf=unsigned(3),
-                                         shfv=unsigned(3))
+                                         shfv=unsigned(3), hi_at=signed(18), lo_at=signed(18))
         for i in range(sch.lanes):
+            f = p[i].sh[:3]
             m.d.sync += [s[i].a.eq(coarse(p[i].a << 1, p[i].sh)),
                          s[i].v.eq(coarse(p[i].v << 1, p[i].shv)),
-                         s[i].shf.eq(p[i].sh[:3]), s[i].shfv.eq(p[i].shv[:3])]
+                         s[i].shf.eq(f), s[i].shfv.eq(p[i].shv[:3]),
+                         s[i].hi_at.eq(Const(511, 10) << f),
+                         s[i].lo_at.eq((Const(-513, signed(11)) << f) - 1)]
         # v in offset binary, and the op's limits (round_limits of its range) in registers of
         # each lane's own, decoded a stage ahead: each flag is one unsigned compare of two
         # registers, a carry chain's carry out (a timing choice); one add at the widest range
         # serves every op (the narrower results are its low bits).
         width = len(s[0].v)
-        p, s = s, st(sch.SHF, a=signed(50), v=unsigned(width))
+        # GELU's PHI index is clamp(t + 257, 0, 513) (see PHI_ROM): t = (w + 1) >> 1 for w =
+        # 2a >> sh of SHF, so t + 257 = (w + 515) >> 1, and its limits are w >= 511 and w <=
+        # -514. Timing: those are compared here, on SHC's a against the limits shifted left
+        # by SHF's shift (a >> f >= 511 exactly when a >= 511 << f, a >> f <= -514 when
+        # a <= (-513 << f) - 1), each a carry chain into a register.
+        p, s = s, st(sch.SHF, a=signed(50), v=unsigned(width), ihi=1, ilo=1)
         for i in range(sch.lanes):
             m.d.sync += [s[i].a.eq(fine(p[i].a, p[i].shf)),
-                         s[i].v.eq(biased(fine(p[i].v, p[i].shfv), width))]
+                         s[i].v.eq(biased(fine(p[i].v, p[i].shfv), width)),
+                         s[i].ihi.eq(~greater(p[i].hi_at, p[i].a)),
+                         s[i].ilo.eq(~greater(p[i].a, p[i].lo_at))]
         ranges = {EpOp.REQUANT: INT8, EpOp.GELU: INT24, EpOp.SOFTMAX: INT24,
                   EpOp.LAYERNORM: INT16}
         over_at, under_at = (
@@ -191,10 +205,7 @@ class Front(wiring.Component):
             m.d.sync += [s[i].over.eq(no_borrow(v, biased(over_at[i], width))),
                          s[i].under.eq(no_borrow(biased(under_at[i], width), v)),
                          s[i].r.eq(rounded(v, *INT24))]
-            # GELU's PHI index is clamp(t + 257, 0, 513) (see PHI_ROM): t = (w + 1) >> 1, so
-            # t + 257 = (w + 515) >> 1, and the limits are compared on w.
-            m.d.sync += [s[i].ir.eq((w[:11] + 515)[1:11]), s[i].ihi.eq(at_least(w, 511)),
-                         s[i].ilo.eq(at_most(w, -514))]
+            m.d.sync += s[i].ir.eq((w[:11] + 515)[1:11])          # ihi, ilo: copied
 
     def _saturate(self, m, st):
         """SAT: the saturated results; the PHI lookup. Returns the PHI read ports' data, and

@@ -10,7 +10,7 @@ fixed number of cycles after its row's last first-pass beat was taken, and the i
 back a second-pass beat of that slot until it would reach BIND no earlier
 (:attr:`~.schedule.Schedule.gap` cycles). In the documented pass order a second pass follows at
 least one other pass of its STORE, and beats enter ``ratio`` cycles apart, so rows of
-``ceil(gap / ratio) - 1`` strips or more (at most 9 for every preset) never wait; only a STORE
+``ceil(gap / ratio) - 1`` strips or more (at most 10 for every preset) never wait; only a STORE
 of one row does.
 
 With ``ratio = cols / lanes`` > 1, a taken beat enters as ``ratio`` sub-beats of ``lanes``

@@ -79,7 +79,7 @@ class Schedule:
         """Levels of a reduction tree over the lanes."""
         return self.lanes.bit_length() - 1
 
-    IN, ADD, MUL, PSUM, SUM, SHC, SHF, RND, SAT, PRE = range(10)
+    IN, ADD, MULI, MUL, PSUM, SUM, SHC, SHF, RND, SAT, PRE = range(11)
 
     @property
     def ACC(self):
@@ -113,29 +113,32 @@ class Schedule:
     #: Cycles from the cycle a row's sums are final (in the ACC or SLOOP registers) to the
     #: first cycle its slot holds the statistics.
     SMX_FINALIZE = 4        # k, mant, RECIP, slot
-    LN_FINALIZE = 15        # products, 2 sum levels, D, msb chunks, j, mant (2), RSQRT, its
-                            # register, the DSPs' input registers, products, 2 sum levels, slot
+    LN_FINALIZE = 16        # the DSPs' input registers, products, 2 sum levels, D, msb
+                            # chunks, j, mant (2), RSQRT, its register, the DSPs' input
+                            # registers, products, 2 sum levels, slot
 
     @property
     def BIND(self):
         # After E; and late enough that a row's statistics are final at most 8 (SOFTMAX) or
-        # 10 (LAYERNORM) cycles after its last first-pass beat came in (``gap``; which rows
+        # 11 (LAYERNORM) cycles after its last first-pass beat came in (``gap``; which rows
         # wait: hw/epilogue/intake.py).
         return max(self.E + 1, self.SLOOP + 1 + self.SMX_FINALIZE - 8,
-                   self.ACC + 1 + self.LN_FINALIZE - 10)
+                   self.ACC + 1 + self.LN_FINALIZE - 11)
 
     @property
     def MUL2(self):
-        return self.BIND + 1
+        """The second multiply's products; its operands are in the DSPs' input registers a
+        stage before, BIND's values a stage after BIND."""
+        return self.BIND + 2
 
     @property
     def MUL3(self):
-        return self.BIND + 7
+        return self.BIND + 8
 
     @property
     def depth(self):
         """Register stages; a beat is in the FIFO ``depth + 1`` cycles after it was accepted."""
-        return self.BIND + 12
+        return self.BIND + 13
 
     @property
     def gap(self):
