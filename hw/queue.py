@@ -52,6 +52,9 @@ class Queue(wiring.Component):
     fast : slice
         Bits of ``r_data`` that come from a register with no multiplexer after it (none by
         default).
+    far_valid : bool
+        Also drive ``r_rdy_far``, ``r_rdy`` from a copy of the control registers of its own
+        (for a reader's decision far from the queue: the copy can sit beside it).
 
     Members
     -------
@@ -66,15 +69,17 @@ class Queue(wiring.Component):
     r_fast_next : Out(ArrayLayout(fast bits, 2))
         With ``fast`` bits only: what they will be next cycle if ``r_en`` is low ([0]) or
         high ([1]) this cycle.
+    r_rdy_far : Out(1)
+        With ``far_valid`` only: ``r_rdy``, another register.
     """
 
-    def __init__(self, *, width, depth, fast=slice(0, 0)):
+    def __init__(self, *, width, depth, fast=slice(0, 0), far_valid=False):
         if depth < 2:
             raise ValueError(f"a Queue holds at least 2 entries, not {depth}")
         if fast.step is not None or not 0 <= fast.start <= fast.stop <= width:
             raise ValueError(f"a Queue's fast bits are a slice within its width {width}, "
                              f"not {fast}")
-        self.width, self.depth, self.fast = width, depth, fast
+        self.width, self.depth, self.fast, self.far_valid = width, depth, fast, far_valid
         members = {
             "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
             "r_data": Out(width), "r_rdy": Out(1), "r_en": In(1),
@@ -82,6 +87,8 @@ class Queue(wiring.Component):
         }
         if fast.stop > fast.start:
             members["r_fast_next"] = Out(data.ArrayLayout(fast.stop - fast.start, 2))
+        if far_valid:
+            members["r_rdy_far"] = Out(1)
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -119,6 +126,10 @@ class Queue(wiring.Component):
         m.d.comb += self.r_data.eq(Cat(*heads))
         if self.fast.stop > self.fast.start:
             self._head_bits(m, ctl)
+        if self.far_valid:
+            far = _Control(behind, "_far")
+            far.advance(m, w_en=self.w_en, r_en=self.r_en)
+            m.d.comb += self.r_rdy_far.eq(far.head_valid)
         return m
 
     def _head_bits(self, m, ctl):

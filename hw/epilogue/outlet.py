@@ -57,10 +57,13 @@ class Outlet(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         sch = self._sch
+        # Timing: the intake's decision reads the pop from a copy of the FIFO's control
+        # registers of its own (`r_rdy_far`), which can sit beside the intake: the FIFO's
+        # own sit by the output, across the chip.
         out_fifo = m.submodules.out_fifo = Queue(width=self.o_data.payload.shape().size,
-                                                 depth=sch.fifo_depth)
+                                                 depth=sch.fifo_depth, far_valid=True)
         popped = self.o_data.valid & self.o_data.ready
-        m.d.comb += self.o_popped.eq(popped)
+        m.d.comb += self.o_popped.eq(out_fifo.r_rdy_far & self.o_data.ready)
         self._credits(m, popped)
         row, ctl = self.i_row.payload.lanes, self.i_row.payload.ctl
         if sch.ratio == 1:

@@ -4,7 +4,8 @@ Both FIFOs get the same writes and reads: random data, a writer that offers in r
 a reader whose ``r_en`` is random (also while the FIFO is empty), and runs where the reader
 stalls long enough to fill it. Every cycle their ``w_rdy``, ``r_rdy``, ``level`` and, while the
 head is valid, ``r_data`` must be equal (and the fast bits must be what ``r_fast_next`` said
-they would be a cycle before, for the ``r_en`` given, whether the head is valid or not): the
+they would be a cycle before, for the ``r_en`` given, whether the head is valid or not, and
+``r_rdy_far`` must be ``r_rdy``): the
 cycle model (``sw/cycles.py``) counts on ``SyncFIFOBuffered``'s timing for the instruction
 queues, the epilogue's beat queue and its output FIFO. Amaranth's simulator runs it; the random seed is logged (``BERTACCEL_SEED``
 replays another).
@@ -35,13 +36,14 @@ CYCLES = 1500
 FAST = [slice(0, 0), slice(0, 5), slice(10, 15), slice(CHUNK - 2, CHUNK + 3), slice(0, 1)]
 
 
-@pytest.mark.parametrize("depth,fast", list(zip([2, 3, 4, 6, 8], FAST)))
-def test_queue_equals_syncfifobuffered(depth, fast):
+@pytest.mark.parametrize("depth,fast,far", list(zip([2, 3, 4, 6, 8], FAST,
+                                                    [False, True, False, True, True])))
+def test_queue_equals_syncfifobuffered(depth, fast, far):
     logging.getLogger("tb.queue").info("depth %d, fast bits %s, seed %d", depth, fast, SEED)
     rng = random.Random(SEED * 100 + depth)
     m = Module()
     m.submodules.ref = ref = fifo.SyncFIFOBuffered(width=WIDTH, depth=depth)
-    m.submodules.dut = dut = Queue(width=WIDTH, depth=depth, fast=fast)
+    m.submodules.dut = dut = Queue(width=WIDTH, depth=depth, fast=fast, far_valid=far)
     compared = {"reads": 0, "full": 0}
     has_fast = fast.stop > fast.start
     said = [None]                    # r_fast_next[r_en] of the cycle before
@@ -60,6 +62,8 @@ def test_queue_equals_syncfifobuffered(depth, fast):
             for port in ("w_rdy", "r_rdy", "level"):
                 want, got = ctx.get(getattr(ref, port)), ctx.get(getattr(dut, port))
                 assert got == want, f"cycle {cycle}: {port} {got}, SyncFIFOBuffered {want}"
+            if far:
+                assert ctx.get(dut.r_rdy_far) == ctx.get(ref.r_rdy), f"cycle {cycle}: r_rdy_far"
             if ctx.get(ref.r_rdy):
                 assert ctx.get(dut.r_data) == ctx.get(ref.r_data), f"cycle {cycle}: r_data"
                 compared["reads"] += r_en
