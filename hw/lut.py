@@ -24,8 +24,8 @@ from amaranth import Cat, Const, Instance, Mux, Signal
 
 from .dsp import uses_ecp5_dsp
 
-__all__ = ["and_or", "and_pairs", "choice_plus_one", "cleared_sum", "lut", "mux4", "shifted", "shifted_plus_one",
-           "shifted_sum", "sum_of_ors"]
+__all__ = ["and_or", "and_pairs", "choice_plus_one", "cleared_sum", "lut", "mux4", "shifted",
+           "shifted_plus_one", "shifted_sum", "sum_of_ors"]
 
 #: LUT4 truth tables (bit ``A + 2B + 4C + 8D``): ``A & B | C & D`` and ``A | B | C | D``.
 _AND_OR_INIT = sum(1 << i for i in range(16) if (i & 3) == 3 or (i & 12) == 12)

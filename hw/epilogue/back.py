@@ -116,8 +116,9 @@ class Back(wiring.Component):
                              s[i].lsh.eq(11 + Mux(sel.slot, slots[1].j, slots[0].j))]
 
     def _normalize(self, m, st, platform):
-        """MUL2 (and its input registers), PSUM2, SUB, SHC2, SHF2, RND2: R * e or (N * v - S1) * rsq, rounded. Returns,
-        per lane, what RND2's ``a`` and ``carry.coef.m`` are loaded with (MUL3's operands)."""
+        """MUL2 (and its input registers), PSUM2, SUB, SHC2, SHF2, RND2: R * e or (N * v - S1)
+        * rsq, rounded. Returns, per lane, what RND2's ``a`` and ``carry.coef.m`` are loaded
+        with (MUL3's operands)."""
         sch, lanes = self._sch, range(self._sch.lanes)
         k = sch.MUL2
         p = st.lanes[k - 2]
