@@ -16,8 +16,8 @@ maps a multiplexer in front of an adder as a LUT and a route before the chain;
 :func:`shifted_plus_one` the ORs of a shift's AND-OR, so that a shift and an increment are one
 LUT level before the chain, :func:`sum_of_ors` the ORs of two such values that it adds, and
 :func:`shifted_sum` two values shifted alike and added; :func:`cleared_sum` an accumulator's
-add with its clear in the chain. Otherwise (simulation, lint, the
-portable Verilog) each is the same function as an expression.
+add with its clear in the chain. Otherwise (simulation, lint, the portable Verilog) each is
+the same function as an expression.
 """
 
 from amaranth import Cat, Const, Instance, Mux, Signal
