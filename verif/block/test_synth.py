@@ -176,10 +176,25 @@ endmodule
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
 
 
-def _prove_same(tmp_path, component, inputs, outputs):
-    """Prove with yosys's models of the ECP5 cells and its SAT solver that ``component(None)``
-    (the portable form) and ``component(ECP5)`` (instantiated cells) compute the same
-    ``outputs`` from every value of ``inputs`` (port name: width)."""
+def _prove_same(tmp_path, build, inputs, outputs):
+    """Prove with yosys's models of the ECP5 cells and its SAT solver that ``build``'s portable
+    form (``platform`` None) and its ECP5 form (instantiated cells) compute the same
+    ``outputs`` from every value of ``inputs`` (port name: width). ``build(m, ports,
+    platform)`` returns the outputs' values (name: value) from the ports (their signals as
+    attributes). Returns the ECP5 form's Verilog."""
+    def component(platform):
+        class Proved(wiring.Component):
+            def __init__(self):
+                super().__init__({**{name: In(width) for name, width in inputs.items()},
+                                  **{name: Out(width) for name, width in outputs.items()}})
+
+            def elaborate(self, _):
+                m = Module()
+                m.d.comb += [getattr(self, name).eq(value)
+                             for name, value in build(m, self, platform).items()]
+                return m
+        return Proved()
+
     (tmp_path / "gold.v").write_text(convert(component(None), name="gold"))
     (tmp_path / "gate.v").write_text(convert(component(ECP5), name="gate"))
     ports = ", ".join(f".{name}({name})" for name in inputs)
@@ -208,19 +223,11 @@ def _prove_same(tmp_path, component, inputs, outputs):
 @pytest.mark.parametrize("terms", [1, 2, 5, 8, 9, 17])
 def test_lut_and_or_computes_the_and_or(tmp_path, terms):
     # The ECP5 form is LUT4 instances with truth tables of their own (hw/lut.py).
-    class AndOr(wiring.Component):
-        def __init__(self, platform):
-            self._platform = platform
-            super().__init__({"s": In(terms), "b": In(terms), "y": Out(1)})
+    def build(m, ports, platform):
+        return {"y": and_or(m, [(ports.s[k], ports.b[k]) for k in range(terms)],
+                            platform=platform, name="y")}
 
-        def elaborate(self, platform):
-            m = Module()
-            y = and_or(m, [(self.s[k], self.b[k]) for k in range(terms)],
-                       platform=self._platform, name="y")
-            m.d.comb += self.y.eq(y)
-            return m
-
-    gate = _prove_same(tmp_path, AndOr, {"s": terms, "b": terms}, {"y": 1})
+    gate = _prove_same(tmp_path, build, {"s": terms, "b": terms}, {"y": 1})
     luts, level = 0, terms if terms > 1 else 0
     for fan_in in (2, 4, 4, 4):               # two terms a LUT, then ORs of four
         if level > (fan_in == 4):
@@ -236,22 +243,13 @@ def test_lut_computes_its_function(tmp_path, inputs):
     # made from the function.
     table = random.Random(inputs).getrandbits(1 << inputs)     # a function of `inputs` bits
 
-    class Lut(wiring.Component):
-        def __init__(self, platform):
-            self._platform = platform
-            super().__init__({"x": In(inputs), "y": Out(1)})
+    def build(m, ports, platform):
+        if platform is None:
+            return {"y": Const(table, 1 << inputs).bit_select(ports.x, 1)}
+        return {"y": lut(m, lambda *bits: table >> sum(bit << k for k, bit in enumerate(bits)) & 1,
+                         list(ports.x), platform=platform, name="y")}
 
-        def elaborate(self, platform):
-            m = Module()
-            if self._platform is None:
-                m.d.comb += self.y.eq(Const(table, 1 << inputs).bit_select(self.x, 1))
-                return m
-            m.d.comb += self.y.eq(lut(
-                m, lambda *bits: table >> sum(bit << k for k, bit in enumerate(bits)) & 1,
-                list(self.x), platform=self._platform, name="y"))
-            return m
-
-    gate = _prove_same(tmp_path, Lut, {"x": inputs}, {"y": 1})
+    gate = _prove_same(tmp_path, build, {"x": inputs}, {"y": 1})
     assert gate.count("LUT4 ") == 1
 
 
@@ -259,18 +257,10 @@ def test_lut_computes_its_function(tmp_path, inputs):
 @pytest.mark.parametrize("width", [1, 2, 5, 25])
 def test_choice_plus_one_in_one_carry_chain(tmp_path, width):
     # The ECP5 form is one chain of CCU2C instances, the choice in their LUTs (hw/lut.py).
-    class ChoicePlusOne(wiring.Component):
-        def __init__(self, platform):
-            self._platform = platform
-            super().__init__({"s": In(1), "a": In(width), "b": In(width), "y": Out(width)})
+    def build(m, ports, platform):
+        return {"y": choice_plus_one(m, ports.s, ports.a, ports.b, platform=platform, name="y")}
 
-        def elaborate(self, platform):
-            m = Module()
-            m.d.comb += self.y.eq(choice_plus_one(m, self.s, self.a, self.b,
-                                                  platform=self._platform, name="y"))
-            return m
-
-    gate = _prove_same(tmp_path, ChoicePlusOne, {"s": 1, "a": width, "b": width}, {"y": width})
+    gate = _prove_same(tmp_path, build, {"s": 1, "a": width, "b": width}, {"y": width})
     assert gate.count("CCU2C ") == width // 2 + 1 and "LUT4 " not in gate
 
 
@@ -280,19 +270,12 @@ def test_choice_plus_one_in_one_carry_chain(tmp_path, width):
 def test_shifted_plus_one_is_one_lut_level_and_a_carry_chain(tmp_path, width, shifts, shape):
     # The ECP5 form: the shift's AND LUTs, their ORs in the carry cells (hw/lut.py); equal for
     # every ``hot``, one-hot or not (both OR the shifts it selects).
-    class ShiftedPlusOne(wiring.Component):
-        def __init__(self, platform):
-            self._platform = platform
-            super().__init__({"a": In(width), "h": In(shifts), "y": Out(width)})
+    def build(m, ports, platform):
+        value = ports.a.as_signed() if shape is signed else ports.a
+        return {"y": shifted_plus_one(m, value, ports.h, right=True, platform=platform,
+                                      name="y")}
 
-        def elaborate(self, platform):
-            m = Module()
-            value = self.a.as_signed() if shape is signed else self.a
-            m.d.comb += self.y.eq(shifted_plus_one(m, value, self.h, right=True,
-                                                   platform=self._platform, name="y"))
-            return m
-
-    gate = _prove_same(tmp_path, ShiftedPlusOne, {"a": width, "h": shifts}, {"y": width})
+    gate = _prove_same(tmp_path, build, {"a": width, "h": shifts}, {"y": width})
     ands = sum(-(-min(shifts, width - i if shape is unsigned else shifts) // 2)
                for i in range(width))
     assert gate.count("CCU2C ") == width // 2 + 1 and gate.count("LUT4 ") == ands
@@ -303,36 +286,22 @@ def test_shifted_plus_one_is_one_lut_level_and_a_carry_chain(tmp_path, width, sh
                                                      (signed(7), signed(4), 7),
                                                      (unsigned(6), unsigned(6), 4)])
 def test_cleared_sum_clears_in_the_carry_chain(tmp_path, shape_a, shape_b, width):
-    class ClearedSum(wiring.Component):
-        def __init__(self, platform):
-            self._platform = platform
-            super().__init__({"c": In(1), "a": In(shape_a), "b": In(shape_b), "y": Out(width)})
+    def build(m, ports, platform):
+        a, b = (port.as_signed() if shape.signed else port
+                for port, shape in ((ports.a, shape_a), (ports.b, shape_b)))
+        return {"y": cleared_sum(m, ports.c, a, b, width=width, platform=platform, name="y")}
 
-        def elaborate(self, platform):
-            m = Module()
-            m.d.comb += self.y.eq(cleared_sum(m, self.c, self.a, self.b, width=width,
-                                              platform=self._platform, name="y"))
-            return m
-
-    gate = _prove_same(tmp_path, ClearedSum,
-                       {"c": 1, "a": shape_a.width, "b": shape_b.width}, {"y": width})
+    gate = _prove_same(tmp_path, build, {"c": 1, "a": shape_a.width, "b": shape_b.width},
+                       {"y": width})
     assert gate.count("CCU2C ") == (width + 2) // 2 and "LUT4 " not in gate
 
 
 @pytest.mark.timeout(120)
 def test_mux4_is_two_luts_and_a_pfumx(tmp_path):
-    class Mux4(wiring.Component):
-        def __init__(self, platform):
-            self._platform = platform
-            super().__init__({"s": In(2), "x": In(4), "y": Out(1)})
+    def build(m, ports, platform):
+        return {"y": mux4(m, ports.s, list(ports.x), platform=platform, name="y")}
 
-        def elaborate(self, platform):
-            m = Module()
-            m.d.comb += self.y.eq(mux4(m, self.s, list(self.x), platform=self._platform,
-                                       name="y"))
-            return m
-
-    gate = _prove_same(tmp_path, Mux4, {"s": 2, "x": 4}, {"y": 1})
+    gate = _prove_same(tmp_path, build, {"s": 2, "x": 4}, {"y": 1})
     assert gate.count("LUT4 ") == 2 and gate.count("PFUMX ") == 1
 
 
@@ -341,40 +310,26 @@ def test_mux4_is_two_luts_and_a_pfumx(tmp_path):
 def test_sum_of_ors_is_one_carry_chain(tmp_path, width):
     # Each operand bit is the OR of up to two AND pairs (one LUT level): the ORs and the add
     # are the carry cells (hw/lut.py).
-    class SumOfOrs(wiring.Component):
-        def __init__(self, platform):
-            self._platform = platform
-            super().__init__({"s": In(8 * width), "b": In(8 * width), "y": Out(width)})
+    def build(m, ports, platform):
+        sides = [[and_pairs(m, [(ports.s[k], ports.b[k])
+                                for k in range(8 * i + 4 * side, 8 * i + 4 * side + n)],
+                            platform=platform, name=f"y{side}_{i}")
+                  for i, n in zip(range(width), [4, 3, 1, 0] * width)]
+                 for side in (0, 1)]
+        return {"y": sum_of_ors(m, *sides, platform=platform, name="y")}
 
-        def elaborate(self, platform):
-            m = Module()
-            sides = [[and_pairs(m, [(self.s[k], self.b[k]) for k in range(8 * i + 4 * side,
-                                                                        8 * i + 4 * side + n)],
-                                platform=self._platform, name=f"y{side}_{i}")
-                      for i, n in zip(range(width), [4, 3, 1, 0] * width)]
-                     for side in (0, 1)]
-            m.d.comb += self.y.eq(sum_of_ors(m, *sides, platform=self._platform, name="y"))
-            return m
-
-    gate = _prove_same(tmp_path, SumOfOrs, {"s": 8 * width, "b": 8 * width}, {"y": width})
+    gate = _prove_same(tmp_path, build, {"s": 8 * width, "b": 8 * width}, {"y": width})
     assert gate.count("CCU2C ") == (width + 1 + 1) // 2
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("shifts", [1, 2, 4])
 def test_shifted_sum_adds_two_values_shifted_alike(tmp_path, shifts):
-    class ShiftedSum(wiring.Component):
-        def __init__(self, platform):
-            self._platform = platform
-            super().__init__({"a": In(6), "b": In(6), "h": In(shifts), "y": Out(6 + shifts)})
+    def build(m, ports, platform):
+        return {"y": shifted_sum(m, ports.a, ports.b, ports.h, width=6 + shifts,
+                                 platform=platform, name="y")}
 
-        def elaborate(self, platform):
-            m = Module()
-            m.d.comb += self.y.eq(shifted_sum(m, self.a, self.b, self.h, width=6 + shifts,
-                                              platform=self._platform, name="y"))
-            return m
-
-    gate = _prove_same(tmp_path, ShiftedSum, {"a": 6, "b": 6, "h": shifts}, {"y": 6 + shifts})
+    gate = _prove_same(tmp_path, build, {"a": 6, "b": 6, "h": shifts}, {"y": 6 + shifts})
     assert "CCU2C " in gate
 
 
