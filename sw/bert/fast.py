@@ -6,9 +6,9 @@ accumulator rows are the exact products of its int8 operands (a tile's partial s
 accumulator, and integer addition does not care about the order), and its epilogue applies
 :mod:`bertaccel.golden.intops` with the integers that the compiler lowered the epilogue to
 (:func:`bertaccel.sw.epilogue.lower`: SET values and parameter-memory rows). So each stage here
-is one whole-matrix int8 GEMM (``torch._int_mm``; the per-head attention GEMMs batched over
-batch and heads) followed by :func:`bertaccel.sw.epilogue.apply_integer` with the same lowered
-epilogue, including what depends on the config (SOFTMAX's running maximum advances
+is one whole-matrix int8 GEMM (the CPU's fastest exact kernel, :mod:`bertaccel.golden.kernels`;
+the per-head attention GEMMs batched over batch and heads) followed by
+:func:`bertaccel.sw.epilogue.apply_integer` with the same lowered epilogue, including what depends on the config (SOFTMAX's running maximum advances
 ``cfg.ep_lanes`` columns at a time). The instruction-level software device stays the
 reference: the tests prove this path equal to it at every stage.
 """
@@ -16,6 +16,7 @@ reference: the tests prove this path equal to it at every stage.
 import torch
 
 from ...golden.intops import prob_digits
+from ...golden.kernels import KERNELS
 from ...golden.ops import gemm
 from ...hw.isa import MATMUL_SHIFT, EpOp
 from ..epilogue import Softmax, apply_integer, apply_registers, lower
@@ -28,26 +29,20 @@ ATTENTION_ELEMENTS = 1 << 20
 #: Elements (rows x columns) an epilogue works on at once.
 EPILOGUE_ELEMENTS = 1 << 19
 
-#: Largest |a . b| partial sum that float32 holds exactly (every integer up to 2**24).
-_F32_EXACT = 1 << 24
-
-
 def int_gemm(a, b, k_high=0):
-    """``a @ b`` of int8 matrices as int32, exactly (``torch._int_mm``), the products of the
-    first ``k_high`` rows of ``b`` shifted left by 6 (:func:`bertaccel.golden.ops.gemm`)."""
+    """``a @ b`` of int8 matrices as int32, exactly (the CPU's fastest exact kernel), the
+    products of the first ``k_high`` rows of ``b`` shifted left by 6
+    (:func:`bertaccel.golden.ops.gemm`)."""
     return gemm(a, b, k_high=k_high)
 
 
 def batched_int_gemm(a, b):
     """``a @ b`` over a batch of int8 matrices ``(P, m, k) @ (P, k, n)`` as int32, exactly.
 
-    Every partial sum of int8 products is an integer of at most ``k * 2**14``; float32 holds
-    those exactly up to ``k = 1024`` (attention's head size and sequence length), float64
-    beyond.
+    ``torch._int_mm`` has no batched form, so this is always the float32 kernel
+    (:data:`bertaccel.golden.kernels.KERNELS`): exact chunks of at most 1024 rows of ``k``.
     """
-    k = a.shape[-1]
-    dtype = torch.float32 if k * (1 << 14) <= _F32_EXACT else torch.float64
-    return torch.bmm(a.to(dtype), b.to(dtype)).to(torch.int32)
+    return KERNELS["float32"](a, b)
 
 
 def _mask_bias(in_scale, valid, cfg, k):

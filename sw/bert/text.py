@@ -13,7 +13,7 @@ with FP32 PyTorch. Texts come from the command line or, streamed, from a file
 
 import time
 
-from ...golden import bert_ref
+from ...golden import bert_ref, kernels
 from ..budget import bert_memory, check_memory
 from .cache import CompileCache
 from .encoder import Encoder
@@ -178,6 +178,7 @@ def _run(encoder, texts, source, total, *, batch_size, output, compare_fp32, pro
         "latency_ms": 1e3 * stats["latency_s"],
         "cycles_from": "RTL simulation" if encoder.device == "rtl" else "cycle model",
         "quantization": bert.calibration,
+        "machine": kernels.describe(),
         "output": None if writer is None else str(writer.path),
     }
     if embeddings is not None:

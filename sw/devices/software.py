@@ -5,6 +5,7 @@ import random
 import numpy as np
 import torch
 
+from ...golden.kernels import int8_matmul
 from ...hw import isa
 from ..cycles import CycleModel
 from ..epilogue import apply_registers
@@ -173,7 +174,7 @@ class SoftwareDevice(Device):
                     continue
                 a = spad_a[instr.a_addr:instr.a_addr + m_len]
                 w = spad_b[instr.b_addr:instr.b_addr + rows]
-                product = torch._int_mm(a, w)
+                product = int8_matmul(a, w)
                 if instr.shift:       # modulo 2**32, as the hardware's 32-bit shift
                     product = torch.bitwise_left_shift(product, isa.MATMUL_SHIFT)
                 target = acc[instr.acc_addr:instr.acc_addr + m_len]
