@@ -2,7 +2,8 @@
 
 ::
 
-    python bench/runtime.py [--sentences 1000] [--isa 32] [--memory 10000] [--cli 80] [--json]
+    python bench/runtime.py [--sentences 1000] [--isa 32] [--memory 10000] [--cli 80]
+                            [--kernels int_mm,float32,float64] [--json]
 
 The sentences are every distinct sentence of the Python standard library's docstrings
 (:func:`bertaccel.golden.corpus.corpus_sentences`, real prose this project did not write), in
@@ -20,8 +21,13 @@ their order. Measured, on all-MiniLM-L6-v2 for the 8x8 preset, batches of ``--ba
   second finds it there), beside a plain FP32 script in a child process that loads the same
   checkpoint with ``transformers`` and encodes the same texts.
 
-Also checked: every ``ref`` embedding equal to the ``isa`` one where both ran, and the cosine
-of every ``ref`` embedding with FP32. Results go to ``bench/results/runtime.json``.
+Every int8 GEMM runs on the exact kernel this CPU runs fastest (:mod:`bertaccel.golden.kernels`;
+``$BERTACCEL_GEMM_KERNEL`` chooses one, for the child processes too); ``--kernels`` also times
+``ref`` (warm) on each named kernel. The report names the CPU, its instruction set and the kernel.
+
+Also checked: every ``ref`` embedding equal to the ``isa`` one where both ran, every kernel's
+equal to the chosen one's, and the cosine of every ``ref`` embedding with FP32. Results go to
+``bench/results/runtime.json``.
 """
 
 import argparse
@@ -37,7 +43,7 @@ import numpy as np
 import torch
 
 from bertaccel import Encoder
-from bertaccel.golden import bert_ref
+from bertaccel.golden import bert_ref, kernels
 from bertaccel.golden.corpus import corpus_sentences
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +66,25 @@ def ref_rates(texts, batch_size, cache_dir):
     return out, emb
 
 
+def kernel_rates(texts, batch_size, cache_dir, names, want):
+    """Warm ``ref`` sentences/s on each kernel of ``names``, and whether its embeddings equal
+    ``want``; the process's own kernel again afterwards."""
+    chosen = kernels.kernel()
+    encoder = Encoder("minilm", config="8x8", cache_dir=cache_dir)
+    rows = {}
+    try:
+        for name in names:
+            kernels.select(name)
+            begin = time.perf_counter()
+            emb = encoder.encode(texts, batch_size=batch_size)
+            rows[name] = {"sentences_per_s": len(texts) / (time.perf_counter() - begin),
+                          "equal_chosen": bool(np.array_equal(np.asarray(emb),
+                                                              np.asarray(want)))}
+    finally:
+        kernels.select(chosen)
+    return rows
+
+
 def isa_rate(texts, batch_size, cache_dir):
     encoder = Encoder("minilm", config="8x8", device="isa", cache_dir=cache_dir)
     begin = time.perf_counter()
@@ -74,7 +99,7 @@ def peak_memory(texts, count, batch_size, cache_dir):
         with open(path, "w") as file:
             for number in range(count):
                 file.write(texts[number % len(texts)] + "\n")
-        command = [sys.executable, "-m", "bertaccel.sw.cli", "run", "--text-file", str(path),
+        command = [sys.executable, "-m", "bertaccel.cli", "run", "--text-file", str(path),
                    "--output", str(Path(folder) / "out.npy"), "--no-fp32", "--quiet",
                    "--batch-size", str(batch_size), "--cache-dir", str(cache_dir), "--json"]
         begin = time.perf_counter()
@@ -133,7 +158,7 @@ def cli_walls(texts, cache_dir):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "texts.txt"
         path.write_text("".join(text + "\n" for text in texts))
-        run = [sys.executable, "-m", "bertaccel.sw.cli", "run", "--model", "minilm",
+        run = [sys.executable, "-m", "bertaccel.cli", "run", "--model", "minilm",
                "--text-file", str(path), "--device", "ref", "--json",
                "--cache-dir", str(Path(cache_dir) / "cli")]
         cold, warm = _wall(run), _wall(run)
@@ -151,6 +176,9 @@ def main(argv=None):
                         help="sentences of the peak-memory run (0: skip)")
     parser.add_argument("--cli", type=int, default=80,
                         help="sentences of the bertaccel run / FP32 script timing (0: skip)")
+    parser.add_argument("--kernels", default="",
+                        help="comma-separated GEMM kernels to time ref on as well "
+                             f"({', '.join(kernels.KERNELS)})")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "runtime.json"))
     args = parser.parse_args(argv)
@@ -161,9 +189,15 @@ def main(argv=None):
     if not 1 <= args.sentences <= len(pool):
         parser.error(f"--sentences must be from 1 to {len(pool)}")
     texts = pool[:args.sentences]
+    names = [name for name in args.kernels.split(",") if name]
+    for name in names:
+        if name not in kernels.KERNELS:
+            parser.error(f"--kernels: {name!r} is not one of {', '.join(kernels.KERNELS)}")
+    machine = kernels.describe()
     with tempfile.TemporaryDirectory() as cache_dir:
         fp32, fp32_emb = fp32_rate(texts, args.batch_size)
         ref, ref_emb = ref_rates(texts, args.batch_size, cache_dir)
+        by_kernel = kernel_rates(texts, args.batch_size, cache_dir, names, ref_emb)
         isa, isa_emb = isa_rate(texts[:args.isa], args.batch_size, cache_dir)
         memory = (peak_memory(pool, args.memory, args.batch_size, cache_dir)
                   if args.memory else None)
@@ -171,11 +205,12 @@ def main(argv=None):
     cosine = torch.nn.functional.cosine_similarity(torch.from_numpy(np.asarray(ref_emb)).double(),
                                                    fp32_emb.double(), dim=1)
     report = {
-        "model": "all-MiniLM-L6-v2", "config": "8x8", "threads": 1,
+        "model": "all-MiniLM-L6-v2", "config": "8x8", "threads": 1, "machine": machine,
         "sentences": len(texts), "batch_size": args.batch_size,
         "sentences_per_s": {"fp32": fp32, "ref_cold": ref["cold"], "ref_warm": ref["warm"],
                             "isa": isa},
         "ref_over_fp32": ref["warm"] / fp32,
+        "kernels": by_kernel,
         "isa_sentences": len(isa_emb),
         "isa_equal_ref": bool(np.array_equal(np.asarray(isa_emb),
                                              np.asarray(ref_emb)[:len(isa_emb)])),
@@ -191,11 +226,15 @@ def main(argv=None):
         print(json.dumps(report, indent=2))
     else:
         rates = report["sentences_per_s"]
-        print(f"{len(texts)} sentences, batches of {args.batch_size}, one thread")
+        print(f"{len(texts)} sentences, batches of {args.batch_size}, one thread; "
+              f"{machine['cpu']} ({machine['isa']}), GEMM kernel {machine['gemm_kernel']}")
         for key, value in rates.items():
             print(f"  {key:<10}{value:8.1f} sentences/s")
         print(f"  ref / fp32  {report['ref_over_fp32']:.2f}x;  isa == ref on {len(isa_emb)}: "
               f"{report['isa_equal_ref']};  cosine vs FP32 min {cosine.min():.4f}")
+        for name, row in by_kernel.items():
+            print(f"  ref on {name:<8}{row['sentences_per_s']:8.1f} sentences/s, equal: "
+                  f"{row['equal_chosen']}")
         if memory:
             print(f"  {args.memory} sentences through bertaccel run: peak {memory[0]:.0f} MiB, "
                   f"{memory[1]:.0f} s")

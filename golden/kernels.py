@@ -27,7 +27,7 @@ import time
 import torch
 
 __all__ = ["ENV", "F32_ROWS", "F64_ROWS", "KERNELS", "KernelError", "describe", "int8_matmul",
-           "kernel", "probe", "requested"]
+           "kernel", "probe", "requested", "select"]
 
 #: The environment variable that names the kernel (``int_mm``, ``float32``, ``float64``);
 #: unset, empty or ``auto``, the fastest one is measured.
@@ -117,6 +117,21 @@ def kernel():
             seconds = probe()
             _chosen = min(seconds, key=seconds.get)
     return _chosen
+
+
+def select(name):
+    """Make ``name`` this process's kernel from now on (a bench comparing kernels); None chooses
+    again on the next product, as at start-up.
+
+    Raises
+    ------
+    KernelError
+        If ``name`` is not a kernel of :data:`KERNELS`.
+    """
+    global _chosen
+    if name is not None and name not in KERNELS:
+        raise KernelError(f"the GEMM kernel must be one of {', '.join(KERNELS)}, not {name!r}")
+    _chosen = name
 
 
 def int8_matmul(a, b):
