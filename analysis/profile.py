@@ -2,18 +2,18 @@
 
 ::
 
-    python -m bertaccel.analysis.profile --model minilm --seq 128 --batch 1 --mode both
-    python -m bertaccel.analysis.profile --model bert-base --mode inference --json
-    python -m bertaccel.analysis.profile --model minilm --png build/profile.png \\
+    bertaccel profile --model minilm --seq 128 --batch 1 --mode both
+    bertaccel profile --model bert-base --mode inference --json
+    bertaccel profile --model minilm --png build/profile.png \\
         --accel-breakdown build/cycles_minilm.json
 
-:func:`main` is the ``bertaccel profile`` command. The model runs eagerly on this machine's CPU
-(eager attention, so softmax and the attention matmuls are separate operators) for a few warm-up
-iterations, then for ``iterations`` profiled ones. Each profiled iteration is one inference
-(``torch.inference_mode``) or one training step (forward with dropout on, a
-sequence-classification loss, backward, an AdamW step). The self CPU time of every ATen operator
-is put into one of :data:`OP_CLASSES`; the class times reported are medians over the iterations,
-and the shares are those medians over their sum. See ``docs/profile.md``.
+``bertaccel profile`` (:mod:`bertaccel.cli.profile`) runs :func:`profile`. The model runs
+eagerly on this machine's CPU (eager attention, so softmax and the attention matmuls are separate
+operators) for a few warm-up iterations, then for ``iterations`` profiled ones. Each profiled
+iteration is one inference (``torch.inference_mode``) or one training step (forward with dropout
+on, a sequence-classification loss, backward, an AdamW step). The self CPU time of every ATen
+operator is put into one of :data:`OP_CLASSES`; the class times reported are medians over the
+iterations, and the shares are those medians over their sum. See ``docs/profile.md``.
 
 Classification (self time, so nothing is counted twice):
 
@@ -35,25 +35,23 @@ no class; it is reported as ``framework_ms``. The accelerator's cycle breakdown,
 (:func:`load_accel_breakdown`), uses the same classes.
 """
 
-import argparse
 import json
 import os
 import platform
 import statistics
-import sys
 import textwrap
 import time
 from collections import defaultdict
 from pathlib import Path
 
 from ..sw.cycles import OP_CLASSES
-from ..sw.paths import PathError, check_file
 
 __all__ = [
     "OP_CLASSES", "CLASS_LABELS", "MEMORY_INTENSIVE", "MODES", "SCHEMA", "ProfileError",
     "bert_base_config", "load_model", "classify_events", "profile_model", "profile",
     "other_runnable", "busy_warning", "threads_text", "accel_breakdown",
-    "accelerator_side", "load_accel_breakdown", "format_table", "plot_shares", "report_bars", "accel_bar", "main",
+    "accelerator_side", "load_accel_breakdown", "format_table", "import_pyplot", "plot_shares",
+    "report_bars", "accel_bar",
 ]
 
 #: Human-readable names of :data:`OP_CLASSES`.
@@ -624,7 +622,8 @@ def format_table(report):
     return "\n".join(lines)
 
 
-def _import_pyplot():
+def import_pyplot():
+    """matplotlib's pyplot on the Agg back end (a :class:`ProfileError` without matplotlib)."""
     try:
         import matplotlib
     except ImportError:
@@ -656,7 +655,7 @@ def plot_shares(bars, path, *, title="Where the time goes, by op class", subtitl
     ProfileError
         matplotlib is not installed.
     """
-    plt = _import_pyplot()
+    plt = import_pyplot()
     xs, shown, x = [], [], 0.0
     for bar in bars:
         if bar is None:
@@ -741,97 +740,3 @@ def report_bars(report, *, with_accel=True):
     if with_accel and accel:
         bars.append(accel_bar(accel))
     return bars
-
-
-# -- command line ---------------------------------------------------------------------------------
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise ProfileError(message)
-
-
-def _parser():
-    parser = _Parser(prog="bertaccel profile",
-                     description="profile PyTorch BERT on this CPU and group the time into op "
-                                 "classes, next to the accelerator's cycle breakdown")
-    parser.add_argument("--model", default="minilm",
-                        help="minilm (real weights), bert-base (the shape, random weights) or a "
-                             "BertModel folder (minilm)")
-    parser.add_argument("--seq", type=int, default=128, help="sequence length (128)")
-    parser.add_argument("--batch", type=int, default=1, help="batch size (1)")
-    parser.add_argument("--mode", choices=("inference", "training", "both"), default="both",
-                        help="inference, one training step, or both (both)")
-    parser.add_argument("--iterations", type=int, default=5,
-                        help="profiled iterations; medians are reported (5)")
-    parser.add_argument("--warmup", type=int, default=2, help="warm-up iterations (2)")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (2)")
-    parser.add_argument("--seed", type=int, default=0, help="torch seed (0)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--png", metavar="PATH", help="write the stacked-bar plot here")
-    parser.add_argument("--config", default="8x8",
-                        help="the accelerator config whose cycle-model breakdown of the same "
-                             "model and input is shown alongside; 'none' for host only (8x8)")
-    parser.add_argument("--accel-breakdown", metavar="JSON",
-                        help="instead of --config: the accelerator's cycles by the same "
-                             "classes, {\"label\": ..., \"cycles\": {class: n}}")
-    return parser
-
-
-def main(argv=None):
-    """``bertaccel profile``; returns the exit status (2 for bad arguments)."""
-    try:
-        args = _parser().parse_args(argv)
-        from transformers.utils import logging as hf_logging
-        hf_logging.disable_progress_bar()  # "Loading weights" bars; our progress is on stderr
-        if args.png:                       # fail before minutes of profiling, not after
-            _import_pyplot()
-            check_file(args.png, what="--png")
-        accel = load_accel_breakdown(args.accel_breakdown) if args.accel_breakdown else None
-        if accel is None and args.config != "none":
-            from ..hw.config import ConfigError, load_config
-            try:
-                load_config(args.config)             # fail before minutes of profiling
-            except ConfigError as error:
-                raise ProfileError(str(error)) from None
-        modes = MODES if args.mode == "both" else (args.mode,)
-        progress = None if args.json else (lambda text: print(f"profile: {text}",
-                                                              file=sys.stderr))
-        report = profile(args.model, modes=modes, batch=args.batch, seq=args.seq,
-                         iterations=args.iterations, warmup=args.warmup, seed=args.seed,
-                         threads=args.threads, accel=accel, log=progress)
-        if accel is None and args.config != "none":
-            if progress:
-                progress(f"the accelerator side: {args.model} on {args.config}, cycle model")
-            report["accelerator"] = accelerator_side(args.model, config=args.config,
-                                                     seq=args.seq, batch=args.batch,
-                                                     seed=args.seed)
-            accel = report["accelerator"]
-        if args.png:
-            env = report["environment"]
-            plot_shares(report_bars(report), args.png,
-                        title=f"{report['model']['name']}, batch {args.batch}, seq {args.seq}: "
-                              f"time by op class",
-                        subtitle=f"host: {env['cpu']}, {threads_text(env)}, torch "
-                                 f"{env['torch']}; median self time of ATen operators"
-                                 + ("" if accel else "\nno accelerator breakdown given: host "
-                                                     "only"))
-        if args.json:
-            print(json.dumps(report, indent=2))
-            warning = busy_warning(report["environment"])
-            if warning:
-                print(f"bertaccel profile: {warning}", file=sys.stderr)
-        else:
-            print(format_table(report))
-            if args.png:
-                print(f"wrote {args.png}")
-        return 0
-    except (ProfileError, PathError) as error:
-        print(f"bertaccel: error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("bertaccel: interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

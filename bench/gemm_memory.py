@@ -2,7 +2,7 @@
 the peak resident set of the real run, over shapes from 8 x 8 x 8 to 2048 x 2048 x 2048 on the
 presets, with and without epilogues; writes ``bench/results/gemm_memory.json``.
 
-Each GEMM runs in a process of its own (:func:`bertaccel.sw.cli.run_gemm` on the ref device, as
+Each GEMM runs in a process of its own (:func:`bertaccel.sw.checked_gemm.run_gemm` on the ref device, as
 ``bertaccel gemm`` runs it); its cost is the peak ``ru_maxrss`` less the one after the imports.
 The estimate should be at least the cost (it refuses rather than runs out) and not far above it.
 
@@ -35,7 +35,7 @@ _CHILD = """
 import json, resource, sys
 import torch
 from bertaccel.hw.config import preset
-from bertaccel.sw.cli import run_gemm
+from bertaccel.sw.checked_gemm import run_gemm
 from bertaccel.sw.budget import gemm_memory
 from bertaccel.sw.epilogue import random_epilogue
 name, m, k, n, ep = json.loads(sys.argv[1])

@@ -27,9 +27,10 @@ import time
 from pathlib import Path
 
 from bertaccel.analysis.profile import (OP_CLASSES, SCHEMA, ProfileError, accel_bar,
-                                  accelerator_side, busy_warning, format_table,
-                                  load_accel_breakdown, plot_shares, profile, report_bars,
-                                  threads_text)
+                                        accelerator_side, busy_warning, format_table,
+                                        load_accel_breakdown, plot_shares, profile, report_bars,
+                                        threads_text)
+from bertaccel.cli.profile import add_measure_arguments
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODELS = ("minilm", "bert-base")
@@ -63,17 +64,7 @@ def plot(doc, png):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--iterations", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--config", default="8x8",
-                        help="each model's accelerator bar: its cycle-model breakdown on this "
-                             "config ('none': host only)")
-    parser.add_argument("--accel-breakdown", metavar="JSON",
-                        help="one more accelerator bar from a breakdown file")
+    add_measure_arguments(parser)
     parser.add_argument("--replot", action="store_true",
                         help="redraw the PNG from --output instead of profiling")
     parser.add_argument("--output", type=Path, default=RESULTS / "profile_host.json")

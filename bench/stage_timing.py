@@ -100,7 +100,7 @@ def _line(name, row):
 def _seqpoint(config):
     start = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-m", "bertaccel.sw.cli", "seqpoint", "--config",
+    done = subprocess.run([sys.executable, "-m", "bertaccel.cli", "seqpoint", "--config",
                            config, "--json"], capture_output=True, text=True,
                           env=dict(os.environ, HF_HUB_OFFLINE="1"))
     wall = time.perf_counter() - start

@@ -9,7 +9,7 @@
 
 Each case is a GEMM of a random shape, with one of the epilogues (none, requant, GELU, softmax,
 LayerNorm with its residual), free-running or with idle cycles on the sources and backpressure on
-the sink, and runs as one task: :func:`bertaccel.sw.cli.run_gemm` on the Verilated core, checked
+the sink, and runs as one task: :func:`bertaccel.sw.checked_gemm.run_gemm` on the Verilated core, checked
 bit for bit against the software device and the golden integer reference, which is what
 ``bertaccel gemm ... --device rtl`` runs. So a failure's command line reproduces it alone. A
 free-running case is also checked cycle for cycle against the cycle model (``--device ref``).
@@ -94,7 +94,7 @@ def check_case(case, build_root):
     "wall_s"}``."""
     from ..hw.config import load_config
     from ..sim.build import SimulationError
-    from ..sw.cli import run_gemm
+    from ..sw.checked_gemm import run_gemm
     from ..sw.devices.base import DeviceError
 
     cfg = load_config(case.config)

@@ -8,7 +8,7 @@ byte stream into the core's three streams (:mod:`.ulx3s` puts it on the board)::
 
 The protocol is a byte protocol, written once here for the gateware and for the host
 (:class:`Command`, :class:`Reply`; the host side is
-:class:`bertaccel.sw.devices.bridge.BridgeHost`):
+:class:`bertaccel.fpga.bridge_host.BridgeHost`):
 
 ========================  ==========================================================================
 host -> board             board -> host

@@ -27,7 +27,7 @@ from bertaccel.fpga import ip
 from bertaccel.hw.axi import AxiShell, csr
 from bertaccel.hw.config import PRESETS
 from bertaccel.sim.build import verilator_bin_dir
-from bertaccel.sw import cli
+from bertaccel import cli
 
 __all__ = []
 
@@ -41,7 +41,7 @@ def package(tmp_path_factory):
     """``{file name: path}`` of the package that ``bertaccel verilog --config 2x2`` wrote."""
     out_dir = tmp_path_factory.mktemp("ip") / "out"
     written = subprocess.run(
-        [sys.executable, "-m", "bertaccel.sw.cli", "verilog", "--config", "2x2", "-o",
+        [sys.executable, "-m", "bertaccel.cli", "verilog", "--config", "2x2", "-o",
          str(out_dir)], capture_output=True, text=True, timeout=300, check=True).stdout
     paths = [Path(line) for line in written.splitlines()]
     return {path.name: path for path in paths}

@@ -17,7 +17,7 @@ from amaranth.sim import Simulator
 
 from bertaccel.hw.config import PRESETS
 from bertaccel.fpga.bridge import Command, Reply, UartBridge, UartTx
-from bertaccel.sw.devices.bridge import BridgeError, BridgeHost
+from bertaccel.fpga.bridge_host import BridgeError, BridgeHost
 
 __all__ = []
 

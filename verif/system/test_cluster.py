@@ -24,7 +24,7 @@ from bertaccel.cluster.grid import Workload, config_grid
 from bertaccel.cluster.sweep import compile_base, point_row, sweep, time_point
 from bertaccel.golden import bert_ref
 from bertaccel.hw.config import PRESETS
-from bertaccel.sw.cli import main
+from bertaccel.cli import main
 
 #: The sequence length of the point whose worker dies every time.
 PICKED_SEQ = 24

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bertaccel.golden import bert_ref
-from bertaccel.sw.cli import main
+from bertaccel.cli import main
 
 transformers = pytest.importorskip("transformers")
 

@@ -466,7 +466,7 @@ def test_minilm_close_to_fp32(minilm):
 # -- the command line -------------------------------------------------------------------------
 
 def test_cli_run_bad_input(tmp_path, capsys):
-    from bertaccel.sw.cli import main
+    from bertaccel.cli import main
 
     cases = [
         (["run", "--model", str(tmp_path / "missing"), "--text", "x"], "does not exist"),
@@ -487,7 +487,7 @@ def test_cli_run_on_a_model_folder(tmp_path, capsys, minilm):
     """``bertaccel run`` end to end on a small random BERT saved with MiniLM's tokenizer."""
     import json
 
-    from bertaccel.sw.cli import main
+    from bertaccel.cli import main
 
     tokenizer, _ = minilm
     torch.manual_seed(SEED)

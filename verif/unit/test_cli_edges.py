@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from bertaccel import cli
 from bertaccel.hw.config import PRESETS, AccelConfig, load_config
-from bertaccel.sw import cli
+from bertaccel.sw import checked_gemm
 from bertaccel.sw.paths import PathError, check_file, check_folder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -229,7 +230,7 @@ def test_gemm_memory_grows_with_the_program():
 ], ids=["machine", "max-memory", "no-fit", "bad-size"])
 def test_gemm_beyond_its_memory_is_refused(capsys, monkeypatch, argv, message):
     """Refused before the operands exist: ``run_gemm`` is never called."""
-    monkeypatch.setattr(cli, "run_gemm", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr(cli.gemm, "run_gemm", lambda *a, **k: pytest.fail("ran"))
     assert cli.main(["gemm", *argv]) == 2
     err = one_line_error(capsys, message)
     if "100000" in message:
@@ -253,7 +254,7 @@ def test_bench_bert_beyond_its_memory_is_refused(capsys):
                    "more than --max-memory 100.0 MiB")
 
 def test_a_large_gemm_says_what_it_does(capsys, monkeypatch):
-    monkeypatch.setattr(cli, "LARGE", 1)
+    monkeypatch.setattr(checked_gemm, "LARGE", 1)
     assert cli.main(["gemm", "--m", "40", "--k", "40", "--n", "40", "--epilogue", "gelu"]) == 0
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("bertaccel: 40 x 40 x 40 GEMM on 8x8: ") and "instructions" \
@@ -351,7 +352,7 @@ def test_ctrl_c_stops_the_whole_run(tmp_path, tiny_model):
     texts.write_text("".join(f"Text number {i} of many.\n" for i in range(5000)))
     out = tmp_path / "out.jsonl"
     run = subprocess.Popen(
-        [sys.executable, "-m", "bertaccel.sw.cli", "run", "--model", str(tiny_model),
+        [sys.executable, "-m", "bertaccel.cli", "run", "--model", str(tiny_model),
          "--text-file", str(texts), "--output", str(out), "--config", "4x4", "--batch-size",
          "1", "--no-cache", "--no-fp32"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
         text=True, start_new_session=True, env=dict(os.environ, HF_HUB_OFFLINE="1"),

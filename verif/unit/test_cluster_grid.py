@@ -16,7 +16,7 @@ from bertaccel.cluster.sweep import invalid_row, point_row
 from bertaccel.cluster.table import CSV_COLUMNS, format_sweep, write_sweep
 from bertaccel.cluster.tasks import Failure, failure_of
 from bertaccel.hw.config import PRESETS, AccelConfig
-from bertaccel.sw.cli import main
+from bertaccel.cli import main
 
 
 def test_lists():

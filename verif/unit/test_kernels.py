@@ -141,7 +141,7 @@ def test_describe_names_the_cpu():
 def test_cli_refuses_a_bad_kernel_name():
     """One line and exit status 2, before any work."""
     env = {**os.environ, kernels.ENV: "int4"}
-    result = subprocess.run([sys.executable, "-m", "bertaccel.sw.cli", "gemm", "--config", "2x2",
+    result = subprocess.run([sys.executable, "-m", "bertaccel.cli", "gemm", "--config", "2x2",
                              "--m", "2", "--k", "2", "--n", "2"],
                             capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 2
@@ -151,7 +151,19 @@ def test_cli_refuses_a_bad_kernel_name():
 
 
 def test_gemm_report_names_the_machine():
-    from bertaccel.sw.cli import run_gemm
+    from bertaccel.sw.checked_gemm import run_gemm
     report = run_gemm(PRESETS["2x2"], 3, 4, 5)
     assert report["bit_exact"]
     assert report["machine"]["gemm_kernel"] == kernels.kernel()
+
+
+def test_select(monkeypatch):
+    monkeypatch.setattr(kernels, "_chosen", None)
+    monkeypatch.setenv(kernels.ENV, "float64")
+    kernels.select("float32")
+    assert kernels.kernel() == "float32"
+    kernels.select(None)
+    assert kernels.kernel() == "float64"
+    with pytest.raises(kernels.KernelError, match="must be one of int_mm, float32, float64, "
+                                                  "not 'int16'"):
+        kernels.select("int16")

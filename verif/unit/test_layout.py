@@ -1,6 +1,7 @@
 """The layout of the product and of its tests.
 
-No product module imports the tests, and the product's imports form no circle. Every test file
+No product module imports the tests, the product's imports form no circle, and every package
+imports only from the layers below it (:data:`LAYERS`; imports inside functions count too). Every test file
 lies in a tier folder (verif/conftest.py), imports no other test file (shared helpers are in
 verif/helpers.py), and a cocotb test module names itself (``MODULE``) by its own dotted path.
 """
@@ -16,7 +17,13 @@ VERIF = ROOT / "verif"
 TIERS = ("unit", "block", "system")
 #: Source folder of each product package.
 PACKAGES = {"hw": "bertaccel.hw", "sw": "bertaccel.sw", "golden": "bertaccel.golden",
-            "sim": "bertaccel.sim", "analysis": "bertaccel.analysis", "fpga": "bertaccel.fpga"}
+            "sim": "bertaccel.sim", "analysis": "bertaccel.analysis", "fpga": "bertaccel.fpga",
+            "cluster": "bertaccel.cluster", "cli": "bertaccel.cli"}
+#: The layers, lowest first: a package imports from its own and from lower layers only. The
+#: top package ``bertaccel`` (sw/_pkg) is the facade on ``sw``; peers in a layer do not import
+#: each other.
+LAYERS = (("golden",), ("hw",), ("sim",), ("sw",), ("bertaccel",), ("analysis", "fpga"),
+          ("cluster",), ("cli",))
 
 
 def _modules():
@@ -96,6 +103,30 @@ def test_imports_form_no_circle():
     for node in sorted(graph):
         if node not in state:
             visit(node)
+
+
+def _package(module):
+    """``hw`` for ``bertaccel.hw.pe``, ``bertaccel`` for the top package."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_every_package_has_a_layer():
+    layered = {name for layer in LAYERS for name in layer}
+    assert layered == {*PACKAGES, "bertaccel"}
+
+
+def test_packages_import_only_from_lower_layers():
+    rank = {name: level for level, layer in enumerate(LAYERS) for name in layer}
+    modules = _modules()
+    upward = []
+    for name, (path, is_package) in sorted(modules.items()):
+        here = _package(name)
+        for target in sorted(_imports(name, path, is_package, modules)):
+            there = _package(target)
+            if there != here and rank[there] >= rank[here]:
+                upward.append(f"{path.relative_to(ROOT)} ({here}) imports {target} ({there})")
+    assert not upward, "imports against the layers:\n" + "\n".join(upward)
 
 
 def _test_files():

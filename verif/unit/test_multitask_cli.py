@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bertaccel.golden import bert_ref  # noqa: E402
 from bertaccel.golden.tasks import labels  # noqa: E402
-from bertaccel.sw.cli import main  # noqa: E402
+from bertaccel.cli import main  # noqa: E402
 from bertaccel.sw.multitask import deltas as D  # noqa: E402
 from bertaccel.sw.multitask import finetune as F  # noqa: E402
 from bertaccel.sw.multitask import suite  # noqa: E402

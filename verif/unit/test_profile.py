@@ -15,6 +15,7 @@ import torch
 
 from bertaccel.analysis import profile as prof
 from bertaccel.analysis.profile import MEMORY_INTENSIVE, OP_CLASSES, SCHEMA, ProfileError
+from bertaccel.cli import main as cli_main
 
 RUN_KEYS = {"mode", "iterations", "warmup", "wall_ms", "profiled_ms", "op_ms", "framework_ms",
             "class_ms", "shares", "memory_intensive_share", "optimizer_ms",
@@ -141,19 +142,19 @@ def test_main(tmp_path, capsys):
     cycles.write_text(json.dumps({"label": "8x8", "cycles": {"gemm": 9, "softmax": 1}}))
     argv = ["--model", str(folder), "--seq", "16", "--batch", "2", "--mode", "inference",
             "--iterations", "1", "--warmup", "0", "--threads", "1"]
-    assert prof.main([*argv, "--json", "--accel-breakdown", str(cycles)]) == 0
+    assert cli_main(["profile", *argv, "--json", "--accel-breakdown", str(cycles)]) == 0
     report = json.loads(capsys.readouterr().out)
     check_schema(report)
     assert list(report["runs"]) == ["inference"]
     assert (report["batch"], report["seq"]) == (2, 16)
     assert report["accelerator"]["shares"]["gemm"] == 0.9
 
-    assert prof.main([*argv[:-2], "--threads", "0"]) == 2
+    assert cli_main(["profile", *argv[:-2], "--threads", "0"]) == 2
     assert "threads must be at least 1, not 0" in capsys.readouterr().err
-    assert prof.main(["--model", str(tmp_path / "missing")]) == 2
+    assert cli_main(["profile", "--model", str(tmp_path / "missing")]) == 2
     assert "--model must be minilm, bert-base or a BERT model folder" in capsys.readouterr().err
-    assert prof.main([*argv[:2], "--seq", "65"]) == 2
+    assert cli_main(["profile", *argv[:2], "--seq", "65"]) == 2
     assert "seq must be from 1 to 64, not 65" in capsys.readouterr().err
     cycles.write_text(json.dumps({"cycles": {"matmul": 1}}))
-    assert prof.main([*argv, "--accel-breakdown", str(cycles)]) == 2
+    assert cli_main(["profile", *argv, "--accel-breakdown", str(cycles)]) == 2
     assert "unknown op classes 'matmul'" in capsys.readouterr().err

@@ -3,7 +3,7 @@
 
 import pytest
 
-from bertaccel.sw.cli import main
+from bertaccel.cli import main
 
 
 @pytest.fixture

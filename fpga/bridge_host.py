@@ -1,8 +1,8 @@
 """The host side of the ULX3S UART bridge's byte protocol (:mod:`bertaccel.fpga.bridge`)."""
 
-from ...fpga.bridge import Command, Reply
-from ...hw import isa
-from ...hw.isa import INSTR_WIDTH
+from ..hw import isa
+from ..hw.isa import INSTR_WIDTH
+from .bridge import Command, Reply
 
 __all__ = ["BridgeHost", "BridgeError"]
 

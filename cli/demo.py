@@ -1,0 +1,40 @@
+"""``bertaccel demo``: what ``make demo`` runs first."""
+
+import argparse
+
+from . import common
+from ..sw.checked_gemm import format_report, run_gemm
+
+__all__ = ["Demo"]
+
+
+class Demo:
+    """Verilog for 8x8, then a 256^3 GEMM on the software device and on the RTL."""
+
+    name = "demo"
+    help = "Verilog for 8x8, then a 256^3 GEMM on ref and rtl"
+
+    def add_arguments(self, parser):
+        parser.add_argument("-o", "--output", default="build/demo")
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--build-root", default="build/sim", help=argparse.SUPPRESS)
+
+    def run(self, args):
+        from ..fpga.ip import write_core
+        from ..hw.config import preset
+        cfg = preset("8x8")
+        common.build_root(args.build_root)
+        out_dir = common.output_dir(args.output)
+        print(f"== Verilog for {cfg.name} into {out_dir}")
+        for path in write_core(cfg, out_dir):
+            print(path)
+        ok = True
+        for device in ("ref", "rtl"):
+            print(f"\n== 256 x 256 x 256 GEMM on the {device} device"
+                  + (" (the first run builds the simulator: about a minute)" if device == "rtl"
+                     else ""))
+            report = run_gemm(cfg, 256, 256, 256, device=device, seed=args.seed,
+                              build_root=args.build_root, log=common.log)
+            format_report(report)
+            ok &= report["bit_exact"]
+        return 0 if ok else 1
