@@ -4,8 +4,10 @@ Test files import from here, never from one another.
 """
 
 import dataclasses
+import os
 
 import numpy as np
+import pytest
 import torch
 from bertaccel.hw import isa
 from bertaccel.sw.bert import BertProgram, compile_bert
@@ -15,8 +17,21 @@ from bertaccel.sw.multitask.ondevice import base_ints, delta_columns, task_epilo
 from bertaccel.sw.multitask.rowdelta import (WEIGHT_STAGES, RowDelta, TaskDelta,
                                              base_fingerprint, stage_shape)
 
-__all__ = ["check_model_cycles", "check_outputs", "load", "matmul", "store", "two_pass_sets",
+__all__ = ["REQUIRE_TOOLS", "missing_tool", "check_model_cycles", "check_outputs", "load", "matmul", "store", "two_pass_sets",
            "pass_order", "token_batch", "random_bert", "random_task_delta", "merged_program"]
+
+
+#: Set to 1 (``.ci/run`` does), a test that needs a tool which is not installed fails instead
+#: of skipping, so a broken install cannot pass for a green suite.
+REQUIRE_TOOLS = "BERTACCEL_REQUIRE_TOOLS"
+
+
+def missing_tool(message):
+    """Skip this test for a tool that is not installed, saying ``message``; fail it instead
+    where :data:`REQUIRE_TOOLS` is 1."""
+    if os.environ.get(REQUIRE_TOOLS) == "1":
+        pytest.fail(f"{message}, and {REQUIRE_TOOLS}=1 requires it", pytrace=False)
+    pytest.skip(message)
 
 
 def check_model_cycles(device, program, result, *, what=""):

@@ -198,7 +198,7 @@ def test_timeout_is_reported(smoke_build, tmp_path):
 
 def test_simulator_choices_are_checked(tmp_path, capsys):
     from bertaccel.hw.config import PRESETS
-    from bertaccel.sw import cli
+    from bertaccel import cli
     from bertaccel.sw.devices.rtl import RtlDevice
 
     with pytest.raises(ValueError, match="simulator must be one of verilator, icarus, not 'vcs'"):

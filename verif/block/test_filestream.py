@@ -130,7 +130,8 @@ async def file_ends(dut):
 def test_file_ends(sim_root, tmp_path, name):
     simulator, std = SIMULATORS[name]
     if simulator == "icarus" and shutil.which("iverilog") is None:
-        pytest.skip("needs Icarus Verilog: iverilog on PATH (Debian package iverilog)")
+        from verif.helpers import missing_tool  # here: the simulator imports this file too
+        missing_tool("needs Icarus Verilog: iverilog on PATH (Debian package iverilog)")
     suffix = f"-icarus{std}" if simulator == "icarus" else ""
     sim = build(lambda: convert(FileEnds(), name="file_ends") + VERILOG, name="file_ends",
                 build_dir=sim_root / f"file_ends-w{WIDTH}{suffix}", simulator=simulator,

@@ -28,6 +28,7 @@ from bertaccel.fpga.depth import main as depth_main
 from bertaccel.fpga.depth import deep_registers, wide_enables
 from bertaccel.fpga.tools import find_tool
 from bertaccel.hw.config import PRESETS
+from verif.helpers import missing_tool
 
 __all__ = []
 
@@ -56,7 +57,7 @@ def handshakes(tmp_path_factory):
     """``(report, wide enables)`` of the 2x2 ``handshakes`` design, placed and routed once."""
     missing = _tools_missing()
     if missing:
-        pytest.skip(f"needs the YoWASP tools: {', '.join(missing)} not found (make setup "
+        missing_tool(f"needs the YoWASP tools: {', '.join(missing)} not found (make setup "
                     "installs them)")
     report = synth.synthesize(PRESETS["2x2"], design="handshakes",
                               build_root=tmp_path_factory.mktemp("synth"))

@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 import torch
+import transformers
 
-from bertaccel.golden import bert_ref
 from bertaccel.cli import main
+from bertaccel.golden import bert_ref
 
-transformers = pytest.importorskip("transformers")
 
 DEVICES = ("ref", "isa", "rtl")
 FORMATS = ("text", "json", "npy", "jsonl")

@@ -30,12 +30,16 @@ from bertaccel.hw.verilog import convert
 from bertaccel.sw import SoftwareDevice, compile_gemm
 from bertaccel.sw import epilogue as ep_mod
 from bertaccel.sw.devices.rtl import RtlDevice
+from verif.helpers import missing_tool
 
 __all__ = []
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("iverilog") is None,
-    reason="needs Icarus Verilog: iverilog on PATH (Debian package iverilog)")
+
+@pytest.fixture(autouse=True)
+def _icarus():
+    if shutil.which("iverilog") is None:
+        missing_tool("needs Icarus Verilog: iverilog on PATH (Debian package iverilog)")
+
 
 CONFIGS = ["2x2", "4x4"]
 PROGRAMS = ["gemm", "requant", "gelu", "softmax", "layernorm"]
@@ -147,7 +151,7 @@ def test_icarus_equals_verilator(verilator_runs, icarus_devices, simulator, stal
 
 @pytest.mark.parametrize("std", list(ICARUS.values()))
 def test_cli_gemm_on_icarus(sim_root, capsys, std):
-    from bertaccel.sw import cli
+    from bertaccel import cli
     assert cli.main(["gemm", "--config", "2x2", "--m", "3", "--k", "5", "--n", "3", "--device",
                      "rtl", "--simulator", "icarus", "--icarus-std", std, "--json",
                      "--build-root", str(sim_root)]) == 0

@@ -12,6 +12,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+import transformers  # noqa: E402
 from bertaccel import golden  # noqa: E402
 from bertaccel.golden import bert_ref, sentences  # noqa: E402
 from bertaccel.hw import isa  # noqa: E402
@@ -32,7 +33,6 @@ from bertaccel.sw.tiler import k_tiles  # noqa: E402
 from bertaccel.sw.sequence import barrier, concat  # noqa: E402
 from bertaccel.sw.tiler import rebind  # noqa: E402
 
-transformers = pytest.importorskip("transformers")
 
 SEED = 2024
 INTERLEAVINGS = [None, "load-first", "store-last", *range(8)]

@@ -6,6 +6,7 @@ and non-square configs."""
 
 import pytest
 import torch
+import transformers
 
 from bertaccel.golden import bert_ref, sentences
 from bertaccel.hw.config import PRESETS
@@ -14,7 +15,6 @@ from bertaccel.sw.bert import STAGES, compile_bert, model_macs, run_bert
 from bertaccel.sw.bert.fast import FastModel, batched_int_gemm
 from bertaccel.sw.bert.timing import StageTimer
 
-transformers = pytest.importorskip("transformers")
 
 SEED = 7
 

@@ -11,6 +11,7 @@ import copy
 
 import pytest
 import torch
+import transformers
 
 from bertaccel.golden import bert_ref
 from bertaccel.hw.config import PRESETS
@@ -20,7 +21,6 @@ from bertaccel.sw.multitask import accel
 from bertaccel.sw.multitask.rowdelta import DeltaError
 from verif.helpers import random_bert, random_float_model, token_batch
 
-transformers = pytest.importorskip("transformers")
 
 SEED = 41
 LABELS = 3

@@ -11,6 +11,7 @@ import copy
 
 import pytest
 import torch
+import transformers
 
 from bertaccel.golden import bert_ref
 from bertaccel.hw.config import PRESETS
@@ -21,7 +22,6 @@ from bertaccel.sw.multitask.ondevice import apply_task, base_ints
 from bertaccel.sw.multitask.rowdelta import WEIGHT_STAGES, DeltaError, stage_shape
 from verif.helpers import random_bert, random_float_model
 
-transformers = pytest.importorskip("transformers")
 
 SEED = 31
 

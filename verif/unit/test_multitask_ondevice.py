@@ -15,6 +15,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+import transformers
 
 from bertaccel.hw.config import PRESETS
 from bertaccel.sw import SoftwareDevice
@@ -27,7 +28,6 @@ from bertaccel.sw.multitask.ondevice import (apply_task, base_ints, model_bytes,
 from bertaccel.sw.multitask.rowdelta import DeltaError, RowDelta, base_fingerprint, load_delta
 from verif.helpers import merged_program, random_bert, random_task_delta, token_batch
 
-transformers = pytest.importorskip("transformers")
 
 SEED = 5
 

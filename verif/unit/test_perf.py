@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from bertaccel.hw.config import PRESETS
-from bertaccel.sw import cli
+from bertaccel import cli
 from bertaccel.sw.bert import BertError, run_bert
 from bertaccel.sw import SoftwareDevice
 from bertaccel.analysis.perf import (CLASSES, STALL_CLASSES, BertShape, bench_bert, compile_shape,

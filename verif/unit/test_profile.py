@@ -34,7 +34,11 @@ def tiny_model():
 
 @pytest.fixture(scope="module")
 def report():
-    return prof.profile((tiny_model(), "tiny"), seq=32, iterations=2, warmup=1, threads=1)
+    # Every operator of a class in its top_ops, not the five slowest: the tests below ask which
+    # operators a class holds, never which ran longest (that follows the machine's load).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(prof, "_TOP_OPS", 10_000)
+        return prof.profile((tiny_model(), "tiny"), seq=32, iterations=2, warmup=1, threads=1)
 
 
 def top(run, cls):
@@ -73,12 +77,8 @@ def test_inference_classes(report):
         if cls != "dropout":
             assert run["class_ms"][cls] > 0, cls
     assert run["shares"]["gemm"] > 0
-    # nn.Linear's aten::addmm (under aten::linear) is a top op of the class; on a loaded machine
-    # the self time of its small companions (transpose, view) can come first.
-    assert "aten::addmm" in top(run, "gemm")
-    # torch.matmul of Q K^T and P V: which of aten::matmul's own time and aten::bmm's comes
-    # first depends on the machine's load (a busy machine put matmul first), so only membership
-    assert "aten::bmm" in top(run, "attn_matmul")
+    assert "aten::addmm" in top(run, "gemm")          # nn.Linear, under aten::linear
+    assert "aten::bmm" in top(run, "attn_matmul")     # torch.matmul of Q K^T and P V
     assert "aten::_softmax" in top(run, "softmax")
     assert "aten::native_layer_norm" in top(run, "layernorm")
     assert top(run, "gelu") == ["aten::gelu"]

@@ -18,6 +18,7 @@ import random
 import numpy as np
 import pytest
 import torch
+import transformers
 
 from bertaccel.golden import bert_ref, sentences
 from bertaccel.hw import isa
@@ -33,7 +34,6 @@ from bertaccel.sw.sequence import concat
 from bertaccel.sw.tiler import GemmGroups
 from bertaccel.sw.timing import GemmTimer
 
-transformers = pytest.importorskip("transformers")
 
 SEED = 11
 CONFIGS = ["2x2", "4x8", "8x8", "16x16"]
