@@ -187,8 +187,9 @@ class AccelConfig:
 
     @property
     def pmem_beats_per_row(self):
-        """Input-data beats that make one parameter-memory row (64 bits a column)."""
-        return max(1, (64 * self.cols) // (self.in_width * self.lanes))
+        """Input-data beats that make one parameter-memory row (a PmemWord a column)."""
+        from .isa import PMEM_WORD_BITS   # here: the config itself stays free of Amaranth
+        return max(1, (PMEM_WORD_BITS * self.cols) // (self.in_width * self.lanes))
 
     @property
     def acc_addr_width(self):

@@ -16,9 +16,12 @@ one to either after it finishes. For the load unit "next" is the execute unit; f
 """
 
 import dataclasses
+import functools
+import operator
 from dataclasses import dataclass
 
-from amaranth import Cat
+import numpy as np
+from amaranth import Cat, Value
 from amaranth.lib import data, enum
 
 from ..golden.intops import PROB_DIGIT_BITS
@@ -28,7 +31,8 @@ __all__ = [
     "Opcode", "Target", "EpOp", "Dest", "Param", "DepFlags", "LoadHead", "load_head",
     "MatmulHead", "matmul_head", "StoreHead", "store_head",
     "LoadBody", "MatmulBody", "StoreBody", "SetBody", "Body", "Instr", "PmemWord",
-    "ParamsLayout", "PARAM_WIDTHS",
+    "ParamsLayout", "PARAM_WIDTHS", "TWO_PASS", "is_two_pass", "pack", "PMEM_WORD_BITS",
+    "PMEM_SHIFT_BITS", "pmem_pack", "pmem_unpack",
     "Load", "Matmul", "Store", "Set", "IllegalInstruction", "encode", "decode", "unit_of",
 ]
 
@@ -71,6 +75,39 @@ class EpOp(enum.Enum, shape=3):
     GELU = 2       # int8 GELU (erf form) of x + bias
     SOFTMAX = 3    # 12-bit 4095 * softmax(x + mask) over each row (two passes)
     LAYERNORM = 4  # int8 LayerNorm(x + bias + residual) over each row (two passes)
+
+
+#: The epilogues that read each row twice (a statistics pass, then the output pass).
+TWO_PASS = (EpOp.SOFTMAX, EpOp.LAYERNORM)
+
+
+def is_two_pass(op):
+    """Whether ``op`` is one of :data:`TWO_PASS`: a bool for an :class:`EpOp` member, a 1-bit
+    Amaranth value for an Amaranth value (an ``EpOp`` view or signal)."""
+    if isinstance(op, EpOp):
+        return op in TWO_PASS
+    return functools.reduce(operator.or_, (op == member for member in TWO_PASS))
+
+
+def pack(layout, **fields):
+    """The bits of a :class:`~amaranth.lib.data.StructLayout` value from its fields by name,
+    each an Amaranth value exactly as wide as its field (no field left out or added).
+
+    Raises
+    ------
+    ValueError
+        If the names differ from the layout's or a value's width from its field's.
+    """
+    names = [name for name, _ in layout]
+    if set(fields) != set(names):
+        raise ValueError(f"fields {sorted(fields)} are not the layout's {sorted(names)}")
+    parts = []
+    for name, field in layout:
+        value = Value.cast(fields[name])
+        if len(value) != field.width:
+            raise ValueError(f"field {name!r} is {field.width} bits wide, not {len(value)}")
+        parts.append(value)
+    return Cat(*parts)
 
 
 class Dest(enum.Enum, shape=2):
@@ -119,8 +156,14 @@ PARAM_WIDTHS = {param: ParamsLayout[param.name.lower()].width for param in Param
 PmemWord = data.StructLayout({
     "bias": 32,   # int32 bias added to x (REQUANT, GELU, LAYERNORM); additive mask (SOFTMAX)
     "p1":   16,   # LAYERNORM gamma (int16); REQUANT per-column mul (unsigned)
-    "p2":   16,   # LAYERNORM beta (int16); REQUANT per-column shift (low 6 bits)
+    "p2":   16,   # LAYERNORM beta (int16); REQUANT per-column shift (low PMEM_SHIFT_BITS)
 })
+
+#: Bits of one column's :data:`PmemWord`.
+PMEM_WORD_BITS = PmemWord.size
+#: Bits of ``p2`` that a per-column REQUANT shift uses: those of the SHIFT0 register it
+#: stands in for.
+PMEM_SHIFT_BITS = PARAM_WIDTHS[Param.SHIFT0]
 
 
 DepFlags = data.StructLayout({
@@ -145,7 +188,7 @@ LoadHead = data.StructLayout({"empty": 1, "one": 1})
 def load_head(body):
     """The :data:`LoadHead` bits of the LOAD ``body`` (a :data:`LoadBody` view), in the
     layout's order."""
-    return Cat(body.count == 0, body.count == 1)
+    return pack(LoadHead, empty=body.count == 0, one=body.count == 1)
 
 #: MATMUL: preload the weight block B = spad_b[b_addr : b_addr + rows] into the array, then
 #: stream A = spad_a[a_addr : a_addr + m_len] through it and write A @ B into
@@ -169,7 +212,7 @@ MatmulHead = data.StructLayout({"zero": 1, "final": 1})
 def matmul_head(body):
     """The :data:`MatmulHead` bits of the MATMUL ``body`` (a :data:`MatmulBody` view), in the
     layout's order."""
-    return Cat(body.m_len == 0, body.m_len <= 1)
+    return pack(MatmulHead, zero=body.m_len == 0, final=body.m_len <= 1)
 
 #: STORE: drain ``rows`` x ``strips`` accumulator rows through the epilogue ``op``. Beat (m, s) --
 #: row m of the output, columns s*cols .. s*cols+cols-1 -- is acc[acc_addr + s*stride + m], uses
@@ -197,9 +240,9 @@ StoreHead = data.StructLayout({"empty": 1, "two_pass": 1, "one_row": 1, "two_row
 def store_head(body):
     """The :data:`StoreHead` bits of the STORE ``body`` (a :data:`StoreBody` view), in the
     layout's order."""
-    return Cat((body.rows == 0) | (body.strips == 0),
-               (body.op == EpOp.SOFTMAX) | (body.op == EpOp.LAYERNORM),
-               body.rows == 1, body.rows == 2, body.strips == 1)
+    return pack(StoreHead, empty=(body.rows == 0) | (body.strips == 0),
+                two_pass=is_two_pass(body.op), one_row=body.rows == 1,
+                two_rows=body.rows == 2, one_strip=body.strips == 1)
 
 
 #: SET: store-unit parameter register ``index`` takes ``value``.
@@ -281,7 +324,7 @@ class Store(_Base):
 
     @property
     def two_pass(self):
-        return self.op in (EpOp.SOFTMAX, EpOp.LAYERNORM)
+        return is_two_pass(self.op)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -300,6 +343,28 @@ def unit_of(instr):
     """The unit that runs ``instr``: ``"load"``, ``"exec"`` or ``"store"``."""
     return {Opcode.LOAD: "load", Opcode.MATMUL: "exec", Opcode.STORE: "store",
             Opcode.SET: "store"}[instr.opcode]
+
+
+def pmem_pack(*, bias, p1, p2):
+    """:data:`PmemWord` values as ``numpy.uint64`` words from arrays of their fields (each
+    taken modulo its width: ``bias`` int32, ``p1`` and ``p2`` 16-bit)."""
+    fields = {"bias": bias, "p1": p1, "p2": p2}
+    words = np.zeros(np.shape(bias), dtype=np.uint64)
+    for name, (offset, width) in _slices(PmemWord).items():
+        value = np.asarray(fields[name]).astype(np.int64) & ((1 << width) - 1)
+        words |= value.astype(np.uint64) << np.uint64(offset)
+    return words
+
+
+def pmem_unpack(words):
+    """The fields of :data:`PmemWord` values (an int64 array or tensor of the words' bits):
+    ``{"bias": signed, "p1": unsigned, "p2": unsigned}``, as the type given."""
+    out = {}
+    for name, (offset, width) in _slices(PmemWord).items():
+        out[name] = (words >> offset) & ((1 << width) - 1)
+    bias = out["bias"]
+    out["bias"] = bias - ((bias >> 31) & 1) * (1 << 32)   # the int32 bias, sign-extended
+    return out
 
 
 def _slices(layout, base=0):

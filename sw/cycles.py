@@ -174,8 +174,6 @@ ACC_WRITE_EXTRA = 6
 
 _LOAD, _EXEC, _STORE = 0, 1, 2
 _CHANNEL_NAMES = ("l2e", "e2l", "e2s", "s2e")
-#: The epilogue ops that read every row twice.
-_TWO_PASS = (isa.EpOp.SOFTMAX, isa.EpOp.LAYERNORM)
 _FAR_PAST = -(1 << 40)
 
 
@@ -680,7 +678,7 @@ class _StoreUnit(_Unit):
         if nonlinear:
             self.nonlinear.append(i)
         if nonempty:
-            two_pass = op in _TWO_PASS
+            two_pass = isa.is_two_pass(op)
             first_issue, last_issue, last_accept = self._reads(
                 t + 1, n_rows, strips, two_pass, self.gaps.get(op, 1))
             beats = (2 if two_pass else 1) * n_rows * strips

@@ -45,7 +45,7 @@ import torch
 
 from ..golden import intops
 from ..golden.intops import ScaleError, quantize_scale
-from ..hw.isa import EpOp, Param
+from ..hw.isa import PMEM_SHIFT_BITS, PMEM_WORD_BITS, EpOp, Param, is_two_pass, pmem_pack
 
 __all__ = ["Requant", "Gelu", "Softmax", "LayerNorm", "Tail", "Lowered", "ScaleError", "lower",
            "apply_registers", "apply_integer", "apply_float", "pmem_bytes", "random_epilogue",
@@ -328,7 +328,7 @@ def lower(epilogue, cfg, *, n, k):
         bias, p1, p2, sets = _layernorm(epilogue, n, k, width, info)
     return Lowered(op=epilogue.op, sets=tuple(sets), bias=_pad(bias, width), p1=p1, p2=p2,
                    residual=epilogue.op == EpOp.LAYERNORM,
-                   two_pass=epilogue.op in (EpOp.SOFTMAX, EpOp.LAYERNORM), info=info)
+                   two_pass=is_two_pass(epilogue.op), info=info)
 
 
 def _lower_tail(epilogue, cfg, n, k):
@@ -443,13 +443,11 @@ def _layernorm(ep, n, k, width, info):
 
 
 def pmem_bytes(lowered, cols):
-    """The PMEM rows of ``lowered``: ``(n_strips, cols * 8)`` uint8, one PmemWord per column,
-    little-endian (bias in bytes 0-3, p1 in 4-5, p2 in 6-7)."""
-    bias = (lowered.bias & 0xFFFFFFFF).astype(np.uint64)
-    p1 = (lowered.p1 & 0xFFFF).astype(np.uint64)
-    p2 = (lowered.p2 & 0xFFFF).astype(np.uint64)
-    words = bias | (p1 << np.uint64(32)) | (p2 << np.uint64(48))
-    return words.astype("<u8").view(np.uint8).reshape(-1, cols * 8)
+    """The PMEM rows of ``lowered``: ``(n_strips, cols * PMEM_WORD_BITS / 8)`` uint8, one
+    :data:`~bertaccel.hw.isa.PmemWord` per column, little-endian
+    (:func:`~bertaccel.hw.isa.pmem_pack`)."""
+    words = pmem_pack(bias=lowered.bias, p1=lowered.p1, p2=lowered.p2)
+    return words.astype("<u8").view(np.uint8).reshape(-1, cols * PMEM_WORD_BITS // 8)
 
 
 def _signed16(values):
@@ -485,7 +483,7 @@ def apply_registers(op, x, *, regs, bias, p1, p2, residual=None, lanes):
     reg = lambda param: regs.get(param, 0)  # noqa: E731
     if op == EpOp.REQUANT:
         if reg(Param.FLAGS) & 1:
-            mul, shift = p1, p2 & 63
+            mul, shift = p1, p2 & ((1 << PMEM_SHIFT_BITS) - 1)
         else:
             mul, shift = reg(Param.MUL0), reg(Param.SHIFT0)
         return intops.requant(x, bias=bias, mul=mul, shift=shift)

@@ -452,8 +452,7 @@ class _Epilogue:
         if not isinstance(op, isa.EpOp) or op == isa.EpOp.RAW:
             raise TypeError(f"epilogue must be a Requant, Gelu, Softmax or LayerNorm "
                             f"(bertaccel.sw.epilogue), not {type(epilogue).__name__}")
-        two_pass = op in (isa.EpOp.SOFTMAX, isa.EpOp.LAYERNORM)
-        return cls(op=op, passes=2 if two_pass else 1, residual=op == isa.EpOp.LAYERNORM)
+        return cls(op=op, passes=2 if isa.is_two_pass(op) else 1, residual=op == isa.EpOp.LAYERNORM)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...golden.intops import PHI_TABLE, SOFTMAX_FRAC
-from ..isa import EpOp, ParamsLayout
+from ..isa import PMEM_SHIFT_BITS, EpOp, ParamsLayout
 from .arith import (INT8, INT16, INT24, biased, coarse, fine, greater, no_borrow, pick, product,
                     round_limits, rounded)
 from .lanes import Stages
@@ -116,7 +116,7 @@ class Front(wiring.Component):
             m.d.sync += [
                 s[i].x.eq(Mux(op[EpOp.SOFTMAX.value], sat32, xb)),
                 s[i].mul.eq(Mux(per_column, pm.p1, prm.mul0)),
-                s[i].sh.eq(Mux(per_column, pm.p2[:6], prm.shift0)),
+                s[i].sh.eq(Mux(per_column, pm.p2[:PMEM_SHIFT_BITS], prm.shift0)),
                 s[i].m2lo.eq(Mux(gelu, xb[:16], inb.res[i])),
                 s[i].m2hi.eq(Mux(gelu, xb[16:].as_signed(), inb.res[i])),
                 s[i].b2lo.eq(prm.mul1[:16]),

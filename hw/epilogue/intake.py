@@ -24,7 +24,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..dsp import KEEP
-from ..isa import EpOp, PmemWord
+from ..isa import EpOp, PmemWord, is_two_pass, pack
 from ..queue import Queue
 from .schedule import Schedule, beat_layout, ctl_layout, stage_signature
 
@@ -236,9 +236,10 @@ class Intake(wiring.Component):
             return Value.cast(array).word_select(j, lanes * width)
         m.d.sync += [
             valid.eq(is_valid),
-            inb.eq(Cat(part(src.acc, cfg.acc_width), part(src.pm, PmemWord.size),
-                       part(src.res, cfg.in_width), src.op, src.second, src.last,
-                       part(src.lane_valid, 1))),
+            inb.eq(pack(inb.shape(), acc=part(src.acc, cfg.acc_width),
+                        pm=part(src.pm, PmemWord.size), res=part(src.res, cfg.in_width),
+                        op=src.op, second=src.second, last=src.last,
+                        lane_valid=part(src.lane_valid, 1))),
             ctl.op.eq(src.op), ctl.second.eq(src.second), ctl.last.eq(last),
             ctl.lane_valid.eq(part(src.lane_valid, 1)), ctl.slot.eq(slot),
         ]
@@ -254,6 +255,7 @@ Flags = data.StructLayout({"second": 1, "stats": 1, "row_done": 1, "row_end2": 1
 
 def _flags(beat):
     """The :data:`Flags` of ``beat``."""
-    two_pass = (beat.op == EpOp.SOFTMAX) | (beat.op == EpOp.LAYERNORM)
-    return Cat(beat.second, two_pass & beat.second, two_pass & beat.last & ~beat.second,
-               two_pass & beat.last & beat.second, beat.op == EpOp.SOFTMAX)
+    two_pass = is_two_pass(beat.op)
+    return pack(Flags, second=beat.second, stats=two_pass & beat.second,
+                row_done=two_pass & beat.last & ~beat.second,
+                row_end2=two_pass & beat.last & beat.second, softmax=beat.op == EpOp.SOFTMAX)

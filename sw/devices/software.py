@@ -104,10 +104,8 @@ class SoftwareDevice(Device):
         ``p1`` and ``p2`` unsigned 16-bit values."""
         data = self.pmem if rows is None else self.pmem[rows]
         words = np.ascontiguousarray(data.numpy()).view("<u8").astype(np.int64)
-        words = torch.from_numpy(words.reshape(data.shape[0], self.cfg.cols))
-        bias = words & 0xFFFFFFFF
-        bias = torch.where(bias >= 1 << 31, bias - (1 << 32), bias)
-        return bias, (words >> 32) & 0xFFFF, (words >> 48) & 0xFFFF
+        fields = isa.pmem_unpack(torch.from_numpy(words.reshape(data.shape[0], self.cfg.cols)))
+        return fields["bias"], fields["p1"], fields["p2"]
 
     def _order(self, program):
         """The instructions ``(number, instr)`` in the order this device executes them."""

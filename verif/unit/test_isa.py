@@ -1,9 +1,12 @@
 """Pure-Python tests of the ISA: the host encoder agrees with the Amaranth layouts, decode
 inverts encode, and bad words and fields are refused."""
 
+import dataclasses
 import random
 
+import numpy as np
 import pytest
+from amaranth import Const, Signal
 
 from bertaccel.hw import isa
 
@@ -98,3 +101,50 @@ def test_unit_of_and_with_deps():
     assert isa.unit_of(isa.Store(acc_addr=0, rows=0)) == "store"
     flagged = load.with_deps(push_next=True)
     assert flagged.push_next and not load.push_next and flagged.addr == 1
+
+
+BODIES = [(isa.Load, isa.LoadBody), (isa.Matmul, isa.MatmulBody), (isa.Store, isa.StoreBody),
+          (isa.Set, isa.SetBody)]
+
+
+@pytest.mark.parametrize("cls,layout", BODIES, ids=lambda x: getattr(x, "__name__", ""))
+def test_host_classes_have_their_layouts_fields(cls, layout):
+    """Every host instruction class holds the dependency flags and exactly its body's fields."""
+    fields = [f.name for f in dataclasses.fields(cls)]
+    flags = [name for name, _ in isa.DepFlags]
+    assert fields[:len(flags)] == flags
+    assert set(fields[len(flags):]) == {name for name, _ in layout}
+    assert isa.Body[cls.body].shape is layout
+
+
+def test_two_pass():
+    assert [op for op in isa.EpOp if isa.is_two_pass(op)] == list(isa.TWO_PASS)
+    assert isa.Store(acc_addr=0, rows=1, op=isa.EpOp.SOFTMAX).two_pass
+    op = Signal(isa.EpOp)
+    assert len(isa.is_two_pass(op)) == 1
+
+
+def test_pack_follows_the_layout():
+    value = isa.pack(isa.LoadHead, one=Const(1, 1), empty=Const(0, 1))
+    assert Const.cast(value).value == isa.LoadHead.const({"empty": 0, "one": 1}).as_value().value
+    with pytest.raises(ValueError, match="fields \\['empty'\\] are not the layout's"):
+        isa.pack(isa.LoadHead, empty=Const(0, 1))
+    with pytest.raises(ValueError, match="field 'one' is 1 bits wide, not 2"):
+        isa.pack(isa.LoadHead, empty=Const(0, 1), one=Const(0, 2))
+
+
+def test_pmem_pack_and_unpack():
+    """The host's PMEM words equal the layout's constants, and unpack inverts pack."""
+    rng = random.Random(5)
+    bias = [rng.randrange(-(1 << 31), 1 << 31) for _ in range(50)] + [-(1 << 31), (1 << 31) - 1]
+    p1 = [rng.randrange(1 << 16) for _ in bias]
+    p2 = [rng.randrange(1 << 16) for _ in bias]
+    words = isa.pmem_pack(bias=np.array(bias), p1=np.array(p1), p2=np.array(p2))
+    assert words.dtype == np.uint64
+    for word, b, x, y in zip(words, bias, p1, p2):
+        const = isa.PmemWord.const({"bias": b & 0xFFFFFFFF, "p1": x, "p2": y})
+        assert int(word) == const.as_value().value
+    fields = isa.pmem_unpack(words.astype(np.int64))
+    assert fields["bias"].tolist() == bias
+    assert fields["p1"].tolist() == p1 and fields["p2"].tolist() == p2
+    assert isa.PMEM_WORD_BITS == 64 and isa.PMEM_SHIFT_BITS == isa.ParamsLayout["shift0"].width
