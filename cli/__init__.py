@@ -10,6 +10,7 @@
     bertaccel run --model minilm --text "..." [--device ref|rtl] [--json]  # BERT embedding
     bertaccel bench bert --shape bert-base --seq 128 --batch 1 --config 16x16 [--json]
     bertaccel profile --model minilm [--config 8x8] [--png P] [--json]  # host vs accelerator
+    bertaccel eval stsb [--configs 8x8,16x16] [--split dev,test] [--json]  # STS-B Spearman
     bertaccel seqpoint [--model minilm] [--config 8x8] [--k 10] [--json]
     bertaccel sweep --model minilm --seq 32,128 --configs 4x4,8x8 [--synth] [--address A]  # Ray
     bertaccel regress --configs 2x2,4x8,8x8 --programs 200 [--seed S] [--address A]     # Ray
@@ -41,6 +42,7 @@ from ..sw.paths import PathError
 from .bench import Bench
 from .common import Parser, UsageError
 from .demo import Demo
+from .eval import Eval
 from .gemm import Gemm
 from .multitask import Multitask
 from .profile import Profile
@@ -54,7 +56,8 @@ from .verilog import Verilog
 __all__ = ["APPLETS", "main", "parser"]
 
 #: Every command, in the order ``bertaccel --help`` lists them.
-APPLETS = (Verilog, Gemm, Demo, Synth, Run, Bench, Seqpoint, Sweep, Regress, Multitask, Profile)
+APPLETS = (Verilog, Gemm, Demo, Synth, Run, Bench, Eval, Seqpoint, Sweep, Regress, Multitask,
+           Profile)
 
 
 def parser():
