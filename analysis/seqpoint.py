@@ -40,16 +40,19 @@ from ..sw.bert import BertError
 from ..sw.bert.timing import StageTimer
 
 __all__ = ["TEXT_SETS", "text_set", "token_lengths", "choose_points", "seqpoint",
-           "seqpoint_text_set", "format_report"]
+           "seqpoint_text_set", "format_report", "compare", "compare_text_set",
+           "format_compare"]
 
 #: The named text sets of :func:`text_set`.
-TEXT_SETS = ("stdlib", "sentences")
+TEXT_SETS = ("stdlib", "sentences", "stsb")
 
 
 def text_set(spec):
     """The texts of a set: ``"stdlib"`` (every docstring of the stdlib modules of the accuracy
     set, :func:`bertaccel.golden.accuracy.stdlib_docstrings`), ``"sentences"`` (the 96 real
-    sentences of :mod:`bertaccel.golden.sentences`) or a text file, one input a line."""
+    sentences of :mod:`bertaccel.golden.sentences`), ``"stsb"`` (the 2,758 sentences of STS-B's
+    test split, both of every pair, :mod:`bertaccel.golden.stsb`) or a text file, one input a
+    line."""
     from pathlib import Path
 
     from ..sw.bert.text import read_text_file
@@ -60,8 +63,14 @@ def text_set(spec):
     if spec == "sentences":
         from ..golden.sentences import calibration_sentences, evaluation_sentences
         return evaluation_sentences() + calibration_sentences()
+    if spec == "stsb":
+        from ..golden import stsb
+        try:
+            return [s for pair in stsb.load("test") for s in (pair.first, pair.second)]
+        except stsb.StsbError as error:
+            raise BertError(str(error)) from None
     if not Path(spec).is_file():
-        raise BertError(f"--texts must be stdlib, sentences or a text file (one input a "
+        raise BertError(f"--texts must be stdlib, sentences, stsb or a text file (one input a "
                         f"line), not {spec!r}")
     return read_text_file(spec)
 
@@ -257,4 +266,84 @@ def format_report(report):
         points = " ".join(f"{p['length']}({p['weight']})" for p in row["points"])
         lines.append(f"{k:>3}{row['cycles']:>20,}{row['error']:>+10.3%}"
                      f"{row['speedup_wall']:>23.1f}x{row['speedup_rtl']:>15.1f}x  {points}")
+    return "\n".join(lines)
+
+
+def compare(berts, lengths, *, ks=range(1, 11), log=None):
+    """SeqPoint's second result: the speed-up of each config over the first, projected from
+    the ``k`` representative lengths (chosen from ``lengths`` alone, so the same on every
+    config) and against timing every input on each config.
+
+    Parameters
+    ----------
+    berts : list of BertProgram
+        The same model compiled for each config; the first is the baseline.
+    lengths : sequence of int
+    ks : iterable of int
+
+    Returns
+    -------
+    dict
+        ``baseline``, ``configs``, ``inputs``, ``reference`` (per config, ``cycles`` of every
+        input and ``speedup`` over the baseline) and ``ks``: per ``k``, ``points`` and per
+        config ``projected_speedup`` and ``error`` (relative, signed) against the reference.
+    """
+    reports = [seqpoint(bert, lengths, ks=ks, log=log) for bert in berts]
+    base = reports[0]
+    labels = [report["config"] for report in reports]
+    reference = {report["config"]: {"cycles": report["reference"]["cycles"],
+                                    "speedup": base["reference"]["cycles"]
+                                    / report["reference"]["cycles"]}
+                 for report in reports}
+    out = {}
+    for k in base["ks"]:
+        row = {"points": base["ks"][k]["points"], "configs": {}}
+        for report in reports[1:]:
+            projected = base["ks"][k]["cycles"] / report["ks"][k]["cycles"]
+            actual = reference[report["config"]]["speedup"]
+            row["configs"][report["config"]] = {"projected_speedup": projected,
+                                                "error": projected / actual - 1}
+        out[k] = row
+    return {"schema": "bertaccel-seqpoint-compare/1", "model": base["model"],
+            "baseline": labels[0], "configs": labels, "inputs": base["inputs"],
+            "distinct_lengths": base["distinct_lengths"], "reference": reference, "ks": out}
+
+
+def compare_text_set(model, cfgs, texts="stdlib", *, ks=range(1, 11), seed=0, cache=None,
+                     log=None):
+    """:func:`compare` on a named text set, ``model`` compiled for every config of ``cfgs``
+    (the first the baseline), the lengths truncated at what every config takes."""
+    from ..golden import bert_ref
+    from ..sw.bert import MINILM
+    from ..sw.bert.encoder import load_compiled
+    from .perf import compile_shape
+
+    name = texts if isinstance(texts, str) else "given"
+    texts = text_set(texts) if isinstance(texts, str) else list(texts)
+    berts = []
+    for cfg in cfgs:
+        if log:
+            log(f"{len(texts)} texts; compiling {model} for {cfg.name}")
+        berts.append(load_compiled(MINILM, cfg, cache=cache)[0] if model == "minilm"
+                     else compile_shape(model, cfg, seed=seed))
+    top = min(min(bert.spec.max_positions, bert.max_seq) for bert in berts)
+    lengths = token_lengths(texts, bert_ref.load_tokenizer(MINILM), max_length=top)
+    report = compare(berts, lengths, ks=ks, log=log)
+    report["texts"] = name
+    return report
+
+
+def format_compare(report):
+    """``bertaccel seqpoint --compare``'s text output."""
+    r = report
+    others = r["configs"][1:]
+    lines = [f"model       {r['model']}, {r['inputs']} inputs ({r['texts']}), "
+             f"{r['distinct_lengths']} distinct lengths; speed-ups over {r['baseline']}",
+             "reference   " + ", ".join(f"{cfg} {r['reference'][cfg]['speedup']:.4f}x"
+                                       for cfg in others), "",
+             f"{'k':>3}" + "".join(f"{cfg + ' projected':>22}{'error':>10}" for cfg in others)]
+    for k, row in r["ks"].items():
+        lines.append(f"{k:>3}" + "".join(
+            f"{row['configs'][cfg]['projected_speedup']:>21.4f}x"
+            f"{row['configs'][cfg]['error']:>+10.3%}" for cfg in others))
     return "\n".join(lines)

@@ -13,9 +13,8 @@ class Regress:
     """Random GEMMs with every epilogue, free-running and stalled, checked bit for bit."""
 
     name = "regress"
-    help = ("random GEMMs with every epilogue, free-running "
-                                                  "and stalled, on the RTL, checked bit for bit; "
-                                                  "as Ray tasks")
+    help = ("random GEMMs with every epilogue, free-running and stalled, on the RTL, checked bit "
+            "for bit; as Ray tasks")
 
     def add_arguments(self, parser):
         parser.add_argument("--configs", default="2x2,4x8,8x8", metavar="LIST",

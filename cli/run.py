@@ -33,8 +33,7 @@ class Run:
     """Embed ``--text`` and ``--text-file`` texts and compare with FP32 PyTorch."""
 
     name = "run"
-    help = ("embed text with a BERT model on the accelerator and "
-                                          "compare with FP32 PyTorch")
+    help = "embed text with a BERT model on the accelerator and compare with FP32 PyTorch"
 
     def add_arguments(self, parser):
         parser.add_argument("--model", default="minilm",

@@ -59,10 +59,8 @@ class Sweep:
     """Cycles, latency and utilization (and with ``--synth`` resources and Fmax) over a grid."""
 
     name = "sweep"
-    help = ("design-space sweep on Ray: cycles, latency and "
-                                              "utilization of BERT over a grid of configs (with "
-                                              "--synth also resources and Fmax); JSON, CSV and "
-                                              "a Pareto plot")
+    help = ("design-space sweep on Ray: cycles, latency and utilization of BERT over a grid of "
+            "configs (with --synth also resources and Fmax); JSON, CSV and a Pareto plot")
 
     def add_arguments(self, parser):
         parser.add_argument("--configs", metavar="LIST",

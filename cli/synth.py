@@ -86,9 +86,8 @@ class Synth:
     """Synthesise, place and route a design of a config; report resources and Fmax."""
 
     name = "synth"
-    help = ("synthesise, place and route the core for an FPGA "
-                                              "(yosys + nextpnr from PyPI); report resources "
-                                              "and Fmax")
+    help = ("synthesise, place and route the core for an FPGA (yosys + nextpnr from PyPI); report "
+            "resources and Fmax")
 
     def add_arguments(self, parser):
         parser.add_argument("--config", default="8x8", help="a preset or a .json (8x8)")

@@ -10,10 +10,8 @@ class Verilog:
     """Write the IP package of each ``--config``: Verilog, FuseSoC core, register maps."""
 
     name = "verilog"
-    help = ("write the IP package of a config: the core's "
-                                                  "and the AXI4 shell's Verilog, the config "
-                                                  "JSON, a FuseSoC core, the register map as C "
-                                                  "and Python, the shell's ports")
+    help = ("write the IP package of a config: the core's and the AXI4 shell's Verilog, the "
+            "config JSON, a FuseSoC core, the register map as C and Python, the shell's ports")
 
     def add_arguments(self, parser):
         parser.add_argument("--config", action="append", required=True,

@@ -19,7 +19,7 @@ from bertaccel.sw.bert import BertError, run_bert
 from bertaccel.sw import SoftwareDevice
 from bertaccel.analysis.perf import (CLASSES, STALL_CLASSES, BertShape, bench_bert, compile_shape,
                                model_macs, retarget)
-from bertaccel.analysis.seqpoint import choose_points, seqpoint
+from bertaccel.analysis.seqpoint import choose_points, compare, seqpoint
 
 TINY = BertShape(layers=2, hidden=64, heads=2, intermediate=128)
 
@@ -130,6 +130,32 @@ def test_seqpoint(tiny):
         seqpoint(tiny, [])
 
 
+def test_seqpoint_compare(tiny):
+    """The speed-up of 8x8 over 4x4, projected from the k points and against every input."""
+    wide = compile_shape(TINY, PRESETS["8x8"], calibration_seq=32, calibration_batch=2)
+    lengths = [3, 3, 3, 5, 9, 9, 17, 30, 30, 30, 30]
+    report = compare([tiny, wide], lengths, ks=[1, 2, 5])
+    assert (report["baseline"], report["configs"]) == ("4x4", ["4x4", "8x8"])
+    each = [sum(bench_bert(bert, seq=n, every_layer=False)["cycles"] for n in lengths)
+            for bert in (tiny, wide)]
+    reference = report["reference"]
+    assert [reference[cfg]["cycles"] for cfg in ("4x4", "8x8")] == each
+    assert reference["8x8"]["speedup"] == each[0] / each[1] and reference["4x4"]["speedup"] == 1
+    row = report["ks"][5]["configs"]["8x8"]            # every length its own point: exact
+    assert row["projected_speedup"] == pytest.approx(reference["8x8"]["speedup"], rel=1e-12)
+    assert row["error"] == pytest.approx(0, abs=1e-12)
+    one = seqpoint(tiny, lengths, ks=[1])["ks"][1]["cycles"] / seqpoint(
+        wide, lengths, ks=[1])["ks"][1]["cycles"]
+    assert report["ks"][1]["configs"]["8x8"]["projected_speedup"] == one
+
+
+def test_cli_seqpoint_compare_bad_input(capsys):
+    assert cli.main(["seqpoint", "--compare", "8x8"]) == 2
+    assert "--compare needs at least two configs, not '8x8'" in capsys.readouterr().err
+    assert cli.main(["seqpoint", "--compare", "8x8,3x3"]) == 2
+    assert "3x3" in capsys.readouterr().err
+
+
 # -- the command line -----------------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -154,7 +180,7 @@ def test_cli_seqpoint_and_profile_bad_input(tmp_path, capsys):
     assert cli.main(["seqpoint", "--k", "0"]) == 2
     assert "--k must be at least 1" in capsys.readouterr().err
     assert cli.main(["seqpoint", "--texts", str(tmp_path / "none.txt")]) == 2
-    assert "--texts must be stdlib, sentences or a text file" in capsys.readouterr().err
+    assert "--texts must be stdlib, sentences, stsb or a text file" in capsys.readouterr().err
     assert cli.main(["profile", "--config", "3x3"]) == 2
     assert "3x3" in capsys.readouterr().err
 
