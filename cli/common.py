@@ -7,7 +7,7 @@ import sys
 
 from ..sw.paths import check_folder
 
-__all__ = ["Parser", "UsageError", "add_cluster_options", "build_root", "check_memory",
+__all__ = ["Parser", "UsageError", "add_cache_options", "add_cluster_options", "build_root", "check_memory",
            "cluster_options", "config", "dimension", "log", "max_memory", "output_dir",
            "probability", "quiet_transformers", "stderr_log"]
 
@@ -95,6 +95,14 @@ def quiet_transformers():
 def stderr_log(args):
     """:func:`log`, or None with ``--json``."""
     return None if args.json else (lambda text: print(f"bertaccel: {text}", file=sys.stderr))
+
+
+def add_cache_options(parser):
+    """``--no-cache`` and ``--cache-dir``, for the commands that compile a model."""
+    parser.add_argument("--no-cache", action="store_true",
+                        help="compile the model afresh and keep nothing on disk")
+    parser.add_argument("--cache-dir", metavar="D",
+                        help="compile cache folder ($BERTACCEL_CACHE or ~/.cache/bertaccel)")
 
 
 def add_cluster_options(parser):

@@ -50,10 +50,7 @@ class Eval:
         sts.add_argument("--split", default="dev,test", metavar="LIST",
                          help="dev, test or both, comma-separated (dev,test)")
         sts.add_argument("--batch-size", type=int, default=32, help="texts a batch (32)")
-        sts.add_argument("--no-cache", action="store_true",
-                         help="compile the model afresh and keep nothing on disk")
-        sts.add_argument("--cache-dir", metavar="D",
-                         help="compile cache folder ($BERTACCEL_CACHE or ~/.cache/bertaccel)")
+        common.add_cache_options(sts)
         sts.add_argument("--json", action="store_true", help="print one JSON object")
 
     def run(self, args):

@@ -57,10 +57,7 @@ class Run:
         parser.add_argument("--no-fp32", action="store_true",
                             help="do not compare with the FP32 model (it costs about as much "
                                  "again)")
-        parser.add_argument("--no-cache", action="store_true",
-                            help="compile the model afresh and keep nothing on disk")
-        parser.add_argument("--cache-dir", metavar="D",
-                            help="compile cache folder ($BERTACCEL_CACHE or ~/.cache/bertaccel)")
+        common.add_cache_options(parser)
         parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
         parser.add_argument("--max-memory", metavar="SIZE",
                             help="refuse a run whose largest batch is estimated to need more "

@@ -42,10 +42,7 @@ class Seqpoint:
                                  "(stdlib)")
         parser.add_argument("--k", type=int, default=10, help="try k = 1 .. K points (10)")
         parser.add_argument("--seed", type=int, default=0, help="seeds random weights (0)")
-        parser.add_argument("--no-cache", action="store_true",
-                            help="compile the model afresh and keep nothing on disk")
-        parser.add_argument("--cache-dir", metavar="D",
-                            help="compile cache folder ($BERTACCEL_CACHE or ~/.cache/bertaccel)")
+        common.add_cache_options(parser)
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def run(self, args):
