@@ -271,8 +271,9 @@ def format_report(report):
 
 def compare(berts, lengths, *, ks=range(1, 11), log=None):
     """SeqPoint's second result: the speed-up of each config over the first, projected from
-    the ``k`` representative lengths (chosen from ``lengths`` alone, so the same on every
-    config) and against timing every input on each config.
+    ``k`` representative lengths and against timing every input on each config. The bins are
+    :func:`choose_points`'s; each bin's representative is chosen on the first config: the length
+    whose cycles there are nearest the bin's mean.
 
     Parameters
     ----------
@@ -291,22 +292,40 @@ def compare(berts, lengths, *, ks=range(1, 11), log=None):
     reports = [seqpoint(bert, lengths, ks=ks, log=log) for bert in berts]
     base = reports[0]
     labels = [report["config"] for report in reports]
+    cycles = {report["config"]: report["cycles_by_length"] for report in reports}
     reference = {report["config"]: {"cycles": report["reference"]["cycles"],
                                     "speedup": base["reference"]["cycles"]
                                     / report["reference"]["cycles"]}
                  for report in reports}
+    counts = dict(zip(*np.unique(np.asarray(lengths), return_counts=True)))
     out = {}
     for k in base["ks"]:
-        row = {"points": base["ks"][k]["points"], "configs": {}}
-        for report in reports[1:]:
-            projected = base["ks"][k]["cycles"] / report["ks"][k]["cycles"]
-            actual = reference[report["config"]]["speedup"]
-            row["configs"][report["config"]] = {"projected_speedup": projected,
-                                                "error": projected / actual - 1}
+        points = _on_baseline(base["ks"][k]["points"], cycles[labels[0]], counts)
+        projected = {label: sum(p["weight"] * cycles[label][p["length"]] for p in points)
+                     for label in labels}
+        row = {"points": points, "configs": {}}
+        for label in labels[1:]:
+            speedup = projected[labels[0]] / projected[label]
+            row["configs"][label] = {"projected_speedup": speedup,
+                                     "error": speedup / reference[label]["speedup"] - 1}
         out[k] = row
     return {"schema": "bertaccel-seqpoint-compare/1", "model": base["model"],
             "baseline": labels[0], "configs": labels, "inputs": base["inputs"],
-            "distinct_lengths": base["distinct_lengths"], "reference": reference, "ks": out}
+            "distinct_lengths": base["distinct_lengths"], "reference": reference, "ks": out,
+            "cycles_by_length": cycles}
+
+
+def _on_baseline(points, cycles, counts):
+    """SeqPoint's bins of length, each represented by the length in it whose baseline cycles
+    are nearest the bin's mean baseline cycles (weighted by its inputs): the representatives
+    chosen on the first config."""
+    out = []
+    for point in points:
+        inside = [n for n in cycles if point["low"] <= n <= point["high"]]
+        mean = sum(counts[n] * cycles[n] for n in inside) / point["weight"]
+        rep = min(inside, key=lambda n: (abs(cycles[n] - mean), n))
+        out.append({**point, "length": rep})
+    return out
 
 
 def compare_text_set(model, cfgs, texts="stdlib", *, ks=range(1, 11), seed=0, cache=None,

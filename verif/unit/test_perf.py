@@ -144,9 +144,16 @@ def test_seqpoint_compare(tiny):
     row = report["ks"][5]["configs"]["8x8"]            # every length its own point: exact
     assert row["projected_speedup"] == pytest.approx(reference["8x8"]["speedup"], rel=1e-12)
     assert row["error"] == pytest.approx(0, abs=1e-12)
-    one = seqpoint(tiny, lengths, ks=[1])["ks"][1]["cycles"] / seqpoint(
-        wide, lengths, ks=[1])["ks"][1]["cycles"]
-    assert report["ks"][1]["configs"]["8x8"]["projected_speedup"] == one
+    cycles = report["cycles_by_length"]
+    for row in report["ks"].values():              # representatives chosen on the baseline
+        points = row["points"]
+        assert all(p["low"] <= p["length"] <= p["high"] for p in points)
+        projected = [sum(p["weight"] * cycles[cfg][p["length"]] for p in points)
+                     for cfg in ("4x4", "8x8")]
+        assert row["configs"]["8x8"]["projected_speedup"] == projected[0] / projected[1]
+    mean = sum(cycles["4x4"][n] for n in lengths) / len(lengths)
+    nearest = min(set(lengths), key=lambda n: (abs(cycles["4x4"][n] - mean), n))
+    assert [p["length"] for p in report["ks"][1]["points"]] == [nearest]
 
 
 def test_cli_seqpoint_compare_bad_input(capsys):
