@@ -370,13 +370,9 @@ def _environment(threads):
     import torch
     import transformers
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f
-                       if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    from ..golden.kernels import cpu_model
+
+    cpu = cpu_model()
     return {
         "torch": torch.__version__, "transformers": transformers.__version__,
         "python": platform.python_version(), "cpu": cpu, "cores": os.cpu_count(),

@@ -2,8 +2,8 @@
 
 import argparse
 
+from ..sw.checked_gemm import print_report, run_gemm
 from . import common
-from ..sw.checked_gemm import format_report, run_gemm
 
 __all__ = ["Demo"]
 
@@ -35,6 +35,6 @@ class Demo:
                      else ""))
             report = run_gemm(cfg, 256, 256, 256, device=device, seed=args.seed,
                               build_root=args.build_root, log=common.log)
-            format_report(report)
+            print_report(report)
             ok &= report["bit_exact"]
         return 0 if ok else 1

@@ -3,9 +3,9 @@
 import argparse
 import json
 
+from ..sw.checked_gemm import print_report, run_gemm
 from . import common
 from .common import UsageError
-from ..sw.checked_gemm import format_report, run_gemm
 
 __all__ = ["Gemm"]
 
@@ -95,5 +95,5 @@ class Gemm:
         if args.json:
             print(json.dumps(report, indent=2))
         else:
-            format_report(report)
+            print_report(report)
         return 0 if report["bit_exact"] else 1

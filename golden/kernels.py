@@ -27,7 +27,7 @@ import time
 import torch
 
 __all__ = ["ENV", "F32_ROWS", "F64_ROWS", "KERNELS", "KernelError", "describe", "int8_matmul",
-           "kernel", "probe", "requested", "select"]
+           "cpu_model", "kernel", "probe", "requested", "select"]
 
 #: The environment variable that names the kernel (``int_mm``, ``float32``, ``float64``);
 #: unset, empty or ``auto``, the fastest one is measured.
@@ -140,7 +140,8 @@ def int8_matmul(a, b):
     return KERNELS[kernel()](a, b)
 
 
-def _cpu_model():
+def cpu_model():
+    """This CPU's model name (``/proc/cpuinfo``), or what :mod:`platform` says of it."""
     try:
         with open("/proc/cpuinfo") as f:
             return next(line.split(":", 1)[1].strip() for line in f
@@ -153,6 +154,6 @@ def describe():
     """The CPU and the kernel chosen on it, for a report: ``cpu`` (the model name),
     ``isa`` (torch's CPU capability: ``AVX2``, ``AVX512``, ...), ``cores``, ``threads``
     (torch's) and ``gemm_kernel``."""
-    return {"cpu": _cpu_model(), "isa": torch.backends.cpu.get_cpu_capability(),
+    return {"cpu": cpu_model(), "isa": torch.backends.cpu.get_cpu_capability(),
             "cores": os.cpu_count(), "threads": torch.get_num_threads(),
             "gemm_kernel": kernel()}

@@ -9,7 +9,7 @@ import math
 import sys
 import time
 
-__all__ = ["LARGE", "format_report", "run_gemm"]
+__all__ = ["LARGE", "print_report", "run_gemm"]
 
 
 def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0,
@@ -178,7 +178,7 @@ def _gemm_report(cfg, m, k, n, program, plain, fused, inputs, result, expected, 
     return report
 
 
-def format_report(report, file=sys.stdout):
+def print_report(report, file=sys.stdout):
     """Print a :func:`run_gemm` report to ``file`` as lines of text."""
 
     def line(key, value):
