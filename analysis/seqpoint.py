@@ -226,6 +226,17 @@ def seqpoint_text_set(model, cfg, texts="stdlib", *, ks=range(1, 11), seed=0, ca
     the model and ``cfg`` take. The lengths are always timed afresh: their wall time is what the
     report measures. Returns ``(report, lengths)``, ``report["texts"]`` naming the set.
     """
+    name, (bert,), lengths = _compiled_set(model, [cfg], texts, seed=seed, cache=cache, log=log)
+    report = seqpoint(bert, lengths, ks=ks, log=log)
+    report["texts"] = name
+    return report, lengths
+
+
+def _compiled_set(model, cfgs, texts, *, seed, cache, log):
+    """``(name, berts, lengths)``: the text set's name, ``model`` compiled for each config
+    (``"minilm"`` from ``cache``, else a shape with random weights from ``seed``), and the
+    texts' token lengths (all-MiniLM-L6-v2's tokenizer), truncated at what every config
+    takes."""
     from ..golden import bert_ref
     from ..sw.bert import MINILM
     from ..sw.bert.encoder import load_compiled
@@ -233,17 +244,14 @@ def seqpoint_text_set(model, cfg, texts="stdlib", *, ks=range(1, 11), seed=0, ca
 
     name = texts if isinstance(texts, str) else "given"
     texts = text_set(texts) if isinstance(texts, str) else list(texts)
-    if log:
-        log(f"{len(texts)} texts; compiling {model} for {cfg.name}")
-    if model == "minilm":
-        bert = load_compiled(MINILM, cfg, cache=cache)[0]
-    else:
-        bert = compile_shape(model, cfg, seed=seed)
-    lengths = token_lengths(texts, bert_ref.load_tokenizer(MINILM),
-                            max_length=min(bert.spec.max_positions, bert.max_seq))
-    report = seqpoint(bert, lengths, ks=ks, log=log)
-    report["texts"] = name
-    return report, lengths
+    berts = []
+    for cfg in cfgs:
+        if log:
+            log(f"{len(texts)} texts; compiling {model} for {cfg.name}")
+        berts.append(load_compiled(MINILM, cfg, cache=cache)[0] if model == "minilm"
+                     else compile_shape(model, cfg, seed=seed))
+    top = min(min(bert.spec.max_positions, bert.max_seq) for bert in berts)
+    return name, berts, token_lengths(texts, bert_ref.load_tokenizer(MINILM), max_length=top)
 
 
 def format_report(report):
@@ -289,7 +297,7 @@ def compare(berts, lengths, *, ks=range(1, 11), log=None):
         input and ``speedup`` over the baseline) and ``ks``: per ``k``, ``points`` and per
         config ``projected_speedup`` and ``error`` (relative, signed) against the reference.
     """
-    reports = [seqpoint(bert, lengths, ks=ks, log=log) for bert in berts]
+    reports = [seqpoint(bert, lengths, ks=(), log=log) for bert in berts]   # the timings alone
     base = reports[0]
     labels = [report["config"] for report in reports]
     cycles = {report["config"]: report["cycles_by_length"] for report in reports}
@@ -299,8 +307,8 @@ def compare(berts, lengths, *, ks=range(1, 11), log=None):
                  for report in reports}
     counts = dict(zip(*np.unique(np.asarray(lengths), return_counts=True)))
     out = {}
-    for k in base["ks"]:
-        points = _on_baseline(base["ks"][k]["points"], cycles[labels[0]], counts)
+    for k in [int(k) for k in ks]:
+        points = _on_baseline(choose_points(lengths, k), cycles[labels[0]], counts)
         projected = {label: sum(p["weight"] * cycles[label][p["length"]] for p in points)
                      for label in labels}
         row = {"points": points, "configs": {}}
@@ -332,21 +340,7 @@ def compare_text_set(model, cfgs, texts="stdlib", *, ks=range(1, 11), seed=0, ca
                      log=None):
     """:func:`compare` on a named text set, ``model`` compiled for every config of ``cfgs``
     (the first the baseline), the lengths truncated at what every config takes."""
-    from ..golden import bert_ref
-    from ..sw.bert import MINILM
-    from ..sw.bert.encoder import load_compiled
-    from .perf import compile_shape
-
-    name = texts if isinstance(texts, str) else "given"
-    texts = text_set(texts) if isinstance(texts, str) else list(texts)
-    berts = []
-    for cfg in cfgs:
-        if log:
-            log(f"{len(texts)} texts; compiling {model} for {cfg.name}")
-        berts.append(load_compiled(MINILM, cfg, cache=cache)[0] if model == "minilm"
-                     else compile_shape(model, cfg, seed=seed))
-    top = min(min(bert.spec.max_positions, bert.max_seq) for bert in berts)
-    lengths = token_lengths(texts, bert_ref.load_tokenizer(MINILM), max_length=top)
+    name, berts, lengths = _compiled_set(model, cfgs, texts, seed=seed, cache=cache, log=log)
     report = compare(berts, lengths, ks=ks, log=log)
     report["texts"] = name
     return report
