@@ -50,10 +50,10 @@ def _pair_cosines(emb, pairs, index):
     return torch.nn.functional.cosine_similarity(first, second, dim=1).numpy()
 
 
-def _split(split, configs, fp32_model, tokenizer, *, batch_size, cache, cache_dir, log):
+def _split(split, pairs, configs, fp32_model, tokenizer, *, batch_size, cache, cache_dir,
+           log):
     from ..sw.bert.encoder import Encoder
 
-    pairs = stsb.load(split)
     sentences = list(dict.fromkeys(s for p in pairs for s in (p.first, p.second)))
     index = {s: i for i, s in enumerate(sentences)}
     gold = [p.score for p in pairs]
@@ -98,12 +98,11 @@ def evaluate(configs, splits=stsb.SPLITS, *, batch_size=32, cache=True, cache_di
     StsbError
         If the data is not installed.
     """
-    for split in splits:
-        stsb.load(split)                    # the data is there, before any model loads
+    pairs = {split: stsb.load(split) for split in splits}   # before any model loads
     tokenizer, model = bert_ref.load()
     report = {"model": "all-MiniLM-L6-v2", "machine": kernels.describe(), "splits": {}}
     for split in splits:
-        report["splits"][split] = _split(split, configs, model, tokenizer,
+        report["splits"][split] = _split(split, pairs[split], configs, model, tokenizer,
                                          batch_size=batch_size, cache=cache,
                                          cache_dir=cache_dir, log=log)
     return report
