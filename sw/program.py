@@ -136,6 +136,50 @@ def _past(number, instr, field, end, limit, memory):
                        f"{memory} ({limit} rows)")
 
 
+def _check_fields(number, instr):
+    """The type of ``instr``, an ISA instruction whose integer fields are all in range."""
+    kind = type(instr)
+    fields = _FIELDS.get(kind)
+    if fields is None:
+        raise ProgramError(f"instruction {number} is not an ISA instruction "
+                           f"(isa.Load, isa.Matmul, isa.Store or isa.Set): {instr!r}")
+    field_max = isa.FIELD_MAX
+    for name in fields:
+        value = getattr(instr, name)
+        if type(value) is not int or not 0 <= value <= field_max:
+            if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                    or not 0 <= value <= field_max):
+                raise ProgramError(f"instruction {number} ({kind.opcode.name}): {name} "
+                                   f"must be an int from 0 to {field_max}, not {value!r}")
+    return kind
+
+
+def _take_tokens(number, instr, channels, tokens):
+    """Pop, then push, the token channels ``instr``'s dependency flags name: ``tokens`` holds
+    each channel's count, in program order, and ``channels`` maps a flag to its channel."""
+    token_max = isa.TOKEN_MAX
+    name = type(instr).opcode.name
+    pops = [flag for flag in ("pop_prev", "pop_next") if getattr(instr, flag)]
+    pushes = [flag for flag in ("push_prev", "push_next") if getattr(instr, flag)]
+    for flag in pops + pushes:
+        if channels[flag] is None:
+            raise ProgramError(f"instruction {number} ({name}): {flag} is "
+                               f"set, but the {isa.unit_of(instr)} unit has no "
+                               f"{flag.split('_')[1]} unit")
+    for flag in pops:
+        channel = channels[flag]
+        if tokens[channel] == 0:
+            raise ProgramError(f"instruction {number} ({name}): {flag} "
+                               f"pops channel {channel}, which is empty at this point")
+        tokens[channel] -= 1
+    for flag in pushes:
+        channel = channels[flag]
+        if tokens[channel] == token_max:
+            raise ProgramError(f"instruction {number} ({name}): {flag} "
+                               f"pushes channel {channel} past {token_max} tokens")
+        tokens[channel] += 1
+
+
 class Program:
     """A compiled program for one :class:`~bertaccel.hw.config.AccelConfig`.
 
@@ -288,53 +332,16 @@ class Program:
             not write every output element exactly once.
         """
         cfg = self.cfg
-        spad, accd, rows = cfg.spad_depth, cfg.acc_depth, cfg.rows
-        field_max, token_max = isa.FIELD_MAX, isa.TOKEN_MAX
         tokens = {"l2e": 0, "e2l": 0, "e2s": 0, "s2e": 0}
         params = dict.fromkeys(isa.Param, 0)  # the store unit's registers, in program order
-        per_row = cfg.pmem_beats_per_row
         n_data = n_out = 0
         for number, instr in enumerate(self.instrs):
-            kind = type(instr)
-            fields = _FIELDS.get(kind)
-            if fields is None:
-                raise ProgramError(f"instruction {number} is not an ISA instruction "
-                                   f"(isa.Load, isa.Matmul, isa.Store or isa.Set): {instr!r}")
-            for name in fields:
-                value = getattr(instr, name)
-                if type(value) is not int or not 0 <= value <= field_max:
-                    if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
-                            or not 0 <= value <= field_max):
-                        raise ProgramError(f"instruction {number} ({kind.opcode.name}): {name} "
-                                           f"must be an int from 0 to {field_max}, "
-                                           f"not {value!r}")
+            kind = _check_fields(number, instr)
             if kind is isa.Matmul:
-                if instr.b_addr + rows > spad:
-                    _past(number, instr, "b_addr + rows", instr.b_addr + rows, spad,
-                          "scratchpad B")
-                if instr.a_addr + instr.m_len > spad:
-                    _past(number, instr, "a_addr + m_len", instr.a_addr + instr.m_len, spad,
-                          "scratchpad A")
-                if instr.acc_addr + instr.m_len > accd:
-                    _past(number, instr, "acc_addr + m_len", instr.acc_addr + instr.m_len, accd,
-                          "the accumulator")
+                self._check_matmul(number, instr)
                 channels = _CHANNELS["MATMUL"]
             elif kind is isa.Load:
-                if not isinstance(instr.target, isa.Target):
-                    raise ProgramError(f"instruction {number} (LOAD): target must be an "
-                                       f"isa.Target, not {instr.target!r}")
-                if instr.target == isa.Target.PMEM:
-                    if instr.count % per_row:
-                        raise ProgramError(f"instruction {number} (LOAD): a LOAD into PMEM must "
-                                           f"move whole rows of {per_row} beats, but count = "
-                                           f"{instr.count} is not a multiple of {per_row}")
-                    end = instr.addr + instr.count // per_row
-                    if end > cfg.pmem_depth:
-                        _past(number, instr, "addr + count / beats_per_row", end,
-                              cfg.pmem_depth, "the parameter memory (PMEM)")
-                elif instr.addr + instr.count > spad:
-                    _past(number, instr, "addr + count", instr.addr + instr.count, spad,
-                          f"scratchpad {'A' if instr.target == isa.Target.SPAD_A else 'B'}")
+                self._check_load(number, instr)
                 n_data += instr.count
                 channels = _CHANNELS["LOAD"]
             elif kind is isa.Set:
@@ -342,34 +349,10 @@ class Program:
                 params[instr.index] = instr.value
                 channels = _CHANNELS["STORE"]
             else:
-                if instr.count:
-                    last = instr.acc_addr + (instr.strips - 1) * instr.stride + instr.rows
-                    if last > accd:
-                        _past(number, instr, "acc_addr + (strips-1)*stride + rows", last, accd,
-                              "the accumulator")
-                self._check_epilogue(number, instr, params)
+                self._check_store(number, instr, params)
                 n_out += instr.count
                 channels = _CHANNELS["STORE"]
-
-            pops = [flag for flag in ("pop_prev", "pop_next") if getattr(instr, flag)]
-            pushes = [flag for flag in ("push_prev", "push_next") if getattr(instr, flag)]
-            for flag in pops + pushes:
-                if channels[flag] is None:
-                    raise ProgramError(f"instruction {number} ({kind.opcode.name}): {flag} is "
-                                       f"set, but the {isa.unit_of(instr)} unit has no "
-                                       f"{flag.split('_')[1]} unit")
-            for flag in pops:
-                channel = channels[flag]
-                if tokens[channel] == 0:
-                    raise ProgramError(f"instruction {number} ({kind.opcode.name}): {flag} "
-                                       f"pops channel {channel}, which is empty at this point")
-                tokens[channel] -= 1
-            for flag in pushes:
-                channel = channels[flag]
-                if tokens[channel] == token_max:
-                    raise ProgramError(f"instruction {number} ({kind.opcode.name}): {flag} "
-                                       f"pushes channel {channel} past {token_max} tokens")
-                tokens[channel] += 1
+            _take_tokens(number, instr, channels, tokens)
         left = {channel: count for channel, count in tokens.items() if count}
         if left:
             raise ProgramError(f"token channel(s) do not end at 0: "
@@ -379,6 +362,52 @@ class Program:
                           "the sum of the LOAD counts", self.n_pack_elements)
         self._check_index("unpack index", self.unpack_index, (n_out, cfg.cols),
                           "the sum of the STORE counts", self.n_output_elements)
+        self._check_written_once()
+
+    def _check_matmul(self, number, instr):
+        """The address ranges of MATMUL ``instr``."""
+        spad, accd, rows = self.cfg.spad_depth, self.cfg.acc_depth, self.cfg.rows
+        if instr.b_addr + rows > spad:
+            _past(number, instr, "b_addr + rows", instr.b_addr + rows, spad, "scratchpad B")
+        if instr.a_addr + instr.m_len > spad:
+            _past(number, instr, "a_addr + m_len", instr.a_addr + instr.m_len, spad,
+                  "scratchpad A")
+        if instr.acc_addr + instr.m_len > accd:
+            _past(number, instr, "acc_addr + m_len", instr.acc_addr + instr.m_len, accd,
+                  "the accumulator")
+
+    def _check_load(self, number, instr):
+        """The target and address range of LOAD ``instr``."""
+        cfg = self.cfg
+        spad, per_row = cfg.spad_depth, cfg.pmem_beats_per_row
+        if not isinstance(instr.target, isa.Target):
+            raise ProgramError(f"instruction {number} (LOAD): target must be an "
+                               f"isa.Target, not {instr.target!r}")
+        if instr.target == isa.Target.PMEM:
+            if instr.count % per_row:
+                raise ProgramError(f"instruction {number} (LOAD): a LOAD into PMEM must "
+                                   f"move whole rows of {per_row} beats, but count = "
+                                   f"{instr.count} is not a multiple of {per_row}")
+            end = instr.addr + instr.count // per_row
+            if end > cfg.pmem_depth:
+                _past(number, instr, "addr + count / beats_per_row", end,
+                      cfg.pmem_depth, "the parameter memory (PMEM)")
+        elif instr.addr + instr.count > spad:
+            _past(number, instr, "addr + count", instr.addr + instr.count, spad,
+                  f"scratchpad {'A' if instr.target == isa.Target.SPAD_A else 'B'}")
+
+    def _check_store(self, number, instr, params):
+        """The accumulator range and the epilogue of STORE ``instr``."""
+        accd = self.cfg.acc_depth
+        if instr.count:
+            last = instr.acc_addr + (instr.strips - 1) * instr.stride + instr.rows
+            if last > accd:
+                _past(number, instr, "acc_addr + (strips-1)*stride + rows", last, accd,
+                      "the accumulator")
+        self._check_epilogue(number, instr, params)
+
+    def _check_written_once(self):
+        """The unpack index writes every output element exactly once."""
         n_elems = self.n_output_elements
         # numpy, not torch: torch's reductions are slow on small machines.
         hits = np.bincount(self.unpack_index.numpy().reshape(-1), minlength=n_elems + 1)
