@@ -52,6 +52,9 @@ class TokenChannel(wiring.Component):
     producer: In(TokenProducer())
     consumer: In(TokenConsumer())
 
+    #: A push in cycle t is counted (``avail``, a register) from cycle t + DELAY.
+    DELAY = 1
+
     def elaborate(self, platform):
         m = Module()
         # Timing: push and pop come late in the cycle (each from its unit's accept logic). The

@@ -46,6 +46,10 @@ class SimHarness(wiring.Component):
     Parameters
     ----------
     cfg : AccelConfig
+    source, sink : callable
+        Make the streams' file ends from ``width`` and ``path`` (keywords):
+        :class:`~bertaccel.hw.filestream.FileSource` and ``FileSink`` by default; an Amaranth
+        simulation passes stand-ins with their ports (``verif/tb/harness.py``).
 
     Members
     -------
@@ -67,8 +71,16 @@ class SimHarness(wiring.Component):
         A stream file could not be opened, or a source read past its file's end.
     """
 
-    def __init__(self, cfg):
+    #: The cycle in which instruction word 0 is first on offer: each source reads its file in
+    #: cycle 0, a clocked read.
+    FIRST_WORD = 1
+    #: ``done`` rises the cycle after the core's last busy cycle, and ``cycles`` counts that
+    #: edge too: a run takes its last busy cycle + DONE_CYCLES.
+    DONE_CYCLES = 2
+
+    def __init__(self, cfg, *, source=FileSource, sink=FileSink):
         self.cfg = cfg
+        self._source, self._sink = source, sink
         self.data_width = cfg.lanes * cfg.in_width
         self.out_width = cfg.cols * cfg.acc_width
         super().__init__({
@@ -89,12 +101,12 @@ class SimHarness(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.core = core = BertAccelCore(self.cfg)
-        m.submodules.instr_file = instr_file = FileSource(width=INSTR_WIDTH,
-                                                          path=STREAM_FILES["instr"])
-        m.submodules.data_file = data_file = FileSource(width=self.data_width,
-                                                        path=STREAM_FILES["data"])
-        m.submodules.out_file = out_file = FileSink(width=self.out_width,
-                                                    path=STREAM_FILES["out"])
+        m.submodules.instr_file = instr_file = self._source(width=INSTR_WIDTH,
+                                                            path=STREAM_FILES["instr"])
+        m.submodules.data_file = data_file = self._source(width=self.data_width,
+                                                          path=STREAM_FILES["data"])
+        m.submodules.out_file = out_file = self._sink(width=self.out_width,
+                                                      path=STREAM_FILES["out"])
 
         # -- run control ---------------------------------------------------------------------
         running = Signal()

@@ -22,7 +22,7 @@ The memories are written at the write pointer whenever the queue has room, wheth
 so the write enables are registers and the writer's decision reaches only the pointers and
 flags (a timing choice).
 
-The timing that stays the same (``sw/cycles.py`` reads it): an entry written in cycle W is at
+The timing that stays the same (``sw/cycles`` reads it): an entry written in cycle W is at
 the output in cycle W + 2 when the head is free, the next entry is there the cycle after a pop,
 and a write is taken while fewer than ``depth - 1`` entries wait behind the head.
 """
@@ -72,6 +72,10 @@ class Queue(wiring.Component):
     r_rdy_far : Out(1)
         With ``far_valid`` only: ``r_rdy``, another register.
     """
+
+    #: An entry written in cycle W is at the output (``r_rdy``) in cycle W + LATENCY when the
+    #: head is free: the memory's write, then the fill of a slot.
+    LATENCY = 2
 
     def __init__(self, *, width, depth, fast=slice(0, 0), far_valid=False):
         if depth < 2:

@@ -11,6 +11,7 @@ from .dsp import KEEP
 from .epilogue import Epilogue, beat_layout
 from .epilogue.arith import at_least
 from .epilogue.intake import Intake
+from .queue import Queue
 from .isa import FIELD_WIDTH, EpOp, Instr, Opcode, Param, ParamsLayout, PmemWord, StoreHead
 
 __all__ = ["StoreUnit"]
@@ -56,6 +57,11 @@ class StoreUnit(wiring.Component):
 
     #: Beats read and not yet taken by the epilogue, at most: its queue's depth.
     FIFO_DEPTH = Intake.QUEUE_DEPTH
+    #: Cycles from a beat's read issue to its write into the epilogue's queue: the memories'
+    #: read, their data register and its copy (:meth:`_assemble`).
+    READ_TO_QUEUE = 3
+    #: Cycles from a beat's read issue to the head of the epilogue's queue.
+    READ_TO_FIFO = READ_TO_QUEUE + Queue.LATENCY
 
     def __init__(self, cfg, *, epilogue=Epilogue):
         self._cfg = cfg

@@ -87,7 +87,7 @@ def _run_gemm(cfg, m, k, n, rtl, *, seed, epilogue, log):
                                       cols=cfg.ep_lanes)
     plain_result = None
     if rtl is None:
-        result = expected  # its cycles come from the cycle model (sw/cycles.py)
+        result = expected  # its cycles come from the cycle model (sw/cycles/)
         if plain is not None:
             stage("running the plain GEMM on the software device")
             with SoftwareDevice(cfg) as software_plain:

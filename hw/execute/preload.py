@@ -54,7 +54,16 @@ class PreloadStage(wiring.Component):
         The MATMUL may be handed over as far as its token pushes go.
     o_busy : Out(1)
         Holding a MATMUL.
+
+    Notes
+    -----
+    A MATMUL holds the stage ``cfg.rows + HANDOVER_DELAY`` cycles when its hand-over is not
+    held back: ``rows`` weight reads after the accept, the hand-over in the cycle of the last.
     """
+
+    #: Cycles from the last weight row's issue to the hand-over to the stream stage (it is in
+    #: the same cycle), and so from a hand-over to the next MATMUL's accept.
+    HANDOVER_DELAY = 0
 
     def __init__(self, cfg):
         self._cfg = cfg

@@ -70,6 +70,11 @@ class ExecuteUnit(wiring.Component):
     READ_AHEAD = AccumulatePath.READ_AHEAD
     #: Rows ahead whose writes are forwarded (:attr:`AccumulatePath.FORWARDED`).
     FORWARDED = AccumulatePath.FORWARDED
+    #: Cycles from the last operand row's issue to the unit's last busy cycle (the one that
+    #: pushes the execute->store token), beyond ``cfg.mesh_latency``: the row enters the mesh
+    #: OPERAND_DELAY cycles after its issue, and its sums are written WRITE_DELAY cycles after
+    #: they leave it; the unit is busy up to the cycle before the write.
+    DRAIN = OPERAND_DELAY + WRITE_DELAY - 1
 
     def __init__(self, cfg):
         self._cfg = cfg

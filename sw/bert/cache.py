@@ -29,8 +29,9 @@ __all__ = ["CompileCache", "default_root", "CacheError", "code_digest"]
 _COMPILER_SOURCES = ("sw/bert/compile.py", "sw/bert/quant.py", "sw/bert/load.py",
                      "sw/epilogue.py", "sw/tiler.py", "golden/intops.py", "golden/sentences.py")
 #: ... and a timing entry: the cycle model and its timer, the tiler, and the hardware it models.
-_TIMING_SOURCES = ("sw/cycles.py", "sw/tiler.py", "sw/sequence.py", "sw/timing.py",
-                   "sw/bert/run.py", "sw/bert/timing.py", "hw/epilogue/schedule.py")
+_TIMING_SOURCES = ("sw/cycles/", "hw/latencies.py", "sw/tiler.py", "sw/sequence.py",
+                   "sw/timing.py", "sw/bert/run.py", "sw/bert/timing.py",
+                   "hw/epilogue/schedule.py")
 
 
 class CacheError(OSError):
@@ -66,9 +67,13 @@ def checkpoint_digest(folder):
 
 
 def _sources_digest(names):
+    """sha256 of the named sources; a name ending in ``/`` is every Python file below it."""
     root = _source_root()
+    paths = []
+    for name in names:
+        paths += sorted((root / name).rglob("*.py")) if name.endswith("/") else [root / name]
     digest = hashlib.sha256()
-    _hash_files(digest, [root / name for name in names], root)
+    _hash_files(digest, paths, root)
     return digest.hexdigest()
 
 

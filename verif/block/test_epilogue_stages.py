@@ -50,6 +50,7 @@ from bertaccel.hw.epilogue.outlet import Outlet
 from bertaccel.hw.epilogue.stats import RowStats
 from bertaccel.hw.isa import EpOp
 from bertaccel.hw.memory import rom
+from bertaccel.hw.queue import Queue
 
 from verif.helpers import pass_order
 
@@ -941,7 +942,7 @@ def sub_beat(cfg, beat, j, slot):
 
 class IntakeModel:
     """What the intake must do. Its queue shows a beat written in cycle W at the head from
-    cycle W + 2, and the next one the cycle after a take at the earliest, and has room while
+    cycle W + ``Queue.LATENCY``, and the next one the cycle after a take at the earliest, and has room while
     fewer than ``QUEUE_DEPTH - 1`` beats wait behind the head. The head is taken while the
     input is open (``ratio`` cycles after the last take), a beat that will produce an output
     only on credit, and a second pass of a two-pass op no earlier than ``gap`` cycles after
@@ -958,7 +959,8 @@ class IntakeModel:
 
     def head(self, t):
         """The beat at the queue's head in cycle ``t``, or None."""
-        if self.queued and max(self.queued[0][1] + 2, self.last_take + 1) <= t:
+        visible = self.queued and self.queued[0][1] + Queue.LATENCY
+        if self.queued and max(visible, self.last_take + 1) <= t:
             return self.queued[0][0]
         return None
 

@@ -5,7 +5,7 @@ a reader whose ``r_en`` is random (also while the FIFO is empty), and runs where
 stalls long enough to fill it. Every cycle their ``w_rdy``, ``r_rdy``, ``level`` and, while the
 head is valid, ``r_data`` must be equal (and the fast bits must be what ``r_fast_next`` said
 they would be a cycle before, for the ``r_en`` given, whether the head is valid or not, and
-``r_rdy_far`` must be ``r_rdy``): the cycle model (``sw/cycles.py``) counts on
+``r_rdy_far`` must be ``r_rdy``): the cycle model (``sw/cycles/``) counts on
 ``SyncFIFOBuffered``'s timing for the instruction queues, the epilogue's beat queue and its
 output FIFO. Amaranth's simulator runs it; the random seed is logged (``BERTACCEL_SEED``
 replays another).

@@ -90,7 +90,7 @@ def _check(cfg, device, program, inputs):
         raise AssertionError(f"RTL != software device for {what}: {len(bad)} of {got.numel()} "
                              f"values differ, the first at {first}: RTL {int(got[first])}, "
                              f"software {int(ref.outputs['c'][first])}")
-    check_model_cycles(device, program, rtl, what=what)   # free-running runs only
+    check_model_cycles(device, program, rtl, what=what)
     return rtl
 
 

@@ -53,7 +53,7 @@ def _check(cfg, device, m, k, n, a, b):
     assert torch.equal(rtl.outputs["c"], ref.outputs["c"]), \
         f"RTL != software device for {m}x{k}x{n} on {cfg.name}"
     assert rtl.cycles >= m * k * n / cfg.macs_per_cycle
-    check_model_cycles(device, program, rtl, what=f"{m}x{k}x{n}")   # free-running runs only
+    check_model_cycles(device, program, rtl, what=f"{m}x{k}x{n}")
     return program, rtl
 
 

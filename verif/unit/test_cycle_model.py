@@ -1,4 +1,4 @@
-"""The cycle model (sw/cycles.py) in pure Python: closed forms and properties.
+"""The cycle model (sw/cycles/) in pure Python: closed forms and properties.
 
 The model is checked on programs whose timing can be worked out by hand from the gateware (one
 LOAD, one MATMUL, one STORE, back-to-back MATMULs, a SET behind a STORE, a one-row SOFTMAX that
@@ -8,6 +8,7 @@ class, and the software device reports its cycles. ``verif/system/test_cycles.py
 against the cycles the RTL counts.
 """
 
+import dataclasses
 import random
 
 import numpy as np
@@ -16,6 +17,7 @@ import torch
 
 from bertaccel.hw import isa
 from bertaccel.hw.config import PRESETS
+from bertaccel.hw.latencies import Latencies
 from bertaccel.sw import SoftwareDevice, compile_gemm
 from bertaccel.sw import cycles as cm
 from bertaccel.sw import epilogue as ep_mod
@@ -31,21 +33,33 @@ CONFIGS = ["2x2", "4x8", "8x8"]
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_timing_is_read_from_the_gateware(name):
+    """The model's latencies are the gateware's attributes and schedule, through Latencies."""
+    from bertaccel.hw.controller import TokenChannel
     from bertaccel.hw.epilogue import Epilogue
-    from bertaccel.hw.execute import ExecuteUnit
+    from bertaccel.hw.execute import ExecuteUnit, PreloadStage
+    from bertaccel.hw.harness import SimHarness
+    from bertaccel.hw.queue import Queue
     from bertaccel.hw.store import StoreUnit
 
-    assert cm.ACC_WRITE_EXTRA == ExecuteUnit.OPERAND_DELAY + ExecuteUnit.WRITE_DELAY - 1
     cfg = PRESETS[name]
-    timing = CycleModel(cfg).timing
+    lat = CycleModel(cfg).latencies
+    assert lat is Latencies.of(cfg)
     epilogue = Epilogue(cfg)
     epilogue._MustUse__silence = True   # read, never elaborated
     schedule = epilogue.schedule
-    assert timing["mesh_latency"] == cfg.mesh_latency
-    assert timing["fifo_depth"] == StoreUnit.FIFO_DEPTH
-    assert timing["ep_latency"] == schedule.latency
-    assert timing["ep_ratio"] == schedule.ratio == cfg.ep_ratio
-    assert timing["gap"][isa.EpOp.SOFTMAX] == schedule.gap[isa.EpOp.SOFTMAX]
+    assert (lat.first_word, lat.done) == (SimHarness.FIRST_WORD, SimHarness.DONE_CYCLES)
+    assert (lat.queue, lat.queue_depth, lat.token) == (Queue.LATENCY, cfg.queue_depth,
+                                                       TokenChannel.DELAY)
+    assert lat.preload == cfg.rows + PreloadStage.HANDOVER_DELAY
+    assert lat.acc_drain == cfg.mesh_latency + ExecuteUnit.OPERAND_DELAY \
+        + ExecuteUnit.WRITE_DELAY - 1
+    assert lat.store_read == StoreUnit.READ_TO_QUEUE + Queue.LATENCY
+    assert lat.fifo_depth == StoreUnit.FIFO_DEPTH
+    assert lat.epilogue.latency == schedule.latency
+    assert lat.epilogue.ratio == schedule.ratio == cfg.ep_ratio
+    assert lat.gaps[isa.EpOp.SOFTMAX] == max(1, schedule.gap[isa.EpOp.SOFTMAX])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lat.queue = 3
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -53,11 +67,11 @@ def test_closed_forms(name):
     """Single instructions and steady streams, worked out from the gateware by hand."""
     cfg = PRESETS[name]
     model = CycleModel(cfg)
-    timing = model.timing
+    lat = model.latencies
     r = cfg.rows
     # The first instruction is in its queue's output register in this cycle; a unit takes it.
-    taken = cm.FIRST_INSTRUCTION + cm.QUEUE_LATENCY
-    done = cm.DONE_CYCLES
+    taken = lat.first_word + lat.queue
+    done = lat.done
 
     def cycles(instrs):
         return model.run(instrs).cycles
@@ -68,35 +82,33 @@ def test_closed_forms(name):
     # MATMUL: preload (rows reads, hand-over with the last), m_len rows, the last row's sums
     # written mesh_latency + 1 cycles after its read.
     for m_len in (1, 10, 77):
-        assert cycles([matmul(m_len)]) == (taken + r + cm.PRELOAD_EXTRA + m_len
-                                           + cfg.mesh_latency + cm.ACC_WRITE_EXTRA + done)
+        assert cycles([matmul(m_len)]) == taken + lat.preload + m_len + lat.acc_drain + done
     # A MATMUL of m_len 0 holds the stream stage for one slot and writes nothing.
-    assert cycles([matmul(0)]) == taken + r + cm.PRELOAD_EXTRA + 1 + done
+    assert cycles([matmul(0)]) == taken + lat.preload + 1 + done
     # STORE (RAW): one read a cycle from the cycle after the accept, the epilogue takes the
-    # first STORE_READ_TO_FIFO cycles later and the others ep_ratio cycles apart (the reads
+    # first store_read cycles later and the others ep_ratio cycles apart (the reads
     # wait for room in the beat queue, never long enough to delay an accept), the last leaves
     # ep_latency after that.
     for beats in (1, 10, 64):
-        assert cycles([store(beats)]) == (taken + 1 + cm.STORE_READ_TO_FIFO
-                                          + timing["ep_ratio"] * (beats - 1)
-                                          + timing["ep_latency"] + done)
+        assert cycles([store(beats)]) == (taken + 1 + lat.store_read
+                                          + lat.epilogue.ratio * (beats - 1)
+                                          + lat.epilogue.latency + done)
     assert cycles([store(4, 3)]) == cycles([store(12)])
     # A SET waits until the epilogue is empty: one cycle after the last beat left.
     assert cycles([store(7), isa.Set(index=isa.Param.MUL0, value=1)]) == cycles([store(7)]) + 1
     # Back-to-back MATMULs: the stream stage takes m_len cycles (a slot for m_len 0), the
-    # preload stage rows + PRELOAD_EXTRA (it takes the next MATMUL in the cycle it hands one
+    # preload stage lat.preload (it takes the next MATMUL in the cycle it hands one
     # over), and no weight bank waits to drain (the mesh's weight wave): each MATMUL costs
     # max(m_len, rows) in steady state, whatever the bank.
-    assert cm.PRELOAD_EXTRA == 0
     for m_len in (0, 1, 2, r - 1, r, r + 1, 2 * r + cfg.cols, 3 * r + 9):
         one = cycles([matmul(m_len)] * 10) - cycles([matmul(m_len)] * 9)
-        assert one == max(m_len, 1, r + cm.PRELOAD_EXTRA), (m_len, one)
+        assert one == max(m_len, 1, lat.preload), (m_len, one)
     # A one-row SOFTMAX of one strip: the second pass waits gap cycles for its statistics.
-    gap = timing["gap"][isa.EpOp.SOFTMAX]
+    gap = lat.gaps[isa.EpOp.SOFTMAX]
     one = cycles(two_pass_sets(cfg, 1)[:1] + [store(1, 1, isa.EpOp.SOFTMAX)])
     set_cycles = 1   # the SET goes first through the store queue: the STORE comes one later
-    last_first_pass = taken + set_cycles + 1 + cm.STORE_READ_TO_FIFO
-    assert one == last_first_pass + gap + timing["ep_latency"] + done
+    last_first_pass = taken + set_cycles + 1 + lat.store_read
+    assert one == last_first_pass + gap + lat.epilogue.latency + done
 
 
 def _random_program(rng, cfg, steps):
@@ -185,8 +197,9 @@ def test_reports_add_up(name):
         assert sum(report.by_class.values()) == report.cycles
         assert int(report.charged.sum()) == report.cycles
         assert set(report.breakdown) == set(cm.BREAKDOWN)
-        assert (report.dispatch >= cm.FIRST_INSTRUCTION).all()
-        assert (report.start >= report.dispatch + cm.QUEUE_LATENCY).all()
+        lat = model.latencies
+        assert (report.dispatch >= lat.first_word).all()
+        assert (report.start >= report.dispatch + lat.queue).all()
         assert (report.end >= report.start).all()
         assert (report.end < report.cycles).all()
         mm = np.array([isinstance(i, isa.Matmul) for i in instrs])

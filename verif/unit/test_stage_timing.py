@@ -24,7 +24,7 @@ from bertaccel.golden import bert_ref, sentences
 from bertaccel.hw import isa
 from bertaccel.hw.config import PRESETS
 from bertaccel.sw import compile_gemm
-from bertaccel.sw import cycles as cycles_module
+from bertaccel.sw.cycles import units as cycle_units
 from bertaccel.sw import epilogue as ep_mod
 from bertaccel.sw.bert import STAGES, compile_bert
 from bertaccel.sw.bert.run import layer_programs
@@ -265,7 +265,7 @@ def test_a_state_that_misses_a_token_goes_wrong(monkeypatch):
     """A normalised state without the pending tokens of the token channels: the timer takes
     states that differ in when the next MATMUL may start for one and skips wrongly; the
     comparison with the model shows it."""
-    real = cycles_module._Channel.snapshot
+    real = cycle_units.Channel.snapshot
 
     def wrong(self, floor):
         return (), real(self, floor)[1]
@@ -277,7 +277,7 @@ def test_a_state_that_misses_a_token_goes_wrong(monkeypatch):
                                  (300, 40, 16, "layernorm"), (150, 120, 60, "requant")]]
     want = [_model_cycles(compile_gemm(cfg, m, k, n, epilogue=ep)) for m, k, n, ep in cases]
     assert [GemmTimer(cfg).gemm(m, k, n, epilogue=ep) for m, k, n, ep in cases] == want
-    monkeypatch.setattr(cycles_module._Channel, "snapshot", wrong)
+    monkeypatch.setattr(cycle_units.Channel, "snapshot", wrong)
     got = []
     for m, k, n, ep in cases:
         try:

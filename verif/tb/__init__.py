@@ -1,0 +1,1 @@
+"""Testbench parts that any test may import: the core's harness in the Amaranth simulator."""
