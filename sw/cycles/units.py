@@ -141,6 +141,23 @@ class _Unit:
         self.busy_lo.clear()
         self.busy_hi.clear()
 
+    def _accept(self, i, ins, t, source, pop, sink, push, stall):
+        """The accept of instruction ``i``, no earlier than ``t``: after the token it pops from
+        ``source`` (the wait counted as ``stall``) and once its push into ``sink`` has room;
+        makes the pop."""
+        if pop:
+            at, _ = source.next_token(i, ins)
+            if at > t:
+                self.stalls[stall] += at - t
+                t = at
+        if push:
+            room = sink.room(i, ins)
+            if room > t:
+                t = room
+        if pop:
+            source.pop(t)
+        return t
+
 
 class LoadUnit(_Unit):
     """The load unit (hw/load.py): one beat a cycle after the accept, the push with the last."""
@@ -164,18 +181,8 @@ class LoadUnit(_Unit):
     def step(self, i, ins, avail):
         """Run LOAD ``i``, at the head of its queue from cycle ``avail``; return its accept."""
         a = avail if avail > self.free else self.free
-        pop, push = ins.pop_next, ins.push_next
-        if pop:
-            at, _ = self.e2l.next_token(i, ins)
-            if at > a:
-                self.stalls["load_on_e2l"] += at - a
-                a = at
-        if push:
-            room = self.l2e.room(i, ins)
-            if room > a:
-                a = room
-        if pop:
-            self.e2l.pop(a)
+        push = ins.push_next
+        a = self._accept(i, ins, a, self.e2l, ins.pop_next, self.l2e, push, "load_on_e2l")
         count = ins.count
         last = a + count
         if push:
@@ -379,22 +386,12 @@ class StoreUnit(_Unit):
         """Run STORE ``i``, at the head of its queue from cycle ``avail``; return its accept."""
         n_rows, strips = ins.rows, ins.strips
         nonempty = n_rows > 0 and strips > 0
-        pop, push = ins.pop_prev, ins.push_prev
+        push = ins.push_prev
         t = avail
         free = self.free if nonempty else self.idle
         if free > t:
             t = free
-        if pop:
-            at, _ = self.e2s.next_token(i, ins)
-            if at > t:
-                self.stalls["store_on_e2s"] += at - t
-                t = at
-        if push:
-            room = self.s2e.room(i, ins)
-            if room > t:
-                t = room
-        if pop:
-            self.e2s.pop(t)
+        t = self._accept(i, ins, t, self.e2s, ins.pop_prev, self.s2e, push, "store_on_e2s")
         self.starts[i] = t
         op = ins.op
         nonlinear = op in EPILOGUE_CLASS
