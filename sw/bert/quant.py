@@ -517,7 +517,6 @@ def quantize_layer(layer, cal, number, x, *, head_dim, eps, method="max", percen
         :func:`split_rows`; the products are the same whatever it is).
     """
     attn = layer.attention
-    hidden = attn.self.query.weight.shape[0]
 
     def site(name):
         return cal.site(number, name)
@@ -525,67 +524,107 @@ def quantize_layer(layer, cal, number, x, *, head_dim, eps, method="max", percen
     def per_tensor(name):
         return _positive(tensor_range(site(name), method, percentile), name) / 127
 
-    def linear(module):
-        return module.weight.detach().double().t(), module.bias.detach().double()
-
     s_q, s_k, s_v, s_ctx = (per_tensor(name) for name in ("q", "k", "v", "ctx"))
     ln1, ln2 = attn.output.LayerNorm, layer.output.LayerNorm
     common = dict(outliers=outliers, method=method, percentile=percentile)
     x1 = act_quant(site("x1"), beta=ln1.bias.detach().double(), what="x1", **common)
     h = act_quant(site("h"), shared=True, what="h", **common)
     x2 = act_quant(site("x2"), beta=ln2.bias.detach().double(), what="x2", **common)
+    fit = dict(budget=budget, tile=tile)
     info = {}
+    qkv, qkv_ep, info["qkv"] = _quant_qkv(attn.self, x, (s_q, s_k, s_v), tile)
+    wo, wo_ep, info["wo"] = _quant_wo(attn.output.dense, ln1, x, s_ctx, x1, eps=eps,
+                                      bound=float(site("sum1").abs().max()), **fit)
+    w1, w1_ep, w1_out_ep, info["w1"] = _quant_w1(layer.intermediate.dense, x1, h, **fit)
+    w2, w2_ep, info["w2"] = _quant_w2(layer.output.dense, ln2, x1, h, x2, eps=eps,
+                                      bound=float(site("sum2").abs().max()), **fit)
+    return QuantLayer(x=x, x1=x1, h=h, x2=x2, s_q=s_q, s_k=s_k, s_v=s_v, s_ctx=s_ctx,
+                      qkv=qkv, qkv_ep=qkv_ep, qk_scale=s_q * s_k / math.sqrt(head_dim),
+                      pv_ep=Requant(scale=s_v / (PROB_SCALE * s_ctx)), wo=wo, wo_ep=wo_ep,
+                      w1=w1, w1_ep=w1_ep, w1_out_ep=w1_out_ep, w2=w2, w2_ep=w2_ep,
+                      info=info)
 
-    # (1) QKV: X @ [Wq|Wk|Wv], per-column scales.
-    wq, bq = linear(attn.self.query)
-    wk, bk = linear(attn.self.key)
-    wv, bv = linear(attn.self.value)
+
+def _linear(module):
+    """The weight (``in x out``) and bias of a ``torch.nn.Linear``, as float64."""
+    return module.weight.detach().double().t(), module.bias.detach().double()
+
+
+def _layernorm(ln, in_scale, out, residual_scale, bias, bound, eps):
+    """The LayerNorm epilogue of ``ln`` into the scales of ``out``."""
+    return LayerNorm(in_scale=in_scale,
+                     gamma=(ln.weight.detach().double() * out.base / out.scale).numpy(),
+                     beta=(ln.bias.detach().double() * out.base / out.scale).numpy(),
+                     out_scale=out.base, eps=eps, residual_scale=residual_scale,
+                     bias=bias.numpy(), absmax=LN_HEADROOM * bound)
+
+
+def _kept(h, inter):
+    """The mask of the columns of H (``inter`` of them) that are not outliers."""
+    keep = torch.ones(inter, dtype=torch.bool)
+    keep[h.outliers] = False
+    return keep
+
+
+def _quant_qkv(self_attn, x, out_scales, tile):
+    """(1) QKV: X @ [Wq|Wk|Wv], per-column scales. ``out_scales`` are ``s_q, s_k, s_v``;
+    returns the split B, its epilogue and its info."""
+    hidden = self_attn.query.weight.shape[0]
+    wq, bq = _linear(self_attn.query)
+    wk, bk = _linear(self_attn.key)
+    wv, bv = _linear(self_attn.value)
     w_qkv, b_qkv = torch.cat([wq, wk, wv], dim=1), torch.cat([bq, bk, bv])
     q, s_w = weight_ints(w_qkv, x.factors, per_channel=True)
     qkv = _split([(q, torch.arange(hidden))], tile)
-    s_out = torch.cat([torch.full((hidden,), s) for s in (s_q, s_k, s_v)])
+    s_out = torch.cat([torch.full((hidden,), s) for s in out_scales])
     qkv_ep = Requant(scale=x.base, bias=(b_qkv / (x.base * s_w)).numpy(),
                      per_channel_scale=(s_w / s_out).numpy())
-    info["qkv"] = {"w_scale_min": float(s_w.min()), "w_scale_max": float(s_w.max()),
-                   "extra_rows": qkv.k - hidden}
+    info = {"w_scale_min": float(s_w.min()), "w_scale_max": float(s_w.max()),
+            "extra_rows": qkv.k - hidden}
+    return qkv, qkv_ep, info
 
-    def layernorm(ln, in_scale, out, residual_scale, bias, bound):
-        return LayerNorm(in_scale=in_scale,
-                         gamma=(ln.weight.detach().double() * out.base / out.scale).numpy(),
-                         beta=(ln.bias.detach().double() * out.base / out.scale).numpy(),
-                         out_scale=out.base, eps=eps, residual_scale=residual_scale,
-                         bias=bias.numpy(), absmax=LN_HEADROOM * bound)
 
-    # (4) ctx @ Wo + bo + X, LayerNorm: A = [ctx | X].
-    wo, bo = linear(attn.output.dense)
+def _quant_wo(dense, ln1, x, s_ctx, x1, *, eps, bound, budget, tile):
+    """(4) ctx @ Wo + bo + X, LayerNorm: A = [ctx | X]. Returns the split B, its epilogue and
+    its info."""
+    wo, bo = _linear(dense)
+    hidden = wo.shape[1]
 
     def wo_split(q, s_wo):
         corr, channels = correction_ints(x, s_ctx * s_wo, hidden)
         return _split([(q, torch.arange(hidden)), (corr, hidden + channels)], tile)
     s_wo, wo_b = fit_weight(wo, torch.ones(hidden), wo_split, budget=budget, tile=tile,
                             coarsen=COARSEN["wo"])
-    acc = s_ctx * s_wo
-    wo_ep = layernorm(ln1, acc, x1, x.base, bo, float(site("sum1").abs().max()))
-    info["wo"] = {"w_scale": s_wo, "extra_rows": wo_b.k - hidden}
+    wo_ep = _layernorm(ln1, s_ctx * s_wo, x1, x.base, bo, bound, eps)
+    return wo_b, wo_ep, {"w_scale": s_wo, "extra_rows": wo_b.k - hidden}
 
-    # (5) X1 @ W1 + b1, GELU: the outlier columns of H are a second GEMM.
-    w1, b1 = linear(layer.intermediate.dense)
+
+def _quant_w1(dense, x1, h, *, budget, tile):
+    """(5) X1 @ W1 + b1, GELU: the outlier columns of H are a second GEMM. Returns the split B,
+    the epilogues of the kept and of the outlier columns (``None`` without outliers), and the
+    info."""
+    w1, b1 = _linear(dense)
+    hidden, inter = w1.shape
     s_w1, w1_b = fit_weight(w1, x1.factors,
                             lambda q, _: _split([(q, torch.arange(hidden))], tile),
                             budget=budget, tile=tile, coarsen=COARSEN["w1"])
-    inter = w1.shape[1]
-    keep = torch.ones(inter, dtype=torch.bool)
-    keep[h.outliers] = False
+    keep = _kept(h, inter)
     w1_ep = Gelu(in_scale=x1.base * s_w1, out_scale=h.base, bias=b1[keep].numpy())
     w1_out_ep = None
     if h.outliers.numel():
         w1_out_ep = Gelu(in_scale=x1.base * s_w1, out_scale=float(h.scale[h.outliers[0]]),
                          bias=b1[h.outliers].numpy())
-    info["w1"] = {"w_scale": s_w1, "extra_rows": w1_b.k - hidden,
-                  "outlier_columns": h.outliers.tolist()}
+    info = {"w_scale": s_w1, "extra_rows": w1_b.k - hidden,
+            "outlier_columns": h.outliers.tolist()}
+    return w1_b, w1_ep, w1_out_ep, info
 
-    # (6) H @ W2 + b2 + X1, LayerNorm: A = [H (kept columns) | H (outliers) | X1].
-    w2, b2 = linear(layer.output.dense)
+
+def _quant_w2(dense, ln2, x1, h, x2, *, eps, bound, budget, tile):
+    """(6) H @ W2 + b2 + X1, LayerNorm: A = [H (kept columns) | H (outliers) | X1]. Returns
+    the split B, its epilogue and its info."""
+    w2, b2 = _linear(dense)
+    inter, hidden = w2.shape
+    keep = _kept(h, inter)
     order = torch.cat([torch.nonzero(keep).reshape(-1), h.outliers])
 
     def w2_split(q, s_w2):
@@ -593,12 +632,5 @@ def quantize_layer(layer, cal, number, x, *, head_dim, eps, method="max", percen
         return _split([(q, torch.arange(inter)), (corr, inter + channels)], tile)
     s_w2, w2_b = fit_weight(w2[order], h.factors[order], w2_split, budget=budget, tile=tile,
                             coarsen=COARSEN["w2"])
-    acc = h.base * s_w2
-    w2_ep = layernorm(ln2, acc, x2, x1.base, b2, float(site("sum2").abs().max()))
-    info["w2"] = {"w_scale": s_w2, "extra_rows": w2_b.k - inter}
-
-    return QuantLayer(x=x, x1=x1, h=h, x2=x2, s_q=s_q, s_k=s_k, s_v=s_v, s_ctx=s_ctx,
-                      qkv=qkv, qkv_ep=qkv_ep, qk_scale=s_q * s_k / math.sqrt(head_dim),
-                      pv_ep=Requant(scale=s_v / (PROB_SCALE * s_ctx)), wo=wo_b, wo_ep=wo_ep,
-                      w1=w1_b, w1_ep=w1_ep, w1_out_ep=w1_out_ep, w2=w2_b, w2_ep=w2_ep,
-                      info=info)
+    w2_ep = _layernorm(ln2, h.base * s_w2, x2, x1.base, b2, bound, eps)
+    return w2_b, w2_ep, {"w_scale": s_w2, "extra_rows": w2_b.k - inter}
