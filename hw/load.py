@@ -80,38 +80,11 @@ class LoadUnit(wiring.Component):
         offered = Signal(name="offered")
         m.d.sync += [beat_in.eq(self.i_data.payload), offered.eq(self.i_data.valid)]
         lanes = beat_in.as_value()
-        write = {}                        # the accept writes into this memory, this cycle
-        waddr = {}                        # what its write port's address is next cycle
-        for name in ("spad_a", "spad_b", "pmem"):
-            port = getattr(self, name)
-            write[name] = Signal(name=f"{name}_write")
-            waddr[name] = Signal.like(port.addr, name=f"{name}_waddr", reset_less=True)
-            wen = Signal(name=f"{name}_wen")
-            m.d.sync += wen.eq(write[name])
-            m.d.comb += [port.en.eq(wen), port.addr.eq(waddr[name])]
-        m.d.sync += [waddr["spad_a"].eq(addr), waddr["spad_b"].eq(addr)]
-        m.d.comb += [self.spad_a.data.eq(lanes[:cfg.rows * cfg.in_width]),
-                     self.spad_b.data.eq(lanes[:cfg.cols * cfg.in_width])]
 
-        # Parameter rows are wider than a beat: a gearbox shifts beats in from the top, so
-        # after ``per_row`` beats the first one sits in the lowest bits.
+        write, waddr = self._write_ports(m, lanes, addr)
+
         per_row = cfg.pmem_beats_per_row
-        row_bits = cfg.cols * PmemWord.size
-        beat_bits = min(cfg.lanes * cfg.in_width, row_bits)
-        pmem_addr = Signal(FIELD_WIDTH)
-        phase = Signal(range(per_row))
-        m.d.sync += waddr["pmem"].eq(pmem_addr)
-        if per_row == 1:
-            m.d.comb += self.pmem.data.eq(lanes[:row_bits])
-        else:
-            # The gearbox holds the beats offered before `beat_in`: a beat shifts in the cycle
-            # after it is offered, whether taken or not; only a PMEM load's taken beats make up
-            # a row that is written (phase starts at 0 with every LOAD).
-            gear = Signal(row_bits - beat_bits, name="gear", reset_less=True)
-            row = Cat(gear, lanes[:beat_bits])
-            m.d.comb += self.pmem.data.eq(row)
-            with m.If(offered):
-                m.d.sync += gear.eq(row[beat_bits:])
+        pmem_addr, phase = self._gearbox(m, lanes, offered, waddr)
 
         # `loading`: a LOAD's beats are being taken. Timing: the accept decides from `loading`
         # and the registers are enabled from a copy of it (`loading_regs`), kept apart in the
@@ -147,6 +120,56 @@ class LoadUnit(wiring.Component):
             m.d.sync += [addr.eq(addr + 1), remaining.eq(remaining - 1),
                          last.eq(remaining == 2)]
 
+        self._handshake(m, loading, loading_regs, last, push)
+        return m
+
+    def _write_ports(self, m, lanes, addr):
+        """Drive the three write ports from registers; return, by memory, the signal the accept
+        raises to write it this cycle and the register its address comes from next cycle."""
+        cfg = self._cfg
+        write = {}                        # the accept writes into this memory, this cycle
+        waddr = {}                        # what its write port's address is next cycle
+        for name in ("spad_a", "spad_b", "pmem"):
+            port = getattr(self, name)
+            write[name] = Signal(name=f"{name}_write")
+            waddr[name] = Signal.like(port.addr, name=f"{name}_waddr", reset_less=True)
+            wen = Signal(name=f"{name}_wen")
+            m.d.sync += wen.eq(write[name])
+            m.d.comb += [port.en.eq(wen), port.addr.eq(waddr[name])]
+        m.d.sync += [waddr["spad_a"].eq(addr), waddr["spad_b"].eq(addr)]
+        m.d.comb += [self.spad_a.data.eq(lanes[:cfg.rows * cfg.in_width]),
+                     self.spad_b.data.eq(lanes[:cfg.cols * cfg.in_width])]
+        return write, waddr
+
+    def _gearbox(self, m, lanes, offered, waddr):
+        """The PMEM write port's data and address; return the row address and the phase (the
+        beats of the row taken so far) that the accept advances."""
+        cfg = self._cfg
+        # Parameter rows are wider than a beat: a gearbox shifts beats in from the top, so
+        # after ``per_row`` beats the first one sits in the lowest bits.
+        per_row = cfg.pmem_beats_per_row
+        row_bits = cfg.cols * PmemWord.size
+        beat_bits = min(cfg.lanes * cfg.in_width, row_bits)
+        pmem_addr = Signal(FIELD_WIDTH)
+        phase = Signal(range(per_row))
+        m.d.sync += waddr["pmem"].eq(pmem_addr)
+        if per_row == 1:
+            m.d.comb += self.pmem.data.eq(lanes[:row_bits])
+        else:
+            # The gearbox holds the beats offered before `beat_in`: a beat shifts in the cycle
+            # after it is offered, whether taken or not; only a PMEM load's taken beats make up
+            # a row that is written (phase starts at 0 with every LOAD).
+            gear = Signal(row_bits - beat_bits, name="gear", reset_less=True)
+            row = Cat(gear, lanes[:beat_bits])
+            m.d.comb += self.pmem.data.eq(row)
+            with m.If(offered):
+                m.d.sync += gear.eq(row[beat_bits:])
+        return pmem_addr, phase
+
+    def _handshake(self, m, loading, loading_regs, last, push):
+        """Take a LOAD from the queue when its tokens allow, push its token when its last beat
+        is taken (at once for an empty LOAD), and keep ``loading`` and its copy."""
+        instr = self.i_instr.payload
         start, finish = Signal(), Signal()
         m.d.comb += [self.o_busy.eq(loading), self.i_data.ready.eq(loading),
                      finish.eq(loading & self.i_data.valid & last)]
@@ -165,4 +188,3 @@ class LoadUnit(wiring.Component):
             # The last beat: its row is written at the next clock edge.
             m.d.comb += self.to_exec.push.eq(push)
         m.d.sync += [reg.eq(Mux(loading, ~finish, start)) for reg in (loading, loading_regs)]
-        return m
