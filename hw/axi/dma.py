@@ -247,7 +247,30 @@ class WriteEngine(wiring.Component):
         m = Module()
         bus_bytes = self.bus_width // 8
         shift = log2(bus_bytes)
+        gearbox, buffer, lengths = self._fill(m, bus_bytes)
+        w_take = self.w.valid & self.w.ready
+        addr, claimed, outstanding, aw_valid = self._issue(m, buffer, lengths, w_take,
+                                                           bus_bytes, shift)
+        w_active = self._send(m, buffer, lengths, w_take)
 
+        m.d.comb += [
+            self.quiet.eq(~aw_valid & ~w_active & ~lengths.r_rdy & (outstanding == 0)),
+            self.idle.eq(self.quiet & ~gearbox.busy & (buffer.level == 0)),
+        ]
+
+        with m.If(self.start):
+            m.d.sync += [
+                addr.eq(Cat(Const(0, shift), self.base[shift:])),
+                claimed.eq(0),
+                outstanding.eq(0),
+                aw_valid.eq(0),
+                w_active.eq(0),
+            ]
+        return m
+
+    def _fill(self, m, bus_bytes):
+        """The gearbox from beats to bus words and the FIFO of words, reset by ``start``, and
+        the FIFO of the lengths of issued bursts; return the three."""
         buffer = fifo.SyncFIFOBuffered(width=self.word_layout.size, depth=self.fifo_depth)
         lengths = fifo.SyncFIFO(width=9, depth=4)  # lengths of issued bursts, for W
         word = Signal(self.word_layout)
@@ -272,7 +295,12 @@ class WriteEngine(wiring.Component):
             buffer.w_en.eq(gearbox.o.valid),
             gearbox.o.ready.eq(buffer.w_rdy),
         ]
+        return gearbox, buffer, lengths
 
+    def _issue(self, m, buffer, lengths, w_take, bus_bytes, shift):
+        """AW and B: issue a burst once its words are buffered and count the bursts without a
+        response; return the next burst's address, the buffered words already in a burst, the
+        bursts outstanding and AW's ``valid``."""
         # -- AW: decide a burst once its words are buffered -------------------------------------
         addr = Signal(self.addr_width)
         claimed = Signal(range(self.fifo_depth + 1))  # buffered words already in a burst
@@ -291,7 +319,6 @@ class WriteEngine(wiring.Component):
         m.d.comb += issue.eq(~self.stop & ((avail >= want) | (self.flush & (avail != 0)))
                              & (~aw_valid | self.aw.ready) & lengths.w_rdy
                              & (outstanding != self.max_outstanding))
-        w_take = self.w.valid & self.w.ready
         b_take = self.b.valid & self.b.ready
         m.d.comb += [
             self.aw.valid.eq(aw_valid),
@@ -313,7 +340,10 @@ class WriteEngine(wiring.Component):
             claimed.eq(claimed + Mux(issue, burst, 0) - w_take),
             outstanding.eq(outstanding + issue - b_take),
         ]
+        return addr, claimed, outstanding, aw_valid
 
+    def _send(self, m, buffer, lengths, w_take):
+        """W: the words of each issued burst, in order; return whether a burst is being sent."""
         # -- W: the words of each decided burst, in order ----------------------------------------
         w_left = Signal(9)
         w_active = Signal()
@@ -334,20 +364,4 @@ class WriteEngine(wiring.Component):
         m.d.comb += lengths.r_en.eq(next_burst)
         with m.If(next_burst):
             m.d.sync += [w_left.eq(lengths.r_data), w_active.eq(1)]
-
-        m.d.comb += [
-            self.quiet.eq(~aw_valid & ~w_active & ~lengths.r_rdy & (outstanding == 0)),
-            self.idle.eq(self.quiet & ~gearbox.busy & (buffer.level == 0)),
-        ]
-
-        with m.If(self.start):
-            m.d.sync += [
-                addr.eq(Cat(Const(0, shift), self.base[shift:])),
-                claimed.eq(0),
-                outstanding.eq(0),
-                aw_valid.eq(0),
-                w_active.eq(0),
-            ]
-        return m
-
-
+        return w_active
