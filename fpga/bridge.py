@@ -265,7 +265,16 @@ class UartBridge(wiring.Component):
             m.d.sync += frame_error.eq(1)
         m.d.comb += self.o_overrun.eq(overrun)
 
-        # -- command parser: byte -> word -> core stream -> reply ---------------------------
+        reply, reply_arg, reply_valid, reply_taken = self._parser(m, core, rx_fifo)
+        self._transmitter(m, core, uart_tx, Cat(core.o_busy, core.o_error, overrun, frame_error),
+                          reply, reply_arg, reply_valid, reply_taken)
+        return m
+
+    def _parser(self, m, core, rx_fifo):
+        """Read commands from ``rx_fifo`` and hand their words to ``core``; return the reply
+        the parser waits to send, its argument byte, its ``valid`` and the transmitter's
+        ``taken``."""
+        cfg = self.cfg
         data_bytes = cfg.lanes * cfg.in_width // 8
         word = Signal(max(INSTR_WIDTH, cfg.lanes * cfg.in_width))
         index = Signal(range(len(word) // 8))       # the byte of `word` the next byte fills
@@ -325,13 +334,16 @@ class UartBridge(wiring.Component):
                 with m.If(reply_taken):
                     m.d.sync += reply_valid.eq(0)
                     m.next = "Command"
+        return reply, reply_arg, reply_valid, reply_taken
 
-        # -- transmitter: whole frames, replies first ------------------------------------------
+    def _transmitter(self, m, core, uart_tx, status, reply, reply_arg, reply_valid, reply_taken):
+        """Send whole frames through ``uart_tx``: the parser's reply (``status``: the STATUS
+        reply's flags) before a result row of ``core``."""
+        cfg = self.cfg
         result_bytes = cfg.cols * cfg.acc_width // 8
         frame = Signal(8 * (1 + max(result_bytes, 4)))
         left = Signal(range(2 + max(result_bytes, 4)))
         log2_depth = int(math.log2(self.rx_depth))
-        status = Cat(core.o_busy, core.o_error, overrun, frame_error)
         m.d.comb += [uart_tx.i_data.payload.eq(frame[:8]), uart_tx.i_data.valid.eq(left != 0)]
         with m.If(left != 0):
             with m.If(uart_tx.i_data.ready):
