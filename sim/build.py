@@ -396,6 +396,54 @@ def _icarus_compile(build_dir, toplevel, v_path, flags, log):
                  timescale=_ICARUS_TIMESCALE, log_file=log)
 
 
+def _check_simulator(simulator, icarus_std):
+    if simulator not in SIMULATORS:
+        raise ValueError(f"simulator must be one of {', '.join(SIMULATORS)}, not {simulator!r}")
+    if icarus_std not in ICARUS_STDS:
+        raise ValueError(f"icarus_std must be one of {', '.join(ICARUS_STDS)}, "
+                         f"not {icarus_std!r}")
+
+
+def _verilog_text(design, build_dir, name, source_key):
+    """The Verilog of ``design`` (see :func:`build`): the text itself, the sibling build's
+    of ``source_key``, or the design converted."""
+    if isinstance(design, str):
+        return design
+    text = _converted_before(build_dir, name, source_key)
+    if text is None:
+        # An Elaboratable instance is converted as it is; anything else is a factory (of
+        # an Elaboratable, or of Verilog text).
+        is_design = hasattr(design, "elaborate") and not isinstance(design, type)
+        made = design if is_design else design()
+        text = made if isinstance(made, str) else convert(made, name=name)
+    return text
+
+
+def _compile(simulator, build_dir, toplevel, v_path, flags, binary, *, jobs, quiet):
+    """Build ``binary`` from ``v_path`` with ``simulator``, and keep Verilator's runtime.
+
+    Raises
+    ------
+    SimulationError
+        The build failed, or made no ``binary``.
+    """
+    log = build_dir / "build.log"
+    runtime = None
+    try:
+        if simulator == "verilator":
+            runtime = _verilate(build_dir, toplevel, v_path, flags,
+                                jobs or os.cpu_count() or 1, log if quiet else None)
+        else:
+            _icarus_compile(build_dir, toplevel, v_path, flags, log if quiet else None)
+    except (RuntimeError, subprocess.SubprocessError, SystemExit) as error:
+        raise SimulationError(f"{simulator} build of {toplevel} in {build_dir} failed "
+                              f"({error}); last lines of {log}:\n{_tail(log)}") from None
+    if not binary.is_file():
+        raise SimulationError(f"{simulator} build of {toplevel} made no {binary}")
+    if runtime is not None:
+        _save_runtime(build_dir, runtime)
+
+
 def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=None, jobs=None,
           waves=False, quiet=True, simulator="verilator", icarus_std="2012"):
     """Build a simulator of ``design`` into ``build_dir``, unless the build there is current.
@@ -444,11 +492,7 @@ def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=N
     ValueError
         An unknown ``simulator`` or ``icarus_std``.
     """
-    if simulator not in SIMULATORS:
-        raise ValueError(f"simulator must be one of {', '.join(SIMULATORS)}, not {simulator!r}")
-    if icarus_std not in ICARUS_STDS:
-        raise ValueError(f"icarus_std must be one of {', '.join(ICARUS_STDS)}, "
-                         f"not {icarus_std!r}")
+    _check_simulator(simulator, icarus_std)
     start = time.monotonic()
     build_dir = Path(build_dir).resolve()
     toplevel = toplevel or name
@@ -467,16 +511,7 @@ def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=N
                 and stamp.get("flags") == flags and binary.is_file() and v_path.is_file()):
             return result(False)
 
-        if isinstance(design, str):
-            text = design
-        else:
-            text = _converted_before(build_dir, name, source_key)
-        if text is None:
-            # An Elaboratable instance is converted as it is; anything else is a factory (of
-            # an Elaboratable, or of Verilog text).
-            is_design = hasattr(design, "elaborate") and not isinstance(design, type)
-            made = design if is_design else design()
-            text = made if isinstance(made, str) else convert(made, name=name)
+        text = _verilog_text(design, build_dir, name, source_key)
         extra = _vlt_text(toplevel) if simulator == "verilator" else ""
         digest = hashlib.sha256(
             json.dumps([text, extra, flags], sort_keys=True).encode()).hexdigest()
@@ -489,21 +524,7 @@ def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=N
         # Forget the old stamp first: an interrupted build must not look current.
         (build_dir / _STAMP).unlink(missing_ok=True)
         _write_if_changed(v_path, text)
-        log = build_dir / "build.log"
-        runtime = None
-        try:
-            if simulator == "verilator":
-                runtime = _verilate(build_dir, toplevel, v_path, flags,
-                                    jobs or os.cpu_count() or 1, log if quiet else None)
-            else:
-                _icarus_compile(build_dir, toplevel, v_path, flags, log if quiet else None)
-        except (RuntimeError, subprocess.SubprocessError, SystemExit) as error:
-            raise SimulationError(f"{simulator} build of {toplevel} in {build_dir} failed "
-                                  f"({error}); last lines of {log}:\n{_tail(log)}") from None
-        if not binary.is_file():
-            raise SimulationError(f"{simulator} build of {toplevel} made no {binary}")
-        if runtime is not None:
-            _save_runtime(build_dir, runtime)
+        _compile(simulator, build_dir, toplevel, v_path, flags, binary, jobs=jobs, quiet=quiet)
         _write_if_changed(build_dir / _STAMP, json.dumps(
             {"hash": digest, "source_key": source_key, "flags": flags}, indent=2))
         return result(True)
