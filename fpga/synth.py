@@ -103,8 +103,8 @@ def map_blocks(cfg, design="core", *, build_dir, dsp_primitives=True):
 
     ``synth_ecp5`` run up to LUT mapping: memories are block RAM, LUT RAM or flip-flops by then,
     and multipliers MULT18X18D or logic, so the counts are final (LUT mapping, which takes most
-    of yosys's time, does not touch them). Seconds for the small presets; ``verif/test_synth.py``
-    checks the mapping with it.
+    of yosys's time, does not touch them). Seconds for the small presets;
+    ``verif/block/test_synth.py`` checks the mapping with it.
 
     Parameters
     ----------

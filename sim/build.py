@@ -4,7 +4,7 @@ Every simulation in bertaccel goes through two calls::
 
     sim = build(lambda: MyComponent(cfg), name="my_component",
                 build_dir=f"build/sim/my_component-{cfg.tag}")
-    run_cocotb(sim, "bertaccel.verif.tb_my_component", extra_env={"BERTACCEL_CONFIG": cfg.to_json()})
+    run_cocotb(sim, "verif.block.test_my_component", extra_env={"BERTACCEL_CONFIG": cfg.to_json()})
 
 :func:`build` converts the design to Verilog, and runs Verilator and the C++ build only when the
 Verilog (or a build flag) changed since the last build in that folder: a hash of everything that
@@ -542,8 +542,8 @@ def run_cocotb(sim, test_module, testcase=None, *, extra_env=None, timeout=None,
         From :func:`build`.
     test_module : str
         Dotted name of the cocotb test module, importable in the simulator (e.g.
-        ``"bertaccel.verif.tb_pe"``: pytest's importlib mode does not put ``verif/`` on the path,
-        the installed package does).
+        ``"verif.block.test_pe"``: cocotb's runner hands the simulator this process's
+        ``sys.path``, where pytest's ``pythonpath`` setting puts the repository root).
     testcase : str or list of str, optional
         Names of the tests to run; all by default.
     extra_env : dict, optional
