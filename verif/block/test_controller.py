@@ -1,9 +1,11 @@
 """Block test: the controller's dispatch of instructions to the three unit queues.
 
-A random program goes in with idle cycles on the instruction stream and independent
-backpressure on each unit's queue output. Each unit must receive exactly its instructions, in
-program order, and each LOAD and STORE comes with the flags the controller decodes of it
-(``LoadHead``, ``StoreHead``). Then an illegal opcode: the error flag rises, the rest of the stream is still
+Random programs go in, each under one setting of :data:`PAUSES`: random idle cycles on the
+instruction stream and independent random backpressure on each unit's queue output, none at all,
+heavy backpressure, and cocotbext-axi's ready-one-cycle-in-four. Each unit must receive exactly
+its instructions, in program order, and then nothing more once the controller is idle; each LOAD,
+MATMUL and STORE comes with the flags the controller decodes of it (``LoadHead``, ``MatmulHead``,
+``StoreHead``). Then an illegal opcode: the error flag rises, the rest of the stream is still
 consumed (nothing hangs) and nothing more reaches any unit.
 """
 
@@ -13,13 +15,16 @@ import random
 import cocotb
 import pytest
 from cocotb.clock import Clock
-from cocotb.triggers import FallingEdge, ReadOnly
+from cocotb.triggers import FallingEdge
 
 from bertaccel.hw.config import PRESETS
 from bertaccel.hw.controller import Controller
 from bertaccel.hw.isa import (EpOp, Load, LoadHead, Matmul, MatmulHead, Param, Set, Store,
                               StoreHead, Target, encode)
 from bertaccel.sim.build import build, run_cocotb
+
+from verif.tb.streams import (StreamMonitor, StreamSink, StreamSource, cycle_pause, drain,
+                              random_pause)
 
 __all__ = []
 
@@ -46,52 +51,104 @@ def _random_instr(rng):
                  op=rng.choice(list(EpOp)), param_addr=field(), aux_addr=field(), **flags)
 
 
+class ControllerTB:
+    """The controller between an instruction source and the three unit queues.
+
+    ``source`` drives ``i_instr``, ``taken`` watches it (every word taken once, in program
+    order), and a sink per queue (``sinks["o_load"]`` ...) takes the queue's output with its head
+    word. The model is :data:`OUTPUTS`: each instruction goes to the queue of its kind.
+    """
+
+    def __init__(self, dut, seed):
+        self.dut = dut
+        self.log = dut._log.getChild("tb.controller")
+        self.rng = random.Random(seed)                 # the programs
+        self.pause_rng = random.Random(seed ^ 0x5EED)  # the idle cycles and backpressure
+
+    async def reset(self):
+        dut = self.dut
+        Clock(dut.clk, 10, unit="ns").start()
+        dut.rst.value = 1
+        dut.i_instr__valid.value = 0
+        dut.i_instr__payload.value = 0
+        for name in OUTPUTS:
+            getattr(dut, f"{name}__ready").value = 0
+        await FallingEdge(dut.clk)
+        await FallingEdge(dut.clk)
+        dut.rst.value = 0
+        self.source = StreamSource(dut, "i_instr", dut.clk)
+        self.taken = StreamMonitor(dut, "i_instr", dut.clk)
+        self.sinks = {name: StreamSink(dut, name, dut.clk, extra=[f"{name}_head"])
+                      for name in OUTPUTS}
+
+    def set_pauses(self, pauses):
+        """Pause the source and sinks by ``pauses``, one of :data:`PAUSES`."""
+        source, sinks = PAUSES[pauses]
+        self.source.set_pause_generator(source(random.Random(self.pause_rng.getrandbits(64))))
+        for index, sink in enumerate(self.sinks.values()):
+            sink.set_pause_generator(
+                sinks(random.Random(self.pause_rng.getrandbits(64)), index))
+
+    async def run(self, words, expect, *, limit=20000):
+        """Send ``words``; check that every word is taken and that each queue gives exactly
+        ``expect[name]``, in order, and then nothing more; return each queue's head words."""
+        self.source.send(words)
+        await self.source.wait(limit)
+        for name, sink in self.sinks.items():
+            await sink.wait(len(expect[name]), limit)
+        got = {name: [sink.get() for _ in expect[name]] for name, sink in self.sinks.items()}
+        assert [t.payload for t in self.taken.get_all()] == words
+        assert {name: [t.payload for t in got[name]] for name in got} == expect
+        await drain(self.dut.clk, sinks=[*self.sinks.values(), self.taken],
+                    busy=self.dut.o_busy)
+        return {name: [t.extra[f"{name}_head"] for t in got[name]] for name in got}
+
+
+# Pause generators of the source and of each sink (by its index): random idle cycles and
+# backpressure (the first, this test's from the start), none at all, heavy backpressure, and
+# cocotbext-axi's one cycle in four, at a different phase on each sink.
+PAUSES = {
+    "idle 0.3, stall 0.4": (lambda rng: random_pause(rng, 0.3),
+                            lambda rng, index: random_pause(rng, 0.4)),
+    "none": (lambda rng: None, lambda rng, index: None),
+    "idle 0.1, stall 0.8": (lambda rng: random_pause(rng, 0.1),
+                            lambda rng, index: random_pause(rng, 0.8)),
+    "1110": (lambda rng: cycle_pause([1, 1, 1, 0]),
+             lambda rng, index: cycle_pause(([1, 1, 1, 0] * 2)[index:index + 4])),
+}
+
+
 @cocotb.test()
 async def dispatch(dut):
     seed = int(os.environ.get("BERTACCEL_SEED", "1"))
-    log = dut._log.getChild("tb.controller")
-    log.info("seed %d", seed)
-    rng = random.Random(seed)
-    Clock(dut.clk, 10, unit="ns").start()
-    dut.rst.value = 1
-    dut.i_instr__valid.value = 0
-    dut.i_instr__payload.value = 0
-    for name in OUTPUTS:
-        getattr(dut, f"{name}__ready").value = 0
-    await FallingEdge(dut.clk)
-    await FallingEdge(dut.clk)
-    dut.rst.value = 0
+    tb = ControllerTB(dut, seed)
+    tb.log.info("seed %d", seed)
+    await tb.reset()
 
-    async def run(words, expect, idle=0.3, stall=0.4, limit=20000):
-        got = {name: [] for name in OUTPUTS}
-        heads = {"o_load": [], "o_exec": [], "o_store": []}
-        sent = 0
-        for _ in range(limit):
-            offer = sent < len(words) and rng.random() >= idle
-            dut.i_instr__valid.value = int(offer)
-            dut.i_instr__payload.value = words[sent] if offer else 0
-            for name in OUTPUTS:
-                getattr(dut, f"{name}__ready").value = int(rng.random() >= stall)
-            await ReadOnly()
-            if offer and dut.i_instr__ready.value:
-                sent += 1
-            for name in OUTPUTS:
-                if getattr(dut, f"{name}__valid").value and getattr(dut, f"{name}__ready").value:
-                    got[name].append(int(getattr(dut, f"{name}__payload").value))
-                    if name in heads:
-                        heads[name].append(int(getattr(dut, f"{name}_head").value))
-            await FallingEdge(dut.clk)
-            if sent == len(words) and not dut.o_busy.value:
-                break
-        else:
-            raise AssertionError(f"dispatch did not finish in {limit} cycles ({sent} sent)")
-        assert got == expect
-        return heads
+    # A random program under each of the pauses.
+    for pauses in PAUSES:
+        tb.set_pauses(pauses)
+        program = [_random_instr(tb.rng) for _ in range(400)]
+        expect = {name: [encode(i) for i in program if isinstance(i, kinds)]
+                  for name, kinds in OUTPUTS.items()}
+        heads = await tb.run([encode(i) for i in program], expect)
+        tb.log.info("pauses %s: %d instructions dispatched", pauses, len(program))
+        _check_heads(program, heads)
+        assert not dut.o_error.value and not dut.o_busy.value
 
-    program = [_random_instr(rng) for _ in range(400)]
-    expect = {name: [encode(i) for i in program if isinstance(i, kinds)]
+    # An illegal opcode (0) in the middle: what came before is dispatched, nothing after.
+    tb.set_pauses("idle 0.3, stall 0.4")
+    before = [_random_instr(tb.rng) for _ in range(50)]
+    after = [_random_instr(tb.rng) for _ in range(50)]
+    words = [encode(i) for i in before] + [0x1234 << 64] + [encode(i) for i in after]
+    expect = {name: [encode(i) for i in before if isinstance(i, kinds)]
               for name, kinds in OUTPUTS.items()}
-    heads = await run([encode(i) for i in program], expect)
+    await tb.run(words, expect)
+    assert dut.o_error.value == 1, "an illegal instruction must raise o_error"
+
+
+def _check_heads(program, heads):
+    """Each LOAD, MATMUL and STORE came with the head flags decoded of it."""
     loads = _flags([i for i in program if isinstance(i, Load)], heads["o_load"], LoadHead)
     for instr, got in loads:
         assert got == {"empty": instr.count == 0, "one": instr.count == 1}, instr
@@ -106,16 +163,6 @@ async def dispatch(dut):
             assert got == {"empty": instr.rows == 0 or instr.strips == 0,
                            "two_pass": instr.two_pass, "one_row": instr.rows == 1,
                            "two_rows": instr.rows == 2, "one_strip": instr.strips == 1}, instr
-    assert not dut.o_error.value and not dut.o_busy.value
-
-    # An illegal opcode (0) in the middle: what came before is dispatched, nothing after.
-    before = [_random_instr(rng) for _ in range(50)]
-    after = [_random_instr(rng) for _ in range(50)]
-    words = [encode(i) for i in before] + [0x1234 << 64] + [encode(i) for i in after]
-    expect = {name: [encode(i) for i in before if isinstance(i, kinds)]
-              for name, kinds in OUTPUTS.items()}
-    await run(words, expect)
-    assert dut.o_error.value == 1, "an illegal instruction must raise o_error"
 
 
 def _flags(instrs, heads, layout):

@@ -10,11 +10,13 @@ with equal logits, one huge logit, everything masked but one position, rows of l
 extremes, and rows whose length is not a multiple of ``cols``; LayerNorm with constant rows
 (eps and no eps), int32 extremes, rows of length 1 and one outlier in a long row.
 
-Every segment runs with random idle cycles on the input and random backpressure on the output,
-and every output beat is compared with golden's, in order. Then two checks of throughput with
-neither: a long single-pass stream is taken at one beat a cycle, and SOFTMAX and LAYERNORM
-STOREs whose rows have the fewest strips that the intake's docstring says never wait
-(``ceil(gap / ratio) - 1``) are taken without a single stall.
+Every segment runs with idle cycles on the input and backpressure on the output, random or
+cocotbext-axi's ready one cycle in four (:class:`verif.tb.streams.StreamSource` and
+:class:`~verif.tb.streams.StreamSink` with pause generators); every output beat is compared with
+golden's, in order, and then nothing more may come out before ``o_busy`` falls, nor for a few
+cycles after. Then two checks of throughput with neither: a long single-pass stream is taken at
+one beat a cycle, and SOFTMAX and LAYERNORM STOREs whose rows have the fewest strips that the
+intake's docstring says never wait (``ceil(gap / ratio) - 1``) are taken without a single stall.
 
 This module is the pytest file and, inside the simulator, the cocotb test module. The seed is
 logged; ``BERTACCEL_SEED=<n> pytest verif/block/test_epilogue.py`` replays a run.
@@ -41,13 +43,16 @@ from bertaccel.hw.verilog import source_key
 from bertaccel.sim.build import build, run_cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
+from cocotb.utils import get_sim_time
 
 from verif.helpers import pass_order
+from verif.tb.streams import StreamSink, StreamSource, cycle_pause, drain, random_pause
 
 __all__ = []
 
 MODULE = "verif.block.test_epilogue"
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
+PERIOD_NS = 10
 
 
 # -- STOREs and their expected outputs ------------------------------------------------------------
@@ -160,7 +165,12 @@ class Codec:
 # -- the testbench ------------------------------------------------------------------------------
 
 class EpilogueTB:
-    """Drives ``i_beat`` and ``params``, takes ``o_data``, and checks it against golden."""
+    """The epilogue between the store unit's beats and the output stream, checked against golden.
+
+    ``source`` drives ``i_beat``, ``sink`` takes ``o_data``; ``params`` is driven directly and
+    changed only while ``o_busy`` is low. The cycles in which the epilogue takes a beat from
+    its queue (``o_taken``) are recorded in ``takes``. The model is :func:`golden`.
+    """
 
     def __init__(self, dut, cfg, seed):
         self.dut, self.cfg, self.codec = dut, cfg, Codec(cfg)
@@ -168,12 +178,16 @@ class EpilogueTB:
         self.log = dut._log.getChild("tb.epilogue")
         self.drv_log = self.log.getChild("driver")
         self.mon_log = self.log.getChild("monitor")
-        self.cycle = 0
         self.checked = 0
+        self.takes = []
+
+    @property
+    def cycle(self):
+        return int(get_sim_time("ns")) // PERIOD_NS
 
     async def reset(self):
         dut = self.dut
-        Clock(dut.clk, 10, unit="ns").start()
+        Clock(dut.clk, PERIOD_NS, unit="ns").start()
         dut.rst.value = 1
         dut.i_beat__valid.value = 0
         dut.i_beat__payload.value = 0
@@ -182,22 +196,34 @@ class EpilogueTB:
         for _ in range(3):
             await FallingEdge(dut.clk)
         dut.rst.value = 0
+        self.source = StreamSource(dut, "i_beat", dut.clk)
+        self.sink = StreamSink(dut, "o_data", dut.clk)
+        cocotb.start_soon(self._watch_taken())
 
-    async def step(self):
-        await FallingEdge(self.dut.clk)
-        self.cycle += 1
+    async def _watch_taken(self):
+        while True:
+            await FallingEdge(self.dut.clk)
+            await ReadOnly()
+            if self.dut.o_taken.value:
+                self.takes.append(self.cycle)
 
     async def drain(self, limit=1000):
-        for _ in range(limit):
-            await ReadOnly()
-            if not self.dut.o_busy.value:
-                await self.step()
-                return
-            await self.step()
-        raise AssertionError(f"o_busy still high {limit} cycles after the last output")
+        """Every beat taken, ``o_busy`` low, and no output beyond those checked."""
+        await drain(self.dut.clk, sources=[self.source], sinks=[self.sink],
+                    busy=self.dut.o_busy, limit=limit)
+
+    def _pauses(self, pause):
+        """A pause generator: a pattern for :func:`cycle_pause`, or a probability for
+        :func:`random_pause` (with its own generator, seeded from the testbench's)."""
+        seed = self.rng.getrandbits(64)
+        if isinstance(pause, (list, tuple)):
+            return cycle_pause(pause)
+        return random_pause(random.Random(seed), pause) if pause else None
 
     async def run(self, segment, *, idle, stall):
-        """Send every beat of ``segment``; check every output; return the cycles in which the
+        """Send every beat of ``segment`` with ``idle`` cycles on the input and ``stall``
+        backpressure on the output (each a probability, or a pattern for :func:`cycle_pause`);
+        check every output and that nothing more comes; return the cycles in which the
         epilogue took a beat from its queue (``o_taken``)."""
         dut, codec = self.dut, self.codec
         cols = self.cfg.cols
@@ -214,46 +240,36 @@ class EpilogueTB:
                     if second:
                         expected.append(job.expected[row, strip * cols:(strip + 1) * cols])
                         names.append(f"{job.name} row {row} strip {strip}")
-        self.drv_log.info("segment %s: %d beats in, %d out", segment.name, len(beats),
-                          len(expected))
+        self.drv_log.info("segment %s: %d beats in, %d out, idle %s, stall %s", segment.name,
+                          len(beats), len(expected), idle, stall)
         want = [codec.lanes32(row) for row in expected]
-        takes, sent, got, offered = [], 0, 0, None
-        self.first_output = None
-        limit = self.cycle + 20 * len(beats) + 1000
-        while sent < len(beats) or got < len(want):
-            if offered is None and sent < len(beats) and (not idle or self.rng.random() >= idle):
-                offered = sent
-                dut.i_beat__payload.value = beats[sent]
-                dut.i_beat__valid.value = 1
-            ready = not stall or self.rng.random() >= stall
-            dut.o_data__ready.value = int(ready)
-            await ReadOnly()
-            if offered is not None and dut.i_beat__ready.value:
-                sent += 1
-                offered = None
-            if dut.o_taken.value:
-                takes.append(self.cycle)
-            if ready and dut.o_data__valid.value:
-                word = int(dut.o_data__payload.value)
-                if got >= len(want):
-                    raise AssertionError(f"segment {segment.name}: an output beat too many")
-                if word != want[got]:
-                    raise AssertionError(
-                        f"segment {segment.name}, {names[got]}: got "
-                        f"{codec.unpack(word).tolist()}, want {expected[got].tolist()}")
-                if got == 0:
-                    self.first_output = self.cycle
-                got += 1
-            await self.step()
-            if offered is None:
-                dut.i_beat__valid.value = 0
-            if self.cycle > limit:
-                raise AssertionError(f"segment {segment.name}: {sent}/{len(beats)} beats in, "
-                                     f"{got}/{len(want)} out after {limit} cycles")
-        dut.o_data__ready.value = 0
-        self.mon_log.info("segment %s: %d output beats equal golden's", segment.name, got)
-        self.checked += got
-        return takes
+        self.source.set_pause_generator(self._pauses(idle))
+        self.sink.set_pause_generator(self._pauses(stall))
+        self.takes = []
+        limit = 20 * len(beats) + 1000
+        self.source.send(beats)
+        try:
+            await self.sink.wait(len(want), limit)
+            await self.source.wait(limit)
+        except AssertionError as error:
+            raise AssertionError(f"segment {segment.name}: {self.source.count}/{len(beats)} "
+                                 f"beats in, {len(self.sink.queue)}/{len(want)} out "
+                                 f"({error})") from None
+        got = [self.sink.get() for _ in want]
+        for index, transfer in enumerate(got):
+            if transfer.payload != want[index]:
+                raise AssertionError(
+                    f"segment {segment.name}, {names[index]}: got "
+                    f"{codec.unpack(transfer.payload).tolist()}, want "
+                    f"{expected[index].tolist()}")
+        self.first_output = (int(got[0].time) // PERIOD_NS) if got else None
+        try:
+            await self.drain()
+        except AssertionError as error:
+            raise AssertionError(f"segment {segment.name}: {error}") from None
+        self.mon_log.info("segment %s: %d output beats equal golden's", segment.name, len(got))
+        self.checked += len(got)
+        return list(self.takes)
 
 
 # -- realistic parameters and rows ----------------------------------------------------------------
@@ -569,9 +585,11 @@ async def epilogue_ops(dut):
     work = Workload(cfg, seed)
     await tb.reset()
 
-    # Every op, random idle cycles on the input and backpressure on the output.
+    # Every op, random idle cycles on the input and backpressure on the output (or
+    # cocotbext-axi's ready one cycle in four).
     for segment in work.segments():
-        idle, stall = tb.rng.choice([(0.0, 0.0), (0.3, 0.4), (0.1, 0.7), (0.6, 0.1)])
+        idle, stall = tb.rng.choice([(0.0, 0.0), (0.3, 0.4), (0.1, 0.7), (0.6, 0.1),
+                                     (0.0, [1, 1, 1, 0])])
         await tb.run(segment, idle=idle, stall=stall)
 
     # Throughput: nothing idle, nothing pressing back. Every beat is taken from the queue
