@@ -30,9 +30,8 @@ import warnings
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-# The random task and the merged-model reference are the tests' (verif/helpers.py): the
-# figures here are of the same deltas the bit-exactness tests run.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The random task and the merged-model reference (sw/multitask/reference.py) are the ones the
+# bit-exactness tests run: the figures here are of the same deltas.
 SEQ = 128
 BATCHES = (1, 8)
 SEED = 2024
@@ -55,7 +54,7 @@ def _merged(bert, task, delta, batch):
     import torch
 
     from bertaccel.sw.bert.fast import FastModel
-    from verif.helpers import merged_program
+    from bertaccel.sw.multitask.reference import merged_program
 
     merged, extra = merged_program(bert, delta)
     assert extra <= 0, "the merged weights must fit int8 (no split rows beyond the base's)"
@@ -74,7 +73,7 @@ def _config(name, fractions, log):
     from bertaccel.sw.bert import MINILM, compile_bert
     from bertaccel.sw.bert.timing import StageTimer
     from bertaccel.sw.multitask.ondevice import apply_task, model_bytes, switch_bytes
-    from verif.helpers import random_task_delta
+    from bertaccel.sw.multitask.reference import random_task_delta
 
     start = time.perf_counter()
     bert = compile_bert(MINILM, load_config(name))

@@ -7,6 +7,7 @@ compression schemes and their sizes), :mod:`.store` (a task's delta file: int8 K
 base's units), :mod:`.suite` (``bertaccel multitask build | eval | run``);
 :mod:`.rowdelta` (a task as a row-sparse int8 delta on the int8 base, and its file),
 :mod:`.ondevice` (the delta run on the accelerator as extra K-rows of the same GEMMs),
+:mod:`.reference` (a task's merged-weight reference model, and random tasks),
 :mod:`.fromweights` (a task's delta from its fine-tuned float weights).
 docs/multitask.md has the measurements.
 """

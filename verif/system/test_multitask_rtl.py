@@ -27,8 +27,9 @@ from bertaccel.sw.bert import (STAGES, Runner, compile_bert, layer_programs,  # 
                                run_layer)
 from bertaccel.sw.bert.fast import FastModel  # noqa: E402
 from bertaccel.sw.multitask.ondevice import apply_task  # noqa: E402
+from bertaccel.sw.multitask.reference import merged_program, random_task_delta  # noqa: E402
 
-from verif.helpers import merged_program, random_bert, random_task_delta  # noqa: E402
+from verif.helpers import random_bert  # noqa: E402
 
 __all__ = []
 

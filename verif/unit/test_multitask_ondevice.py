@@ -25,8 +25,9 @@ from bertaccel.sw.bert.quant import weight_ints
 from bertaccel.sw.bert.timing import StageTimer
 from bertaccel.sw.multitask.ondevice import (apply_task, base_ints, model_bytes,
                                              switch_bytes)
+from bertaccel.sw.multitask.reference import merged_program, random_task_delta
 from bertaccel.sw.multitask.rowdelta import DeltaError, RowDelta, base_fingerprint, load_delta
-from verif.helpers import merged_program, random_bert, random_task_delta, token_batch
+from verif.helpers import random_bert, token_batch
 
 
 SEED = 5
