@@ -12,8 +12,8 @@ from bertaccel.sw.bert import compile_bert
 from bertaccel.sw.cycles import CycleModel
 
 __all__ = ["REQUIRE_TOOLS", "missing_tool", "check_model_cycles", "check_outputs", "load",
-           "matmul", "store", "two_pass_sets",
-           "pass_order", "token_batch", "random_bert", "random_float_model"]
+           "matmul", "store", "two_pass_sets", "pass_order", "token_batch", "random_float_bert",
+           "random_bert", "random_float_model"]
 
 
 #: Set to 1 (``.ci/run`` does), a test that needs a tool which is not installed fails instead
@@ -113,25 +113,34 @@ def pass_order(rows, two_pass):
 
 # Multi-task: a random task on a compiled base, and the merged-weight model it must equal.
 
-def token_batch(gen, lengths, vocab):
-    """A padded batch of random token ids, one sequence of each of ``lengths``."""
+def token_batch(gen, lengths, vocab, *, types=False):
+    """A padded batch of random token ids, one sequence of each of ``lengths``; with
+    ``types``, random token types (0 or 1) too, else all 0."""
     seq = max(lengths)
     ids = torch.randint(1, vocab, (len(lengths), seq), generator=gen)
     mask = (torch.arange(seq)[None] < torch.tensor(lengths)[:, None]).long()
-    return {"input_ids": ids * mask, "attention_mask": mask,
-            "token_type_ids": torch.zeros_like(ids)}
+    kinds = torch.randint(0, 2, (len(lengths), seq), generator=gen) * mask if types \
+        else torch.zeros_like(ids)
+    return {"input_ids": ids * mask, "attention_mask": mask, "token_type_ids": kinds}
+
+
+def random_float_bert(seed, *, hidden, heads, intermediate, layers, vocab=90, positions=48):
+    """A random float ``transformers`` BertModel (no pooler, in eval mode), its weights drawn
+    after ``torch.manual_seed(seed)``."""
+    import transformers
+
+    torch.manual_seed(seed)
+    return transformers.BertModel(transformers.BertConfig(
+        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, intermediate_size=intermediate,
+        max_position_embeddings=positions, type_vocab_size=2), add_pooling_layer=False).eval()
 
 
 def random_bert(cfg, *, seed, hidden=40, heads=4, intermediate=72, layers=2, lengths=(11, 6)):
     """A random ``transformers`` BertModel compiled for ``cfg`` (calibrated on random tokens),
     and a padded batch of random tokens with ``lengths``: ``(bert, batch)``."""
-    import transformers
-
-    torch.manual_seed(seed)
-    model = transformers.BertModel(transformers.BertConfig(
-        vocab_size=90, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        intermediate_size=intermediate, max_position_embeddings=48, type_vocab_size=2),
-        add_pooling_layer=False).eval()
+    model = random_float_bert(seed, hidden=hidden, heads=heads, intermediate=intermediate,
+                              layers=layers)
     gen = torch.Generator().manual_seed(seed)
     calibration = [token_batch(gen, [21, 17, 9, 3], 90) for _ in range(3)]
     bert = compile_bert(model, cfg, calibration=calibration, name="small")

@@ -6,7 +6,6 @@ and non-square configs."""
 
 import pytest
 import torch
-import transformers
 
 from bertaccel.golden import bert_ref, sentences
 from bertaccel.hw.config import PRESETS
@@ -14,20 +13,12 @@ from bertaccel.sw import SoftwareDevice
 from bertaccel.sw.bert import STAGES, compile_bert, model_macs, run_bert
 from bertaccel.sw.bert.fast import FastModel, batched_int_gemm
 from bertaccel.sw.bert.timing import StageTimer
-
+from verif.helpers import random_float_bert, token_batch
 
 SEED = 7
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def _token_batch(gen, lengths, vocab):
-    seq = max(lengths)
-    ids = torch.randint(1, vocab, (len(lengths), seq), generator=gen)
-    mask = (torch.arange(seq)[None] < torch.tensor(lengths)[:, None]).long()
-    types = torch.randint(0, 2, (len(lengths), seq), generator=gen) * mask
-    return {"input_ids": ids * mask, "attention_mask": mask, "token_type_ids": types}
 
 
 def _fast_trace(bert, batch):
@@ -63,15 +54,12 @@ ODD_SHAPES = [
 @pytest.mark.parametrize("shape", ODD_SHAPES, ids=lambda s: f"h{s[0]}a{s[1]}i{s[2]}")
 def test_random_models_of_odd_shapes(config, shape):
     hidden, heads, intermediate, layers = shape
-    torch.manual_seed(SEED)
-    model = transformers.BertModel(transformers.BertConfig(
-        vocab_size=90, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        intermediate_size=intermediate, max_position_embeddings=48, type_vocab_size=2),
-        add_pooling_layer=False).eval()
+    model = random_float_bert(SEED, hidden=hidden, heads=heads, intermediate=intermediate,
+                              layers=layers)
     gen = torch.Generator().manual_seed(SEED)
-    calibration = [_token_batch(gen, [21, 17, 9, 3], 90) for _ in range(3)]
+    calibration = [token_batch(gen, [21, 17, 9, 3], 90, types=True) for _ in range(3)]
     bert = compile_bert(model, PRESETS[config], calibration=calibration)
-    _check_equal(bert, _token_batch(gen, [13, 7, 1], 90))
+    _check_equal(bert, token_batch(gen, [13, 7, 1], 90, types=True))
 
 
 def test_blocks_of_rows(monkeypatch):

@@ -15,7 +15,6 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-import transformers
 
 from bertaccel.hw.config import PRESETS
 from bertaccel.sw import SoftwareDevice
@@ -27,7 +26,7 @@ from bertaccel.sw.multitask.ondevice import (apply_task, base_ints, model_bytes,
                                              switch_bytes)
 from bertaccel.sw.multitask.reference import merged_program, random_task_delta
 from bertaccel.sw.multitask.rowdelta import DeltaError, RowDelta, base_fingerprint, load_delta
-from verif.helpers import random_bert, token_batch
+from verif.helpers import random_bert, random_float_bert, token_batch
 
 
 SEED = 5
@@ -92,10 +91,7 @@ def test_task_equals_merged_on_device_and_fast_path(small, fits):
 
 
 def test_base_ints_match_weight_ints():
-    torch.manual_seed(SEED)
-    model = transformers.BertModel(transformers.BertConfig(
-        vocab_size=90, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=48), add_pooling_layer=False).eval()
+    model = random_float_bert(SEED, hidden=32, heads=2, intermediate=64, layers=1)
     gen = torch.Generator().manual_seed(SEED)
     bert = compile_bert(model, PRESETS["8x8"], calibration=[token_batch(gen, [20, 9], 90)])
     quant, layer = bert.layers[0], model.encoder.layer[0]

@@ -18,22 +18,21 @@ import random
 import numpy as np
 import pytest
 import torch
-import transformers
 
 from bertaccel.golden import bert_ref, sentences
 from bertaccel.hw import isa
 from bertaccel.hw.config import PRESETS
 from bertaccel.sw import compile_gemm
-from bertaccel.sw.cycles import units as cycle_units
 from bertaccel.sw import epilogue as ep_mod
 from bertaccel.sw.bert import STAGES, compile_bert
 from bertaccel.sw.bert.run import layer_programs
 from bertaccel.sw.bert.timing import StageTimer
 from bertaccel.sw.cycles import TIMED_FIELDS, CycleModel, CycleStepper, timing_view
+from bertaccel.sw.cycles import units as cycle_units
 from bertaccel.sw.sequence import concat
 from bertaccel.sw.tiler import GemmGroups
 from bertaccel.sw.timing import GemmTimer
-
+from verif.helpers import random_float_bert
 
 SEED = 11
 CONFIGS = ["2x2", "4x8", "8x8", "16x16"]
@@ -336,11 +335,8 @@ def test_minilm_stages(minilm, config):
                          ids=lambda s: f"h{s[0]}a{s[1]}i{s[2]}")
 def test_random_bert_stages(config, shape):
     hidden, heads, intermediate, layers = shape
-    torch.manual_seed(SEED)
-    model = transformers.BertModel(transformers.BertConfig(
-        vocab_size=90, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        intermediate_size=intermediate, max_position_embeddings=64, type_vocab_size=2),
-        add_pooling_layer=False).eval()
+    model = random_float_bert(SEED, hidden=hidden, heads=heads, intermediate=intermediate,
+                              layers=layers, positions=64)
     gen = torch.Generator().manual_seed(SEED)
     ids = torch.randint(1, 90, (3, 21), generator=gen)
     calibration = [{"input_ids": ids, "attention_mask": torch.ones_like(ids)}]
@@ -351,11 +347,8 @@ def test_random_bert_stages(config, shape):
 def test_stage_timer_store():
     """Timings persist in the store by batch shape and what decides the cycles: a second timer
     on the same store reads them, and layers of the same shape share an entry."""
-    torch.manual_seed(SEED)
-    model = transformers.BertModel(transformers.BertConfig(
-        vocab_size=50, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
-        intermediate_size=48, max_position_embeddings=32, type_vocab_size=2),
-        add_pooling_layer=False).eval()
+    model = random_float_bert(SEED, hidden=32, heads=2, intermediate=48, layers=3, vocab=50,
+                              positions=32)
     ids = torch.randint(1, 50, (2, 16), generator=torch.Generator().manual_seed(SEED))
     bert = compile_bert(model, PRESETS["4x8"],
                         calibration=[{"input_ids": ids, "attention_mask": torch.ones_like(ids)}])
