@@ -9,7 +9,7 @@ straight into a register):
   FPGA (a simulator still gives the Verilog answer). Without it yosys emulates the defined
   answer with a multiplexer after the RAM. No unit may depend on it: the token channels keep
   a unit off the rows another is writing (a legal program never reads a row in the cycle it
-  is loaded or stored; sw/tiler gives the chain that protects the parameter memory), and
+  is loaded or stored; docs/tiler.md gives the chain that protects the parameter memory), and
   the execute unit forwards its own accumulator writes.
 * A scratchpad deeper than 2048 rows is built of column slices that each fit one block RAM
   (see :func:`_block_ram_slice`).

@@ -27,9 +27,9 @@ __all__ = ["CompileCache", "default_root", "CacheError", "code_digest"]
 
 #: The sources whose change invalidates a compiled entry (relative to the package's parent).
 _COMPILER_SOURCES = ("sw/bert/compile.py", "sw/bert/quant.py", "sw/bert/load.py",
-                     "sw/epilogue.py", "sw/tiler.py", "golden/intops.py", "golden/sentences.py")
+                     "sw/epilogue.py", "sw/tiler/", "golden/intops.py", "golden/sentences.py")
 #: ... and a timing entry: the cycle model and its timer, the tiler, and the hardware it models.
-_TIMING_SOURCES = ("sw/cycles/", "hw/latencies.py", "sw/tiler.py", "sw/sequence.py",
+_TIMING_SOURCES = ("sw/cycles/", "hw/latencies.py", "sw/tiler/", "sw/sequence.py",
                    "sw/timing.py", "sw/bert/run.py", "sw/bert/timing.py",
                    "hw/epilogue/schedule.py")
 

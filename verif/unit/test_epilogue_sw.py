@@ -148,11 +148,11 @@ def test_tail_takes_its_own_registers(op):
 def test_too_few_slots_would_be_caught(monkeypatch):
     """The interleaved device notices when the residual slots are one too few: the token
     argument of the tiler is what keeps the results right."""
-    from bertaccel.sw import tiler
+    from bertaccel.sw.tiler import layout
     cfg = dataclasses.replace(PRESETS["2x2"], spad_depth=128, acc_depth=64, pmem_depth=16)
     gen = torch.Generator().manual_seed(SEED)
-    real = tiler._aux_slots
-    monkeypatch.setattr(tiler, "_aux_slots", lambda n_kb, n_tiles: real(n_kb, n_tiles) - 1)
+    real = layout._aux_slots
+    monkeypatch.setattr(layout, "_aux_slots", lambda n_kb, n_tiles: real(n_kb, n_tiles) - 1)
     wrong = 0
     for m, k, n in [(20, 2, 6), (20, 8, 6), (40, 16, 5)]:
         epilogue = ep_mod.random_epilogue("layernorm", k=k, n=n, generator=gen)
@@ -499,7 +499,7 @@ def test_taper_hides_the_drains_before_the_tail(monkeypatch):
     fast."""
     cfg = PRESETS["8x8"]
     chosen = compile_gemm(cfg, 128, 64, 128, epilogue=Softmax(in_scale=0.01))
-    monkeypatch.setattr(tiler, "_EXACT_MAX_INSTRUCTIONS", 0)
+    monkeypatch.setattr(tiler.plan, "_EXACT_MAX_INSTRUCTIONS", 0)
     program = compile_gemm(cfg, 128, 64, 128, epilogue=Softmax(in_scale=0.01))
     plan = program.meta["plan"]
     assert plan.tail == cfg.rows and plan.taper >= 2 and plan.ends[-3:] == [32, 16, 8]
