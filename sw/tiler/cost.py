@@ -4,6 +4,7 @@ docs/tiler.md)."""
 
 import numpy as np
 
+from ...hw.latencies import Latencies
 from ..epilogue import lower
 from .layout import _Epilogue, _aux_groups, _layout_of
 from .steps import (_MAX_TAPER, _MBlocks, _blocks, _chunks, _m_blocks, _max, _min,
@@ -12,23 +13,27 @@ from .steps import (_MAX_TAPER, _MBlocks, _blocks, _chunks, _m_blocks, _max, _mi
 __all__ = ["program_size"]
 
 
-#: Cycles of fixed cost assumed for every step (token hand-over between the units).
+#: Cycles of fixed cost assumed for every step (token hand-over between the units): a weight
+#: of the closed-form estimate, not a latency of the hardware (the exact timing of a candidate
+#: comes from the cycle model, see docs/tiler.md).
 _STEP_OVERHEAD = 2
-#: Cycles assumed between a beat entering the epilogue and its result leaving the core.
+#: Cycles the estimate assumes between a beat entering the epilogue and its result leaving the
+#: core: a weight of the ranking, like _STEP_OVERHEAD (Latencies.of(cfg).epilogue.latency is
+#: the hardware's figure, 33 to 39 cycles by preset; the plans are ranked with this one).
 _EPILOGUE_LATENCY = 16
 
 
 def _store_cycles(cfg, passes, beats):
-    """Cycles of a STORE of ``beats`` beats: the epilogue takes one every ``ep_ratio`` cycles,
+    """Cycles of a STORE of ``beats`` beats: the epilogue takes one every ``ratio`` cycles,
     each beat ``passes`` times."""
-    return passes * cfg.ep_ratio * beats
+    return passes * Latencies.of(cfg).epilogue.ratio * beats
 
 
 def _matmul_cycles(cfg, mlen):
     # The execute unit's steady-state cost (hw/execute/): the weight preload of the next
     # MATMUL (rows reads of scratchpad B) hides behind this one's stream when it has rows
     # operand rows; no weight bank waits to drain.
-    return _max(mlen, cfg.rows)
+    return _max(mlen, Latencies.of(cfg).preload)
 
 
 def _blocks_matmul_cycles(cfg, blocks):
