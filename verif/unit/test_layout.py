@@ -1,7 +1,9 @@
 """The layout of the product and of its tests.
 
 No product module imports the tests, the product's imports form no circle, and every package
-imports only from the layers below it (:data:`LAYERS`; imports inside functions count too). Every test file
+imports only from the layers below it (:data:`LAYERS`; imports inside functions count too); no
+product module is longer than :data:`MAX_FILE_LINES` lines, no function than
+:data:`MAX_FUNCTION_LINES`. Every test file
 lies in a tier folder (verif/conftest.py), imports no other test file (shared helpers are in
 verif/helpers.py), and a cocotb test module names itself (``MODULE``) by its own dotted path.
 """
@@ -24,6 +26,10 @@ PACKAGES = {"hw": "bertaccel.hw", "sw": "bertaccel.sw", "golden": "bertaccel.gol
 #: each other.
 LAYERS = (("golden",), ("hw",), ("sim",), ("sw",), ("bertaccel",), ("analysis", "fpga"),
           ("cluster",), ("cli",))
+#: The longest a product module may be (one job per file) ...
+MAX_FILE_LINES = 700
+#: ... and a function or method, docstring included.
+MAX_FUNCTION_LINES = 100
 
 
 def _modules():
@@ -175,3 +181,19 @@ def test_every_package_is_installed():
     for name, (path, is_package) in _modules().items():
         if is_package:
             assert name in listed, f"{path.relative_to(ROOT)}: {name} is not in pyproject.toml"
+
+
+def test_modules_and_functions_are_short():
+    long = []
+    for path, _ in _modules().values():
+        text = path.read_text()
+        lines = text.count("\n")
+        if lines > MAX_FILE_LINES:
+            long.append(f"{path.relative_to(ROOT)}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                size = node.end_lineno - node.lineno + 1
+                if size > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: "
+                                f"{size} lines")
+    assert not long, "\n".join(long)
