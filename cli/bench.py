@@ -44,8 +44,8 @@ def _bench_bert(args):
         bert = compile_shape(args.shape, cfg, seed=args.seed)
         if args.seq <= bert.max_seq:                # else bench_bert says why not
             common.check_memory(bert_memory(bert, args.batch, args.seq), args,
-                          f"{args.shape} with {args.batch} x {args.seq} tokens on {cfg.label}",
-                          "; a smaller --batch or --seq needs less")
+                                f"{args.shape} with {args.batch} x {args.seq} tokens on "
+                                f"{cfg.label}", "; a smaller --batch or --seq needs less")
         report = bench_bert(bert, seq=args.seq, batch=args.batch,
                             every_layer=not args.one_layer, log=log)
     except BertError as error:
