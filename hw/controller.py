@@ -1,9 +1,11 @@
 """Instruction dispatch and the token channels between the units."""
 
 from amaranth import Cat, Module, Signal
+from amaranth.hdl import Assert
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .formal import is_formal
 from .isa import (TOKEN_MAX, TOKEN_WIDTH, Instr, LoadHead, MatmulHead, Opcode, StoreHead,
                   load_head, matmul_head, store_head)
 from .queue import Queue
@@ -47,10 +49,17 @@ class TokenChannel(wiring.Component):
     -------
     producer : In(TokenProducer())
     consumer : In(TokenConsumer())
+
+    Under :data:`~bertaccel.hw.formal.FORMAL` the channel asserts that its flags agree with
+    its count and drives ``count`` (not a port) for a harness's model.
     """
 
     producer: In(TokenProducer())
     consumer: In(TokenConsumer())
+
+    def __init__(self):
+        super().__init__()
+        self.count = Signal(TOKEN_WIDTH)
 
     #: A push in cycle t is counted (``avail``, a register) from cycle t + DELAY.
     DELAY = 1
@@ -80,6 +89,10 @@ class TokenChannel(wiring.Component):
                          room2.eq(count < TOKEN_MAX - 2)]
         with m.Elif(self.consumer.pop & ~self.producer.push):
             m.d.sync += [avail.eq(count != 1), room.eq(1), room2.eq(room)]
+        if is_formal(platform):
+            m.d.comb += [self.count.eq(count), Assert(avail == (count != 0)),
+                         Assert(room == (count != TOKEN_MAX)),
+                         Assert(room2 == (count < TOKEN_MAX - 1))]
         return m
 
 

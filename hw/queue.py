@@ -27,11 +27,13 @@ the output in cycle W + 2 when the head is free, the next entry is there the cyc
 and a write is taken while fewer than ``depth - 1`` entries wait behind the head.
 """
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Array, Cat, Module, Mux, Signal
+from amaranth.hdl import Assert
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .dsp import KEEP
+from .formal import is_formal
 
 __all__ = ["Queue", "CHUNK"]
 
@@ -71,6 +73,10 @@ class Queue(wiring.Component):
         high ([1]) this cycle.
     r_rdy_far : Out(1)
         With ``far_valid`` only: ``r_rdy``, another register.
+
+    Under :data:`~bertaccel.hw.formal.FORMAL` the queue asserts its induction invariants
+    and drives ``contents`` (``ArrayLayout(width, depth)``, not a port): the entries it holds
+    in queue order, the head first, valid below ``level``.
     """
 
     #: An entry written in cycle W is at the output (``r_rdy``) in cycle W + LATENCY when the
@@ -94,6 +100,7 @@ class Queue(wiring.Component):
         if far_valid:
             members["r_rdy_far"] = Out(1)
         super().__init__(members)
+        self.contents = Signal(data.ArrayLayout(width, depth))
 
     def elaborate(self, platform):
         m = Module()
@@ -107,7 +114,7 @@ class Queue(wiring.Component):
         ctl.advance(m, w_en=self.w_en, r_en=self.r_en)
 
         slots = [Signal(self.width, name=f"slot{i}", reset_less=True) for i in range(2)]
-        heads = []
+        heads, copies, storages = [], [], []
         for n, start in enumerate(range(0, self.width, CHUNK)):
             part = slice(start, min(start + CHUNK, self.width))
             if n == 0:
@@ -117,6 +124,8 @@ class Queue(wiring.Component):
                 copy.advance(m, w_en=self.w_en, r_en=self.r_en)
             m.submodules[f"storage_{n}"] = storage = memory.Memory(
                 shape=part.stop - part.start, depth=behind, init=[])
+            copies.append(copy)
+            storages.append((part, storage))
             w_port = storage.write_port()
             r_port = storage.read_port(domain="comb")
             m.d.comb += [w_port.addr.eq(copy.produce), w_port.data.eq(self.w_data[part]),
@@ -128,12 +137,16 @@ class Queue(wiring.Component):
                     m.d.sync += slot[part].eq(r_port.data)
             heads.append(Mux(copy.head, slots[1][part], slots[0][part]))
         m.d.comb += self.r_data.eq(Cat(*heads))
+        fast = None
         if self.fast.stop > self.fast.start:
-            self._head_bits(m, ctl)
+            fast = self._head_bits(m, ctl)
         if self.far_valid:
             far = _Control(behind, "_far")
             far.advance(m, w_en=self.w_en, r_en=self.r_en)
             m.d.comb += self.r_rdy_far.eq(far.head_valid)
+            copies.append(far)
+        if is_formal(platform):
+            _Invariants(self, m, copies, slots).state(storages, fast)
         return m
 
     def _head_bits(self, m, ctl):
@@ -176,6 +189,8 @@ class Queue(wiring.Component):
                     Mux(ctl.head_valid & ~pop, head_bits, oldest)))
         m.d.sync += head_bits.eq(self.r_fast_next[self.r_en])
         m.d.comb += self.r_data[bits].eq(head_bits)
+        return {"head_bits": head_bits, "oldest": oldest, "ahead": ahead, "spare": spare,
+                "storage": storage}
 
 
 class _Control:
@@ -205,6 +220,10 @@ class _Control:
         self.consume = Signal(range(behind), name=f"consume{suffix}", attrs=KEEP)
         self.fill = self.stored & ~self.spare_valid
         self.waiting = self.count + self.spare_valid
+
+    #: The registers, by attribute name.
+    REGISTERS = ("head", "head_valid", "spare_valid", "count", "stored", "room", "produce",
+                 "produce_ahead", "consume")
 
     def next_values(self, *, write, pop, move):
         """The registers' values in the next cycle, by name, from this cycle's ``write``,
@@ -242,6 +261,81 @@ class _Control:
         move = (self.spare_valid | self.stored) & (~self.head_valid | pop)
         values = self.next_values(write=w_en & self.room, pop=pop, move=move)
         m.d.sync += [getattr(self, name).eq(value) for name, value in values.items()]
+
+
+class _Invariants:
+    """A queue's induction invariants, stated under ``FORMAL`` (``hw/formal.py``): every
+    copy of the control registers equals the first; the first's registers agree with each
+    other (the slots fill in order, the memory's pointers are its count apart, ``room`` is
+    "fewer than ``depth - 1`` waiting"); the fast-bit registers hold the bits of the slot or
+    row they stand for; and ``contents`` shows the slots and the memory's rows in order."""
+
+    def __init__(self, queue, m, copies, slots):
+        self.queue, self.m, self.copies, self.slots = queue, m, copies, slots
+        self.behind = queue.depth - 1
+
+    def state(self, storages, fast):
+        m, ctl, behind = self.m, self.copies[0], self.behind
+        for copy in self.copies[1:]:
+            m.d.comb += [Assert(getattr(copy, name) == getattr(ctl, name))
+                         for name in _Control.REGISTERS]
+        m.d.comb += [
+            Assert(ctl.head_valid | ~ctl.spare_valid),
+            Assert(ctl.count <= behind),
+            Assert((ctl.consume < behind) & (ctl.produce < behind)),
+            Assert(ctl.stored == (ctl.count != 0)),
+            Assert(ctl.waiting <= behind),
+            Assert(ctl.room == (ctl.waiting != behind)),
+            Assert(ctl.produce == self.wrap(ctl.consume + ctl.count)),
+            Assert(ctl.produce_ahead == self.wrap(ctl.produce + 1)),
+        ]
+        rows = Array(Signal(self.queue.width, name=f"row{i}") for i in range(behind))
+        for part, storage in storages:
+            for i, row in enumerate(rows):
+                port = storage.read_port(domain="comb")
+                m.d.comb += [port.addr.eq(i), row[part].eq(port.data)]
+        self.contents(rows)
+        if fast is not None:
+            self.fast_bits(rows, fast)
+
+    def wrap(self, value):
+        """``value`` modulo the memory's rows, for a value below twice that."""
+        return Mux(value >= self.behind, value - self.behind, value)
+
+    def head_and_spare(self):
+        ctl, slots = self.copies[0], self.slots
+        return Mux(ctl.head, slots[1], slots[0]), Mux(ctl.head, slots[0], slots[1])
+
+    def contents(self, rows):
+        """Entry j: the head slot, the spare slot, then the memory's rows from ``consume``."""
+        ctl, queue = self.copies[0], self.queue
+        head, spare = self.head_and_spare()
+        in_slots = ctl.head_valid + ctl.spare_valid
+        for j in range(queue.depth):
+            from_rows = Array(rows[self.wrap(ctl.consume + j - k)] if j >= k else 0
+                              for k in range(3))
+            self.m.d.comb += queue.contents[j].eq(
+                Mux(j < ctl.head_valid, head,
+                    Mux(j < in_slots, spare, from_rows[in_slots])))
+
+    def fast_bits(self, rows, fast):
+        """``head_bits``, ``spare_bits`` and ``oldest`` hold the fast bits of the head, the
+        spare slot and the memory's oldest row; the fast copy of the memory holds every
+        stored row's; ``consume_ahead`` is one past ``consume``."""
+        m, ctl, bits = self.m, self.copies[0], self.queue.fast
+        head, spare = self.head_and_spare()
+        m.d.comb += [
+            Assert(~ctl.head_valid | (fast["head_bits"] == head[bits])),
+            Assert(~ctl.spare_valid | (fast["spare"] == spare[bits])),
+            Assert(~ctl.stored | (fast["oldest"] == rows[ctl.consume][bits])),
+        ]
+        if self.behind > 1:
+            m.d.comb += Assert(fast["ahead"] == self.wrap(ctl.consume + 1))
+        for i in range(self.behind):
+            port = fast["storage"].read_port(domain="comb")
+            at = self.wrap(ctl.consume + i)
+            m.d.comb += [port.addr.eq(at),
+                         Assert((i >= ctl.count) | (port.data == rows[at][bits]))]
 
 
 def _next(pointer, size):

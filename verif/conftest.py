@@ -2,7 +2,7 @@
 
 Tiers
 -----
-The tests live in three folders, fastest first:
+The tests live in four folders:
 
 ``verif/unit``
     Pure Python: config, ISA, programs, tiler, cycle model, software device, integer ops, BERT
@@ -10,6 +10,9 @@ The tests live in three folders, fastest first:
 ``verif/block``
     One block at a time: the Amaranth simulator, cocotb on a Verilator build of one component,
     the build layer, Verilator lint and yosys checks of the emitted Verilog.
+``verif/formal``
+    SymbiYosys proofs of components' properties (k-induction, or bounded to a stated depth),
+    each with covers that show it is not vacuous; the runner is ``verif/tb/formal.py``.
 ``verif/system``
     End to end: programs compiled by the real driver run on the whole core (the Verilated
     harness through :class:`~bertaccel.sw.devices.rtl.RtlDevice`), bit-exact with the software
@@ -17,9 +20,9 @@ The tests live in three folders, fastest first:
 
 Markers
 -------
-Each test gets the marker of its tier (``unit``, ``block``, ``system``) from its folder, and
-``slow`` when it takes long on a small machine: every ``system`` test, and the few others marked
-``@pytest.mark.slow`` in their own file (the yosys runs of the ECP5 flow in
+Each test gets the marker of its tier (``unit``, ``block``, ``formal``, ``system``) from its
+folder, and ``slow`` when it takes long on a small machine: every ``system`` test, and the
+others marked ``@pytest.mark.slow`` in their own file (the yosys runs of the ECP5 flow in
 ``block/test_synth.py``, the whole core behind the UART in ``block/test_ulx3s.py``, MiniLM on
 the software device and ``bench bert`` in ``unit/``). The markers are registered in
 ``pyproject.toml``, where ``--strict-markers`` refuses any other::
@@ -62,7 +65,7 @@ import pytest
 __all__ = []
 
 #: The tier folders, each also the name of the marker its tests get.
-TIERS = ("unit", "block", "system")
+TIERS = ("unit", "block", "formal", "system")
 #: The tiers whose every test is ``slow``.
 SLOW_TIERS = ("system",)
 

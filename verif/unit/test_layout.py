@@ -16,7 +16,7 @@ __all__ = []
 ROOT = Path(__file__).resolve().parents[2]
 VERIF = ROOT / "verif"
 #: The tier folders of verif/ (verif/conftest.py marks their tests).
-TIERS = ("unit", "block", "system")
+TIERS = ("unit", "block", "formal", "system")
 #: Source folder of each product package.
 PACKAGES = {"hw": "bertaccel.hw", "sw": "bertaccel.sw", "golden": "bertaccel.golden",
             "sim": "bertaccel.sim", "analysis": "bertaccel.analysis", "fpga": "bertaccel.fpga",
