@@ -7,9 +7,11 @@ all of its words are already in the FIFO, so W never waits for the core.
 """
 
 from amaranth import Cat, Const, Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Assert
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..formal import is_formal
 from .signature import MAX_BURST, log2, min_of
 from .width import Downsizer, Upsizer
 
@@ -178,6 +180,8 @@ class ReadEngine(wiring.Component):
                 limit.eq(self.count),
                 sent.eq(0),
             ]
+        if is_formal(platform):
+            m.d.comb += Assert(addr[:shift] == 0)
         return m
 
 
