@@ -5,10 +5,10 @@ producer must), any unit readiness and any reset: every instruction taken before
 opcode goes to exactly one unit (LOAD to load, MATMUL to execute, SET and STORE to store), and
 each unit sees its instructions unchanged, in program order (a model queue per unit); an
 illegal opcode raises ``o_error``, which stays, and from then on every instruction is taken
-and none reaches a unit; ``o_busy`` is "a unit has an instruction waiting". Bounded, with two-entry queues, to 6
-cycles: an instruction reaches its unit two cycles after it is taken, so within 6 a queue is
-filled, popped while pushed and emptied, and an error follows instructions in flight (the
-covers, searched to 8 cycles, show each).
+and none reaches a unit; ``o_busy`` is "a unit has an instruction waiting". Bounded, with
+two-entry queues, to 6 cycles: an instruction reaches its unit two cycles after it is taken,
+so within 6 a queue is filled, popped while pushed and emptied, and an error follows
+instructions in flight (the covers, searched to 8 cycles, show each).
 """
 
 from dataclasses import replace
