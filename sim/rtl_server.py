@@ -7,14 +7,17 @@ resets the :class:`~bertaccel.hw.harness.SimHarness`, connects to the Unix socke
 Protocol (pickled dicts over a :class:`multiprocessing.connection.Connection`):
 
 ``{"op": "run", "n_instr": int, "n_data": int, "seed": int, "src_idle": int, "sink_stall": int,
-"max_cycles": int, "tag": str}``
+"max_cycles": int, "tag": str, "ports": dict}``
     The host has written the program and its data into the harness's stream files
     (:data:`bertaccel.hw.harness.STREAM_FILES`) in the simulator's working folder. Pulse
     ``start``, await ``done`` for at most ``max_cycles`` clock cycles, and reply ``{"ok": True,
     "cycles", "n_out", "data_used", "error", "file_error", "timed_out", "run_s", "wall_s"}``;
     the output beats are then in the output file, for the host to read. After a time-out, or a
     run in which the core flagged an illegal instruction or a stream file failed, the harness is
-    reset, so the next run starts clean.
+    reset, so the next run starts clean. ``ports`` (optional) holds values for top-level inputs
+    that a variant of the harness has besides its own (the mutant select of
+    :mod:`bertaccel.sim.mutate`); when they differ from the last run's, they are set and the
+    harness is reset under them first, so that no run inherits state made under other values.
 
 ``{"op": "stop"}``
     Reply ``{"ok": True}`` and end the test, which ends the simulator.
@@ -49,6 +52,7 @@ class _Server:
         self.dut = dut
         self.log = dut._log.getChild("rtl_server")
         self.runs = 0
+        self.ports = {}
 
     async def reset(self, cycles=4):
         dut = self.dut
@@ -65,6 +69,12 @@ class _Server:
         n_instr, n_data = request["n_instr"], request["n_data"]
         seed, src_idle, sink_stall = request["seed"], request["src_idle"], request["sink_stall"]
         max_cycles = request["max_cycles"]
+        ports = request.get("ports") or {}
+        if ports != self.ports:
+            for name, value in ports.items():
+                getattr(dut, name).value = value
+            self.ports = dict(ports)
+            await self.reset()
         self.log.info("run %d (%s): %d instructions, %d data beats, seed %d, src_idle %d/256, "
                       "sink_stall %d/256, max_cycles %d", self.runs, request.get("tag", ""),
                       n_instr, n_data, seed, src_idle, sink_stall, max_cycles)

@@ -158,6 +158,16 @@ class RtlDevice(Device):
     icarus_std : str
         With ``simulator="icarus"``: ``"2012"`` (``iverilog -g2012``, SystemVerilog event
         semantics) or ``"2005"`` (``-g2005``).
+    verilog : callable, optional
+        Makes the Verilog text of a variant of the harness (top module ``bertaccel_harness``,
+        the harness's ports and maybe more inputs, see ``ports``), e.g. the mutants of
+        :mod:`bertaccel.sim.mutate`; :func:`~bertaccel.hw.harness.harness_verilog` by default.
+    verilog_key : str, optional
+        With ``verilog``: a name that determines its text (letters, digits, ``-``); it is
+        added to the build folder's name and caches the build.
+    ports : dict, optional
+        ``{name: int}``: values of a variant's own inputs, sent with every run; the harness is
+        reset whenever they change. The attribute ``ports`` may be changed between runs.
 
     Members
     -------
@@ -182,7 +192,8 @@ class RtlDevice(Device):
 
     def __init__(self, cfg, *, build_root="build/sim", seed=0, src_idle=0, sink_stall=0,
                  max_cycles=None, startup_timeout=300.0, run_timeout=None,
-                 simulator="verilator", icarus_std="2012"):
+                 simulator="verilator", icarus_std="2012", verilog=None, verilog_key=None,
+                 ports=None):
         super().__init__(cfg)
         from ...sim.build import ICARUS_STDS, SIMULATORS
         if simulator not in SIMULATORS:
@@ -203,7 +214,13 @@ class RtlDevice(Device):
         self.run_timeout = run_timeout
         self.simulator = simulator
         self.icarus_std = icarus_std if simulator == "icarus" else None
+        if (verilog is None) != (verilog_key is None):
+            raise ValueError("verilog and verilog_key go together: give both or neither")
+        self._verilog, self._verilog_key = verilog, verilog_key
+        self.ports = dict(ports or {})
         suffix = f"-icarus{icarus_std}" if simulator == "icarus" else ""
+        if verilog_key is not None:
+            suffix += f"-{verilog_key}"
         self.build_dir = Path(build_root) / f"{_TOPLEVEL}-{cfg.tag}{suffix}"
         self.build = None
         self.log_file = None
@@ -229,9 +246,10 @@ class RtlDevice(Device):
         from ...sim.build import build
 
         cfg = self.cfg
+        design = self._verilog or (lambda: harness_verilog(cfg, name=_TOPLEVEL))
+        key_parts = (cfg.to_json(),) + ((self._verilog_key,) if self._verilog_key else ())
         self.build = build(
-            lambda: harness_verilog(cfg, name=_TOPLEVEL), name=_TOPLEVEL,
-            build_dir=self.build_dir, source_key=source_key(cfg.to_json()),
+            design, name=_TOPLEVEL, build_dir=self.build_dir, source_key=source_key(*key_parts),
             simulator=self.simulator, icarus_std=self.icarus_std or "2012")
 
         session.tmpdir = tempfile.mkdtemp(prefix="bertaccel-")  # short: sun_path has 108 bytes
@@ -380,7 +398,8 @@ class RtlDevice(Device):
                 "op": "run", "n_instr": len(words), "n_data": n_data, "seed": self.seed,
                 "src_idle": self.src_idle, "sink_stall": self.sink_stall,
                 "max_cycles": max_cycles, "tag": f"{len(instrs)}-instruction program for "
-                                                 f"{cfg.name}"})
+                                                 f"{cfg.name}",
+                "ports": dict(self.ports)})
             reply = self._receive(timeout, "run")
             self._check(reply, len(instrs), n_data, n_out, max_cycles)
             ran = time.perf_counter()
