@@ -190,16 +190,7 @@ def _gemm_case(cfg, m, k, n, op, operands, gen):
     from ..sw import compile_gemm
     from ..sw import epilogue as ep_mod
 
-    if operands == "min":
-        a = torch.full((m, k), -128, dtype=torch.int8)
-        b = torch.full((k, n), -128, dtype=torch.int8)
-    else:
-        a = torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8)
-        b = torch.randint(-128, 128, (k, n), generator=gen, dtype=torch.int8)
-    inputs = {"a": a, "b": b}
-    epilogue = None if op is None else ep_mod.random_epilogue(op, k=k, n=n, generator=gen)
-    if op == "layernorm":
-        inputs["r"] = torch.randint(-128, 128, (m, n), generator=gen, dtype=torch.int8)
+    inputs, epilogue = ep_mod.random_gemm(m, k, n, op, generator=gen, operands=operands)
     name = f"gemm_{m}x{k}x{n}_{op or 'raw'}_{operands}"
     return Case(name, compile_gemm(cfg, m, k, n, epilogue=epilogue), inputs, True)
 

@@ -49,7 +49,7 @@ from ..hw.isa import PMEM_SHIFT_BITS, PMEM_WORD_BITS, EpOp, Param, is_two_pass, 
 
 __all__ = ["Requant", "Gelu", "Softmax", "LayerNorm", "Tail", "Lowered", "ScaleError", "lower",
            "apply_registers", "apply_integer", "apply_float", "pmem_bytes", "random_epilogue",
-           "EPILOGUES"]
+           "random_gemm", "EPILOGUES"]
 
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -604,3 +604,20 @@ def random_epilogue(name, *, k, n, generator):
         return Softmax(in_scale=3.0 / std, mask=mask)
     return LayerNorm(in_scale=1.0 / std, gamma=uniform(0.5, 1.5), beta=normal(0.2),
                      out_scale=5.0 / 127, eps=1e-12, residual_scale=1.0 / 74, bias=normal(0.1))
+
+
+def random_gemm(m, k, n, op, *, generator, operands="random"):
+    """``(inputs, epilogue)`` of a GEMM of ``m x k x n``: int8 ``a`` and ``b`` (uniform, or
+    every element -128 with ``operands="min"``), :func:`random_epilogue` of ``op`` (``None``:
+    raw), and for LayerNorm its residual ``r``; drawn from ``generator`` in that order."""
+    if operands == "min":
+        a = torch.full((m, k), -128, dtype=torch.int8)
+        b = torch.full((k, n), -128, dtype=torch.int8)
+    else:
+        a = torch.randint(-128, 128, (m, k), generator=generator, dtype=torch.int8)
+        b = torch.randint(-128, 128, (k, n), generator=generator, dtype=torch.int8)
+    inputs = {"a": a, "b": b}
+    epilogue = None if op is None else random_epilogue(op, k=k, n=n, generator=generator)
+    if op == "layernorm":
+        inputs["r"] = torch.randint(-128, 128, (m, n), generator=generator, dtype=torch.int8)
+    return inputs, epilogue

@@ -77,10 +77,5 @@ def hand_programs(cfg):
 def gemm_case(cfg, m, k, n, op, gen):
     """``(program, inputs)``: a GEMM of ``m x k x n`` with a random epilogue of ``op`` (``None``:
     raw) and random operands, all drawn from ``gen``."""
-    a = torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8)
-    b = torch.randint(-128, 128, (k, n), generator=gen, dtype=torch.int8)
-    inputs = {"a": a, "b": b}
-    epilogue = None if op is None else ep_mod.random_epilogue(op, k=k, n=n, generator=gen)
-    if op == "layernorm":
-        inputs["r"] = torch.randint(-128, 128, (m, n), generator=gen, dtype=torch.int8)
+    inputs, epilogue = ep_mod.random_gemm(m, k, n, op, generator=gen)
     return compile_gemm(cfg, m, k, n, epilogue=epilogue), inputs
