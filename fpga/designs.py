@@ -130,7 +130,8 @@ class SynthTop(wiring.Component):
         m.d.comb += acc.st_rd.en.eq(1)
         return ([execute.i_instr.payload, execute.i_instr.valid, execute.i_head,
                  execute.from_load.avail, execute.from_store.avail,
-                 execute.to_load.count, execute.to_store.count,
+                 execute.to_load.room, execute.to_load.room2, execute.to_load.popped,
+                 execute.to_store.room, execute.to_store.room2, execute.to_store.popped,
                  spad_a.wr.addr, spad_a.wr.data, spad_a.wr.en,
                  spad_b.wr.addr, spad_b.wr.data, spad_b.wr.en, acc.st_rd.addr],
                 [execute.i_instr.ready, execute.from_load.pop, execute.from_store.pop,

@@ -1,9 +1,10 @@
 """What the flow tells the tools: the yosys scripts, the clock constraint and nextpnr's command
 line. Every run works in one build folder with relative paths (the YoWASP tools see only their
-working directory): ``top.v`` in, ``netlist.json`` and ``stat.json`` from yosys, ``top.lpf``,
+working directory): ``top.v`` (or ``top.il``) in, ``netlist.json`` and ``stat.json`` from yosys, ``top.lpf``,
 then ``report.json`` and ``nextpnr.log`` from nextpnr."""
 
 from ..hw.dsp import KEEP_REGISTERS
+from ..hw.memory import RTLIL_NO_RW_CHECK
 from .designs import TOP_NAME
 
 __all__ = ["CLASSIC_ABC_STEPS", "yosys_scripts", "blocks_script", "lpf", "nextpnr_command"]
@@ -37,7 +38,7 @@ tee -q -o stat.json stat -json
 
 
 _YOSYS_BLOCKS_SCRIPT = """\
-read_verilog {verilog}
+{read}
 {keep}
 synth_ecp5 -top {top} -run :map_luts
 tee -q -o stat.json stat -json
@@ -59,11 +60,15 @@ def yosys_scripts():
     }
 
 
-def blocks_script():
+def blocks_script(frontend="verilog"):
     """``synth_ecp5`` up to LUT mapping (for :func:`~bertaccel.fpga.synth.map_blocks`); it writes
     the top module's netlist too (the cell library's models, which hold processes until LUT
-    mapping, are left out)."""
-    return _YOSYS_BLOCKS_SCRIPT.format(verilog="top.v", top=TOP_NAME, keep=KEEP_REGISTERS)
+    mapping, are left out). It reads ``top.v``, or for ``frontend="rtlil"`` ``top.il`` followed
+    by :data:`~bertaccel.hw.memory.RTLIL_NO_RW_CHECK` (the meaning ``no_rw_check`` has when
+    yosys reads the Verilog)."""
+    read = {"verilog": "read_verilog top.v",
+            "rtlil": f"read_rtlil top.il\n{RTLIL_NO_RW_CHECK}"}[frontend]
+    return _YOSYS_BLOCKS_SCRIPT.format(read=read, top=TOP_NAME, keep=KEEP_REGISTERS)
 
 
 def lpf(tgt, freq_mhz):

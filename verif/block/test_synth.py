@@ -1,8 +1,10 @@
 """FPGA mapping facts that the resource table in docs/fpga.md rests on, checked with yosys alone.
 
-``synth_ecp5`` runs up to LUT mapping (no abc, no place and route: about a minute and a half for
-the 2x2 core), which is where memories become block RAM, LUT RAM or flip-flops and multipliers
-become MULT18X18D. The checks:
+``synth_ecp5`` runs up to LUT mapping (no abc, no place and route: under a minute for the 2x2
+core, read as RTLIL), which is where memories become block RAM, LUT RAM or flip-flops and
+multipliers become MULT18X18D. The checks:
+
+* the design read as RTLIL maps to the same cells as its Verilog (on the datapath);
 
 * the scratchpads, the accumulator and the parameter memory are block RAM (DP16KD, or PDPW16KD,
   a DP16KD with one 36-bit write port), never LUT RAM; only the small queues are LUT RAM;
@@ -92,6 +94,22 @@ def test_one_dsp_per_mac(core, dsp_primitives, tmp_path):
     assert mesh["dp16kd"] == 0
     assert core["mult18x18d"] > CFG.rows * CFG.cols        # the epilogue has its own
     assert core["mult18x18d"] <= synth.target("ecp5-85k").totals["mult18x18d"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_rtlil_maps_as_the_verilog(tmp_path):
+    # map_blocks reads RTLIL (minutes faster on the core); the flow reads the Verilog. On the
+    # datapath (block RAMs with no_rw_check, DSPs, queues) both give the same memories, each
+    # mapped to the same cell, and the same cells of every type.
+    mapped = {frontend: synth.map_blocks(CFG, "datapath", build_dir=tmp_path / frontend,
+                                         frontend=frontend)
+              for frontend in ("rtlil", "verilog")}
+    cells = {frontend: synth.parse_yosys_stat(json.loads(
+        (tmp_path / frontend / "stat.json").read_text()))["cells"] for frontend in mapped}
+    assert mapped["rtlil"]["memories"] and cells["rtlil"]["DP16KD"] > 0
+    assert mapped["rtlil"]["memories"] == mapped["verilog"]["memories"]
+    assert cells["rtlil"] == cells["verilog"]
 
 
 _A, _B, _C, _P = ([f"{port}{i}" for i in range(width)]
