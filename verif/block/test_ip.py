@@ -25,7 +25,7 @@ from amaranth.lib.wiring import In
 
 from bertaccel.fpga import ip
 from bertaccel.hw.axi import AxiShell, csr
-from bertaccel.hw.config import PRESETS
+from bertaccel.hw.config import PRESETS, AccelConfig, load_config
 from bertaccel.sim.build import verilator_bin_dir
 from bertaccel import cli
 
@@ -55,7 +55,10 @@ def test_package_files(package):
         f"bertaccel_csr_{tag}.py", f"bertaccel_axi_{tag}_interface.json",
         f"bertaccel_axi_{tag}_interface.md"}
     assert all(path.is_file() and path.stat().st_size for path in package.values())
-    assert json.loads(package[f"bertaccel_core_{tag}.json"].read_text())["rows"] == CFG.rows
+    # The config file names every field and reads back as the config.
+    config_file = package[f"bertaccel_core_{tag}.json"]
+    assert set(json.loads(config_file.read_text())) == set(AccelConfig.__dataclass_fields__)
+    assert load_config(str(config_file)) == CFG
 
 
 @pytest.mark.parametrize("output", ["file", "file/below"])

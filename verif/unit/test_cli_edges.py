@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bertaccel import cli
-from bertaccel.hw.config import PRESETS, AccelConfig, load_config
+from bertaccel.hw.config import PRESETS, load_config
 from bertaccel.sw import checked_gemm
 from bertaccel.sw.paths import PathError, check_file, check_folder
 
@@ -145,15 +145,6 @@ def test_a_config_on_a_base_is_labelled_custom(tmp_path, capsys):
     assert report["tag"] == load_config(str(path)).tag
 
 
-def test_verilog_writes_complete_config_files(tmp_path, capsys):
-    """The JSON ``bertaccel verilog`` writes names every field and reads back as the config."""
-    assert cli.main(["verilog", "--config", "4x8", "-o", str(tmp_path)]) == 0
-    written = next(tmp_path.glob("bertaccel_core_*.json"))
-    fields = json.loads(written.read_text())
-    assert set(fields) == {field for field in AccelConfig.__dataclass_fields__}
-    assert load_config(str(written)) == PRESETS["4x8"]
-
-
 # -- big work: bounded and visible ----------------------------------------------------------------
 
 def test_program_size_is_the_compiled_size():
@@ -177,6 +168,8 @@ def test_program_size_is_the_compiled_size():
         k_high = third * (k // 3)
         if third and not k_high or ep == "tail" and n < 2:
             continue
+        if name == "2x2" and m * k * n > 10**6:
+            continue  # 340,000 tiles to compile; (97, 65, 40) has its edges on 2x2
         gen = torch.Generator().manual_seed(m)
         if ep == "tail":
             columns = max(1, n // 5)
