@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from .. import isa
 
 __all__ = [
-    "ADDR_WIDTH", "DATA_WIDTH", "MAGIC", "MAP_VERSION",
+    "ADDR_WIDTH", "DATA_WIDTH", "MAGIC", "MAP_VERSION", "FAULT_CODES", "FAULT",
     "INSTR_BYTES", "data_beat_bytes", "out_beat_bytes",
     "Access", "Field", "Register", "REGISTERS", "register", "port_name", "identity",
     "markdown", "summary_markdown",
@@ -33,7 +33,21 @@ DATA_WIDTH = 32
 #: ``ID.MAGIC``: tells a driver it found a bertaccel shell.
 MAGIC = 0xBE27
 #: ``ID.VERSION``: bumped whenever an offset or a field of this map changes meaning.
-MAP_VERSION = 1
+MAP_VERSION = 2
+
+#: ``FAULT.CODE``: the first fault of a run, by value. An illegal instruction stops the core
+#: (it drops every later instruction); every other fault stops the shell: no new read burst is
+#: issued and no result is taken from the core, and the run ends once the bus is quiet.
+FAULT_CODES = {
+    0: "NONE",
+    1: "ILLEGAL_INSTRUCTION",  # the core decoded an instruction the ISA does not allow
+    2: "OUT_OVERRUN",          # the core produced a result past OUT_LEN (it was not written)
+    3: "PROG_READ",            # an instruction read was answered SLVERR or DECERR
+    4: "DATA_READ",            # an input data read was answered SLVERR or DECERR
+    5: "WRITE",                # a result write was answered SLVERR or DECERR
+}
+#: ``FAULT.CODE`` by name.
+FAULT = {name: code for code, name in FAULT_CODES.items()}
 
 
 class Access:
@@ -252,6 +266,10 @@ REGISTERS = (
               "A read or write response was `SLVERR` or `DECERR` (sticky until "
               "`CTRL.SOFT_RESET`)."),
         Field("CORE_BUSY", 4, 1, Access.RO, "The core holds or runs an instruction."),
+        Field("FAULT", 5, 1, Access.RO,
+              "The shell stopped the run on a fault (`FAULT.CODE` says which; sticky until "
+              "`CTRL.SOFT_RESET`, and a run started while it is set ends at once). The run "
+              "still ends, with `DONE` set, once the bus is quiet."),
     )),
     _address("PROG", "LO", "the program", 0x020),
     _address("PROG", "HI", "the program", 0x024),
@@ -268,6 +286,11 @@ REGISTERS = (
         "OUT_COUNT", Access.RO, "Output beats taken from the core since `CTRL.START`; each is "
         "written to `OUT_ADDR + n * cols * 4`. When `STATUS.DONE` is set they are all in "
         "memory.")),
+    Register("OUT_LEN", 0x04C, "Output beats the output area holds.", _word(
+        "OUT_LEN", Access.RW, "The shell writes at most this many output beats from "
+        "`OUT_ADDR` (latched by `CTRL.START`); a result past them is not written and ends the "
+        "run with `FAULT.CODE` OUT_OVERRUN. No write leaves `[OUT_ADDR, OUT_ADDR + OUT_LEN "
+        "* cols * 4)`.")),
     Register("CYCLES_LO", 0x050, "Cycles of the current or last run, low word.", _word(
         "CYCLES_LO", Access.RO, "Bits [31:0] of the clock cycles from `CTRL.START` to "
         "`STATUS.DONE`."),
@@ -279,6 +302,12 @@ REGISTERS = (
         "PROG_COUNT", Access.RO, "Instructions the core has taken since `CTRL.START`.")),
     Register("DATA_COUNT", 0x05C, "Input beats taken by the core.", _word(
         "DATA_COUNT", Access.RO, "Input beats the core has taken since `CTRL.START`.")),
+    Register("FAULT", 0x060, "The first fault since `CTRL.SOFT_RESET` (0: none).", (
+        Field("CODE", 0, 4, Access.RO, "Which fault: " + ", ".join(
+            f"{code} {name}" for code, name in FAULT_CODES.items()) + " (docs/axi.md)."),
+        Field("RESP", 4, 2, Access.RO, "For a bus fault, the response that caused it: 2 "
+              "`SLVERR`, 3 `DECERR`; 0 otherwise."),
+    )),
 )
 
 

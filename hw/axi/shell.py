@@ -19,6 +19,11 @@ Blocks, from the bus inwards:
   FIFO;
 * the core, :class:`~bertaccel.hw.core.BertAccelCore`, unchanged.
 
+The shell does not trust the program for its writes: it takes at most ``OUT_LEN`` results
+from the core, so no write leaves the output area, and a result past them, or an error
+response on any read or write, stops the run (``STATUS.FAULT``, ``FAULT.CODE``: no new read
+burst, no further result taken) and ends it once the bus is quiet.
+
 (:mod:`.dma` says why nothing can deadlock.)
 """
 
@@ -105,7 +110,7 @@ class AxiShell(wiring.Component):
         self._streams(m, core, instr_rd, data_rd, out_wr, run)
         self._read_channels(m, instr_rd, data_rd)
         self._write_channels(m, out_wr)
-        self._bus_errors(m, run)
+        self._faults(m, core, run)
         self._run_control(m, bank, core, (instr_rd, data_rd, out_wr), run, start, soft_reset)
         self._status(m, bank, core, run)
         return m
@@ -142,6 +147,8 @@ class AxiShell(wiring.Component):
 
     def _streams(self, m, core, instr_rd, data_rd, out_wr, run):
         """The streams into and out of the core, and their counts."""
+        taking = Signal()
+        m.d.comb += taking.eq(run.running & ~run.halted & (run.out_count != run.out_len))
         m.d.comb += [
             core.i_instr.valid.eq(instr_rd.o.valid),
             core.i_instr.payload.eq(instr_rd.o.payload),
@@ -149,10 +156,11 @@ class AxiShell(wiring.Component):
             core.i_data.valid.eq(data_rd.o.valid),
             core.i_data.payload.eq(data_rd.o.payload),
             data_rd.o.ready.eq(core.i_data.ready),
-            # Results are taken only during a run: after an error the core may still hold some.
-            out_wr.i.valid.eq(core.o_data.valid & run.running),
+            # Results are taken only during a run that has not faulted, and only as many as
+            # OUT_LEN: after an error the core may still hold some.
+            out_wr.i.valid.eq(core.o_data.valid & taking),
             out_wr.i.payload.eq(core.o_data.payload),
-            core.o_data.ready.eq(out_wr.i.ready & run.running),
+            core.o_data.ready.eq(out_wr.i.ready & taking),
         ]
         with m.If(core.i_instr.valid & core.i_instr.ready):
             m.d.sync += run.prog_count.eq(run.prog_count + 1)
@@ -220,12 +228,30 @@ class AxiShell(wiring.Component):
             axi(f"{ch}qos").eq(0),
         ]
 
-    def _bus_errors(self, m, run):
-        """``run.bus_error``: set by an error response on R or B."""
+    def _faults(self, m, core, run):
+        """``run.bus_error`` (an error response on R or B) and the first fault of the run:
+        ``run.fault`` and ``run.fault_resp``, and ``run.halted`` for a fault of the shell."""
         axi = self._axi
-        with m.If((axi("rvalid") & axi("rready") & axi("rresp")[1])
-                  | (axi("bvalid") & axi("bready") & axi("bresp")[1])):
+        r_error = axi("rvalid") & axi("rready") & axi("rresp")[1]
+        b_error = axi("bvalid") & axi("bready") & axi("bresp")[1]
+        overrun = core.o_data.valid & run.running & ~run.halted & (run.out_count == run.out_len)
+        with m.If(r_error | b_error):
             m.d.sync += run.bus_error.eq(1)
+        code = csr.FAULT
+        # The first fault is kept; of two in one cycle, the first listed here.
+        with m.If(run.fault == code["NONE"]):
+            with m.If(r_error):
+                m.d.sync += [run.fault.eq(Mux(axi("rid"), code["DATA_READ"], code["PROG_READ"])),
+                             run.fault_resp.eq(axi("rresp")), run.halted.eq(1)]
+            with m.Elif(b_error):
+                m.d.sync += [run.fault.eq(code["WRITE"]), run.fault_resp.eq(axi("bresp")),
+                             run.halted.eq(1)]
+            with m.Elif(overrun):
+                m.d.sync += [run.fault.eq(code["OUT_OVERRUN"]), run.halted.eq(1)]
+            with m.Elif(core.o_error):
+                m.d.sync += run.fault.eq(code["ILLEGAL_INSTRUCTION"])
+        with m.Elif(r_error | b_error | overrun):
+            m.d.sync += run.halted.eq(1)
 
     def _run_control(self, m, bank, core, dmas, run, start, soft_reset):
         """Start a run, end it, and the soft reset."""
@@ -235,8 +261,8 @@ class AxiShell(wiring.Component):
         # on the bus and every result has its write response.
         finishing = Signal()
         m.d.comb += [
-            finishing.eq(run.running & (run.prog_count == run.prog_len)
-                         & (~core.o_busy | core.o_error)),
+            finishing.eq(run.running & (run.halted | (run.prog_count == run.prog_len)
+                                        & (~core.o_busy | core.o_error))),
             out_wr.flush.eq(finishing),
             instr_rd.stop.eq(finishing | run.resetting),
             data_rd.stop.eq(finishing | run.resetting),
@@ -249,7 +275,7 @@ class AxiShell(wiring.Component):
         with m.If(start):
             m.d.sync += [
                 run.running.eq(1), run.done.eq(0), run.cycles.eq(0),
-                run.prog_len.eq(bank.port("PROG_LEN")),
+                run.prog_len.eq(bank.port("PROG_LEN")), run.out_len.eq(bank.port("OUT_LEN")),
                 run.prog_count.eq(0), run.data_count.eq(0), run.out_count.eq(0),
             ]
 
@@ -260,7 +286,8 @@ class AxiShell(wiring.Component):
         m.d.comb += soft_reset.eq(run.resetting & instr_rd.idle & data_rd.idle & out_wr.quiet)
         with m.If(soft_reset):
             m.d.sync += [run.resetting.eq(0), run.running.eq(0), run.done.eq(0),
-                         run.bus_error.eq(0)]
+                         run.bus_error.eq(0), run.fault.eq(0), run.fault_resp.eq(0),
+                         run.halted.eq(0)]
 
     def _status(self, m, bank, core, run):
         """The read-only registers, and ``irq``."""
@@ -270,6 +297,9 @@ class AxiShell(wiring.Component):
             bank.port("STATUS", "ERROR").eq(core.o_error),
             bank.port("STATUS", "BUS_ERROR").eq(run.bus_error),
             bank.port("STATUS", "CORE_BUSY").eq(core.o_busy),
+            bank.port("STATUS", "FAULT").eq(run.halted),
+            bank.port("FAULT", "CODE").eq(run.fault),
+            bank.port("FAULT", "RESP").eq(run.fault_resp),
             bank.port("OUT_COUNT").eq(run.out_count),
             bank.port("CYCLES_LO").eq(run.cycles[:32]),
             bank.port("CYCLES_HI").eq(run.cycles[32:]),
@@ -287,7 +317,11 @@ class _Run:
         self.done = Signal(name="done")
         self.resetting = Signal(name="resetting")
         self.bus_error = Signal(name="bus_error")
+        self.fault = Signal(4, name="fault")            # FAULT.CODE of the first fault
+        self.fault_resp = Signal(2, name="fault_resp")
+        self.halted = Signal(name="halted")             # a fault of the shell stopped the run
         self.prog_len = Signal(32, name="prog_len")
+        self.out_len = Signal(32, name="out_len")
         self.prog_count = Signal(32, name="prog_count")
         self.data_count = Signal(32, name="data_count")
         self.out_count = Signal(32, name="out_count")

@@ -26,7 +26,8 @@ Memory layout (``docs/axi.md`` has the same, with a figure):
 
 Every base address is a multiple of the AXI data width in bytes; the shell writes nothing
 outside ``[OUT_ADDR, OUT_ADDR + 4 cols OUT_COUNT)`` (a partial last bus word is written with byte
-strobes).
+strobes), and ``OUT_COUNT`` never passes ``OUT_LEN``, which the driver sets to the program's
+output beats.
 """
 
 import time
@@ -52,17 +53,22 @@ INSTR_BYTES = csr.INSTR_BYTES
 
 
 class ShellError(DeviceError):
-    """The shell reported an error (illegal instruction, bus error) or is not the build expected.
+    """The shell reported an error (illegal instruction, bus error, a fault) or is not the build
+    expected.
 
     Members
     -------
     status : dict or None
         ``STATUS`` fields by name, when the error came from a run.
+    fault : dict or None
+        ``FAULT`` fields by name (``CODE``, ``RESP``; :data:`bertaccel.hw.axi.csr.FAULT_CODES`),
+        when a run ended with an error.
     """
 
-    def __init__(self, message, status=None):
+    def __init__(self, message, status=None, fault=None):
         super().__init__(message)
         self.status = status
+        self.fault = fault
 
 
 class ShellTimeout(ShellError):
@@ -159,6 +165,7 @@ class DramImage:
             values[f"{name}_ADDR_HI"] = addr >> 32
         values["PROG_LEN"] = self.prog_len
         values["DATA_LEN"] = self.data_len
+        values["OUT_LEN"] = self.out_len
         return values
 
     def outputs(self, raw):
@@ -363,6 +370,13 @@ def soft_reset_ops(max_polls):
                        status)
 
 
+def _fault_text(fault):
+    """``FAULT``'s fields in words: ``"fault DATA_READ (SLVERR)"``."""
+    name = csr.FAULT_CODES.get(fault["CODE"], f"code {fault['CODE']}")
+    resp = {2: " (SLVERR)", 3: " (DECERR)"}.get(fault["RESP"], "")
+    return f"fault {name}{resp}"
+
+
 def run_ops(image, *, max_polls=100_000, check=True, write_image=True):
     """The driver: run ``image`` on a shell, as a generator of bus operations.
 
@@ -389,8 +403,9 @@ def run_ops(image, *, max_polls=100_000, check=True, write_image=True):
     Raises
     ------
     ShellError
-        The shell is another build, is busy, or ended the run with ``STATUS.ERROR`` or
-        ``STATUS.BUS_ERROR`` (it is soft-reset first, so the next run starts clean).
+        The shell is another build, is busy, or ended the run with ``STATUS.ERROR``,
+        ``STATUS.BUS_ERROR`` or ``STATUS.FAULT`` (its ``fault`` is the ``FAULT`` register's
+        fields; the shell is soft-reset first, so the next run starts clean).
     ShellTimeout
         Not done after ``max_polls`` polls (it is soft-reset first).
     """
@@ -403,7 +418,7 @@ def run_ops(image, *, max_polls=100_000, check=True, write_image=True):
     status = _fields("STATUS", (yield RegRead("STATUS")))
     if status["BUSY"]:
         raise ShellError("the shell is busy (a run or a soft reset is in progress)", status)
-    if status["ERROR"] or status["BUS_ERROR"]:
+    if status["ERROR"] or status["BUS_ERROR"] or status["FAULT"]:
         yield from soft_reset_ops(max_polls)
     if write_image:
         for addr, data in image.segments:
@@ -427,11 +442,13 @@ def run_ops(image, *, max_polls=100_000, check=True, write_image=True):
         counts[name] = yield RegRead(name)
     low = yield RegRead("CYCLES_LO")  # latches CYCLES_HI
     cycles = low | (yield RegRead("CYCLES_HI")) << 32
-    if status["ERROR"] or status["BUS_ERROR"]:
-        what = "an illegal instruction" if status["ERROR"] else "a bus error response"
+    if status["ERROR"] or status["BUS_ERROR"] or status["FAULT"]:
+        fault = _fields("FAULT", (yield RegRead("FAULT")))
         yield from soft_reset_ops(max_polls)
-        raise ShellError(f"the run stopped with {what} after {counts['PROG_COUNT']} of "
-                         f"{image.prog_len} instructions; the shell was soft-reset", status)
+        raise ShellError(f"the run stopped with {_fault_text(fault)} after "
+                         f"{counts['PROG_COUNT']} of {image.prog_len} instructions and "
+                         f"{counts['OUT_COUNT']} output beats; the shell was soft-reset",
+                         status, fault=fault)
     if counts["OUT_COUNT"] != image.out_len or counts["DATA_COUNT"] != image.data_len:
         raise ShellError(f"the core took {counts['DATA_COUNT']} input beats and produced "
                          f"{counts['OUT_COUNT']} output beats; the program has "

@@ -15,7 +15,10 @@ documentation, the DRAM layout of :mod:`bertaccel.sw.devices.axi`), then one Ver
   bus word written with strobes);
 * ``errors``: a program with an illegal instruction ends with ``STATUS.ERROR`` and ``DONE``
   instead of hanging; a run whose data is too short does not finish and is abandoned with
-  ``CTRL.SOFT_RESET``; after each, the next program runs bit-exact.
+  ``CTRL.SOFT_RESET``; a refused write ends with ``FAULT.CODE`` WRITE; a program with more
+  results than ``OUT_LEN`` ends with OUT_OVERRUN, nothing written past ``OUT_LEN``; refused
+  input reads end with DATA_READ and nothing written at all; after each, the next program runs
+  bit-exact.
 
 A memory monitor checks every bus access: reads only inside the program and data regions,
 writes only inside the output area (byte-exact, so strobes are checked), never a burst longer
@@ -136,6 +139,7 @@ class AxiShellTb:
         self.readable = []   # (start, end) the shell may read
         self.writable = []   # (start, end) the shell may write
         self.violations = []
+        self.written = 0     # bytes the shell has written
         self.bursts = {"read": 0, "write": 0}
         self._watch()
         cocotb.start_soon(self._check_handshakes())
@@ -159,6 +163,7 @@ class AxiShellTb:
             return await read_word(address, length)
 
         async def checked_write(address, data):
+            self.written += len(data)
             if not inside(self.writable, address, address + len(data)):
                 self.violation(f"the shell wrote {len(data)} bytes at {address:#x}, outside "
                                f"the output area")
@@ -463,12 +468,47 @@ async def errors(dut):
         await tb.execute(axi_host.run_ops(image, max_polls=2_000))
     except axi_host.ShellError as error:
         assert error.status["BUS_ERROR"] and error.status["DONE"], error.status
+        assert error.fault == {"CODE": csr.FAULT["WRITE"], "RESP": 2}, error.fault
         tb.log.info("refused write: %s", error)
     else:
         raise AssertionError("a refused write went unreported")
     assert tb.violations, "the monitor saw no refused write"
     tb.violations.clear()
     await tb.run(CASES["tiny"])
+
+    # -- more results than OUT_LEN: the rest is not written, the run ends with OUT_OVERRUN -----
+    image, _ = tb.image(CASES["tall"])
+    image.out_len //= 2
+    tb.allow(image)   # writable: the first half of the output area only
+    try:
+        await tb.execute(axi_host.run_ops(image, max_polls=2_000))
+    except axi_host.ShellError as error:
+        assert error.status["FAULT"] and error.status["DONE"], error.status
+        assert error.fault == {"CODE": csr.FAULT["OUT_OVERRUN"], "RESP": 0}, error.fault
+        tb.log.info("overrun: %s", error)
+    else:
+        raise AssertionError("a program with more results than OUT_LEN ran without a fault")
+    assert not tb.violations, "; ".join(tb.violations)
+    await tb.run(CASES["tall"])
+
+    # -- input data answered with SLVERR: nothing is computed on it, nothing written ----------
+    image, _ = tb.image(CASES["main"])
+    tb.allow(image)
+    data_addr = image.registers()["DATA_ADDR_LO"] | image.registers()["DATA_ADDR_HI"] << 32
+    tb.readable = [span for span in tb.readable if span[0] != data_addr]
+    written = tb.written
+    try:
+        await tb.execute(axi_host.run_ops(image, max_polls=2_000))
+    except axi_host.ShellError as error:
+        assert error.status["FAULT"] and error.status["BUS_ERROR"], error.status
+        assert error.fault == {"CODE": csr.FAULT["DATA_READ"], "RESP": 2}, error.fault
+        tb.log.info("refused data read: %s", error)
+    else:
+        raise AssertionError("a refused data read went unreported")
+    assert tb.violations, "the monitor saw no refused read"
+    assert tb.written == written, f"{tb.written - written} bytes written after a refused read"
+    tb.violations.clear()
+    await tb.run(CASES["main"])
 
 
 @cocotb.test(skip="BERTACCEL_AXI_MEASURE" not in os.environ)
@@ -523,7 +563,8 @@ def test_register_map_is_well_formed():
     assert len(names) == len(set(names))
     assert csr.register("CTRL").field("START").access == csr.Access.W1P
     for name in ("PROG_ADDR_LO", "PROG_LEN", "DATA_ADDR_LO", "DATA_LEN", "OUT_ADDR_LO",
-                 "OUT_COUNT", "CYCLES_LO", "CYCLES_HI", "STATUS", "ID", "CONFIG0"):
+                 "OUT_LEN", "OUT_COUNT", "CYCLES_LO", "CYCLES_HI", "STATUS", "ID", "CONFIG0",
+                 "FAULT"):
         csr.register(name)
     with pytest.raises(KeyError, match="no register 'NOPE'"):
         csr.register("NOPE")
