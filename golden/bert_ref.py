@@ -8,6 +8,7 @@ Never imports ``bertaccel.hw`` or ``bertaccel.sw``.
 """
 
 import os
+import pickle
 from pathlib import Path
 
 import torch
@@ -78,13 +79,18 @@ def load(spec=None, *, check=None):
     elif getattr(config, "model_type", None) != "bert":
         raise ModelError(f"not a BERT model: model_type is {config.model_type!r} in "
                          f"{str(path)!r}")
+    from safetensors import SafetensorError
+
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = transformers.BertModel.from_pretrained(path, attn_implementation="eager",
                                                        local_files_only=True,
                                                        dtype=torch.float32)
-    except (OSError, ValueError) as error:
-        raise ModelError(f"cannot load the BERT model in {str(path)!r}: {error}") from None
+    # Damaged weights: safetensors' header errors, torch.load's unpickling and zip errors.
+    except (OSError, ValueError, SafetensorError, pickle.UnpicklingError, EOFError,
+            RuntimeError) as error:
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        raise ModelError(f"cannot load the BERT model in {str(path)!r}: {lines[0]}") from None
     return tokenizer, model.eval()
 
 

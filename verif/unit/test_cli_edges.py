@@ -8,6 +8,7 @@ must name every field or a base preset; a GEMM that needs more memory than the m
 """
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -364,3 +365,33 @@ def test_ctrl_c_stops_the_whole_run(tmp_path, tiny_model):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["texts.txt"]
     with pytest.raises(ProcessLookupError):
         os.killpg(run.pid, 0)                   # the group is empty
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "garbage_bin"])
+def test_damaged_weights_are_one_line(tmp_path, capsys, damage):
+    """Truncated or garbage ``model.safetensors``, or a garbage ``pytorch_model.bin``: one
+    line naming the folder, exit status 2, no traceback."""
+    import transformers
+
+    from bertaccel.golden import bert_ref
+
+    tokenizer, _ = bert_ref.load()
+    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32,
+                                     num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=32)
+    transformers.BertModel(config, add_pooling_layer=False).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    good = weights.read_bytes()
+    if damage == "truncated":
+        weights.write_bytes(good[:len(good) // 2])
+    else:
+        weights.unlink()
+        target = weights if damage == "garbage" else tmp_path / "pytorch_model.bin"
+        target.write_bytes(random.Random(1).randbytes(4096))
+    capsys.readouterr()
+    assert cli.main(["run", "--model", str(tmp_path), "--text", "a text", "--config", "2x2",
+                     "--device", "ref", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("bertaccel: error:"), err
+    assert "cannot load the BERT model" in err and str(tmp_path) in err, err
