@@ -1,7 +1,7 @@
 """What the flow tells the tools: the yosys scripts, the clock constraint and nextpnr's command
 line. Every run works in one build folder with relative paths (the YoWASP tools see only their
-working directory): ``top.v`` (or ``top.il``) in, ``netlist.json`` and ``stat.json`` from yosys, ``top.lpf``,
-then ``report.json`` and ``nextpnr.log`` from nextpnr."""
+working directory): ``top.v`` (or ``top.il``) in, ``netlist.json`` and ``stat.json`` from
+yosys, ``top.lpf``, then ``report.json`` and ``nextpnr.log`` from nextpnr."""
 
 from ..hw.dsp import KEEP_REGISTERS
 from ..hw.memory import RTLIL_NO_RW_CHECK
