@@ -5,9 +5,11 @@ from amaranth.hdl import Assert
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .checker import PC_WIDTH, Checker
 from .formal import is_formal
 from .isa import (TOKEN_MAX, TOKEN_WIDTH, Instr, LoadHead, MatmulHead, Opcode, StoreHead,
                   load_head, matmul_head, store_head)
+from .legal import FAULT_WIDTH
 from .queue import Queue
 
 __all__ = ["TokenProducer", "TokenConsumer", "TokenChannel", "Controller"]
@@ -105,8 +107,17 @@ class Controller(wiring.Component):
     LOAD goes to the load queue, MATMUL to the execute queue, SET and STORE to the store queue; each
     queue holds ``cfg.queue_depth`` instructions and the stream stalls while the one it needs
     is full. Dispatch is in program order, which together with the token rules makes every
-    legal program deadlock-free. An illegal opcode sets the sticky ``o_error`` and from then on
-    every instruction is accepted and dropped, so a bad program drains instead of hanging.
+    legal program deadlock-free. A :class:`~bertaccel.hw.checker.Checker` checks every
+    instruction taken against the rules of :mod:`bertaccel.hw.legal`; the first that fails one
+    sets the sticky ``o_error``, ``o_fault`` and ``o_fault_pc``, and from then on the queues
+    offer nothing and every instruction is accepted and dropped: the units finish what they
+    started and the core goes idle.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+    checks : set of Fault, optional
+        The :class:`~bertaccel.hw.checker.Checker`'s rules (every one by default).
 
     Members
     -------
@@ -123,13 +134,21 @@ class Controller(wiring.Component):
         nothing, is two-pass, has one or two rows, one strip; meaningless for a SET). Timing:
         it is decided as the instruction is queued and kept beside it, so the store unit's
         accept and its registers start from registers, not from compares of 16-bit fields.
+    i_start : In(1)
+        A program begins: the checker reads it from its start (index 0, no SETs, no tokens).
     o_error : Out(1)
+    o_fault : Out(FAULT_WIDTH)
+        The :class:`~bertaccel.hw.legal.Fault` of the first illegal instruction (0: none).
+    o_fault_pc : Out(PC_WIDTH)
+        Its index in the program (the instructions since the last ``i_start``, or reset).
     o_busy : Out(1)
-        Some queue is not empty.
+        Some queue is not empty (and no instruction failed its checks), or the checker is
+        still checking an instruction.
     """
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, *, checks=None):
         self._cfg = cfg
+        self._checks = checks
         super().__init__({
             "i_instr": In(stream.Signature(Instr)),
             "o_load":  Out(stream.Signature(Instr)),
@@ -138,12 +157,17 @@ class Controller(wiring.Component):
             "o_load_head": Out(LoadHead),
             "o_exec_head": Out(MatmulHead),
             "o_store_head": Out(StoreHead),
+            "i_start": In(1),
             "o_error": Out(1),
+            "o_fault": Out(FAULT_WIDTH),
+            "o_fault_pc": Out(PC_WIDTH),
             "o_busy":  Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
+        m.submodules.checker = checker = Checker(self._cfg, faults=self._checks)
+        error = checker.error
         queues = {}
         body = self.i_instr.payload.body
         extra = {"load": [load_head(body.load)], "exec": [matmul_head(body.matmul)],
@@ -160,7 +184,7 @@ class Controller(wiring.Component):
             out = getattr(self, f"o_{name}")
             m.d.comb += [
                 out.payload.eq(queue.r_data[n_extra:]),
-                out.valid.eq(queue.r_rdy),
+                out.valid.eq(queue.r_rdy & ~error),
                 queue.r_en.eq(out.ready),
                 queue.w_data.eq(Cat(*extra[name], self.i_instr.payload)),
             ]
@@ -170,8 +194,10 @@ class Controller(wiring.Component):
         route = {Opcode.LOAD: "load", Opcode.MATMUL: "exec", Opcode.STORE: "store",
                  Opcode.SET: "store"}
 
-        error = Signal()
-        m.d.comb += self.o_error.eq(error)
+        m.d.comb += [self.o_error.eq(error), self.o_fault.eq(checker.fault),
+                     self.o_fault_pc.eq(checker.pc), checker.instr.eq(self.i_instr.payload),
+                     checker.restart.eq(self.i_start),
+                     checker.take.eq(self.i_instr.valid & self.i_instr.ready & ~error)]
         opcode = self.i_instr.payload.opcode
         with m.If(error):
             m.d.comb += self.i_instr.ready.eq(1)
@@ -184,10 +210,9 @@ class Controller(wiring.Component):
                             self.i_instr.ready.eq(queue.w_rdy),
                             queue.w_en.eq(self.i_instr.valid),
                         ]
-                with m.Default():
+                with m.Default():       # taken and dropped: the checker faults it
                     m.d.comb += self.i_instr.ready.eq(1)
-                    with m.If(self.i_instr.valid):
-                        m.d.sync += error.eq(1)
 
-        m.d.comb += self.o_busy.eq(Cat(q.level != 0 for q in queues.values()).any())
+        busy = Cat(q.level != 0 for q in queues.values()).any()
+        m.d.comb += self.o_busy.eq((busy & ~error) | checker.busy)
         return m

@@ -4,9 +4,11 @@ from amaranth import Module, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .checker import PC_WIDTH
 from .controller import Controller, TokenChannel
 from .execute import ExecuteUnit
 from .isa import Instr
+from .legal import FAULT_WIDTH
 from .load import LoadUnit
 from .memory import Accumulator, ParamMemory, Scratchpad
 from .store import StoreUnit
@@ -30,10 +32,18 @@ class BertAccelCore(wiring.Component):
     i_instr : In(stream.Signature(isa.Instr))
     i_data : In(stream.Signature(ArrayLayout(signed(in_width), cfg.lanes)))
     o_data : Out(stream.Signature(ArrayLayout(signed(acc_width), cfg.cols)))
+    i_start : In(1)
+        A program begins with the next instruction (a one-cycle pulse between programs): the
+        instruction checker reads it from its start.
     o_busy : Out(1)
         High while an instruction is queued or any unit is working.
     o_error : Out(1)
-        Sticky: an illegal instruction was received; later instructions are dropped.
+        Sticky: an instruction failed a check of :mod:`bertaccel.hw.legal`; nothing from it on
+        runs (later instructions are taken and dropped).
+    o_fault : Out(FAULT_WIDTH)
+        Which check: a :class:`~bertaccel.hw.legal.Fault` (0 while ``o_error`` is low).
+    o_fault_pc : Out(PC_WIDTH)
+        The index of that instruction in its program (since the last ``i_start``, or reset).
     """
 
     def __init__(self, cfg):
@@ -42,8 +52,11 @@ class BertAccelCore(wiring.Component):
             "i_instr": In(stream.Signature(Instr)),
             "i_data":  In(stream.Signature(data.ArrayLayout(signed(cfg.in_width), cfg.lanes))),
             "o_data":  Out(stream.Signature(data.ArrayLayout(signed(cfg.acc_width), cfg.cols))),
+            "i_start": In(1),
             "o_busy":  Out(1),
             "o_error": Out(1),
+            "o_fault": Out(FAULT_WIDTH),
+            "o_fault_pc": Out(PC_WIDTH),
         })
 
     def elaborate(self, platform):
@@ -68,7 +81,8 @@ class BertAccelCore(wiring.Component):
         wiring.connect(m, controller.o_load, load.i_instr)
         wiring.connect(m, controller.o_exec, execute.i_instr)
         wiring.connect(m, controller.o_store, store.i_instr)
-        m.d.comb += [load.i_head.eq(controller.o_load_head),
+        m.d.comb += [controller.i_start.eq(self.i_start),
+                     load.i_head.eq(controller.o_load_head),
                      execute.i_head.eq(controller.o_exec_head),
                      store.i_head.eq(controller.o_store_head)]
 
@@ -97,5 +111,7 @@ class BertAccelCore(wiring.Component):
         m.d.comb += [
             self.o_busy.eq(controller.o_busy | load.o_busy | execute.o_busy | store.o_busy),
             self.o_error.eq(controller.o_error),
+            self.o_fault.eq(controller.o_fault),
+            self.o_fault_pc.eq(controller.o_fault_pc),
         ]
         return m

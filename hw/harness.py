@@ -27,7 +27,9 @@ from amaranth.lib.wiring import In, Out
 
 from .core import BertAccelCore
 from .filestream import VERILOG, FileSink, FileSource
+from .checker import PC_WIDTH
 from .isa import INSTR_WIDTH
+from .legal import FAULT_WIDTH
 from .verilog import convert
 
 __all__ = ["SimHarness", "STREAM_FILES", "harness_verilog"]
@@ -65,8 +67,10 @@ class SimHarness(wiring.Component):
         Cycles from ``start`` to ``done``.
     n_out, data_used : Out(32)
         Output beats written and data beats consumed.
-    error : Out(1)
-        The core's illegal-instruction flag.
+    error, fault, fault_pc : Out
+        The core's ``o_error``, ``o_fault`` and ``o_fault_pc``: whether an instruction failed
+        a check, which (a :class:`~bertaccel.hw.legal.Fault`), and its index in the program
+        (``start`` starts the core's count over).
     file_error : Out(1)
         A stream file could not be opened, or a source read past its file's end.
     """
@@ -95,6 +99,8 @@ class SimHarness(wiring.Component):
             "n_out":      Out(32),
             "data_used":  Out(32),
             "error":      Out(1),
+            "fault":      Out(FAULT_WIDTH),
+            "fault_pc":   Out(PC_WIDTH),
             "file_error": Out(1),
         })
 
@@ -135,7 +141,8 @@ class SimHarness(wiring.Component):
         done = Signal()
         m.d.comb += [
             self.cycles.eq(cycles), self.n_out.eq(n_out), self.data_used.eq(data_used),
-            self.done.eq(done), self.error.eq(core.o_error),
+            self.done.eq(done), self.error.eq(core.o_error), self.fault.eq(core.o_fault),
+            self.fault_pc.eq(core.o_fault_pc), core.i_start.eq(self.start),
             self.file_error.eq(instr_file.error | data_file.error | out_file.error),
         ]
 

@@ -33,7 +33,8 @@ __all__ = [
     "LoadBody", "MatmulBody", "StoreBody", "SetBody", "Body", "Instr", "PmemWord",
     "ParamsLayout", "PARAM_WIDTHS", "TWO_PASS", "is_two_pass", "pack", "PMEM_WORD_BITS",
     "PMEM_SHIFT_BITS", "pmem_pack", "pmem_unpack",
-    "Load", "Matmul", "Store", "Set", "IllegalInstruction", "encode", "decode", "unit_of",
+    "Load", "Matmul", "Store", "Set", "IllegalInstruction", "encode", "decode", "raw_fields",
+    "raw_columns", "unit_of",
 ]
 
 INSTR_WIDTH = 128
@@ -404,17 +405,58 @@ def encode(instr):
     return word
 
 
+def _bits(word, where):
+    offset, width = where
+    return (word >> offset) & ((1 << width) - 1)
+
+
+def raw_fields(word):
+    """Every field of a 128-bit word as an unsigned int, whatever its opcode: ``"opcode"``, the
+    four dependency flags, and a dict of fields for each body (``"load"``, ``"matmul"``,
+    ``"store"``, ``"set"``) read off :data:`Body`."""
+    out = {"opcode": _bits(word, _OPCODE)}
+    out.update({name: _bits(word, where) for name, where in _DEPS.items()})
+    for body, fields in _BODIES.items():
+        out[body] = {name: _bits(word, where) for name, where in fields.items()}
+    return out
+
+
+def raw_columns(words):
+    """:func:`raw_fields` of a sequence of words at once, each field a ``numpy`` array (one
+    element a word): ``uint64`` for fields wider than 62 bits, ``int64`` for the others."""
+    mask = (1 << 64) - 1
+    lo = np.array([word & mask for word in words], dtype=np.uint64)
+    hi = np.array([word >> 64 for word in words], dtype=np.uint64)
+
+    def column(where):
+        offset, width = where
+        if offset >= 64:
+            bits = hi >> np.uint64(offset - 64)
+        elif offset == 0:
+            bits = lo.copy()
+        else:
+            bits = (lo >> np.uint64(offset)) | (hi << np.uint64(64 - offset))
+        if width < 64:
+            bits &= np.uint64((1 << width) - 1)
+        return bits if width > 62 else bits.astype(np.int64)
+
+    out = {"opcode": column(_OPCODE)}
+    out.update({name: column(where) for name, where in _DEPS.items()})
+    for body, fields in _BODIES.items():
+        out[body] = {name: column(where) for name, where in fields.items()}
+    return out
+
+
 def decode(word):
     """The instruction object of a 128-bit word; :class:`IllegalInstruction` if there is none."""
-    opcode_bits = (word >> _OPCODE[0]) & ((1 << _OPCODE[1]) - 1)
+    raw = raw_fields(word)
     try:
-        opcode = Opcode(opcode_bits)
+        opcode = Opcode(raw["opcode"])
     except ValueError:
-        raise IllegalInstruction(f"illegal opcode {opcode_bits} in word {word:#034x}") from None
-    fields = {name: bool((word >> offset) & 1) for name, (offset, _) in _DEPS.items()}
-    for name, (offset, width) in _BODIES[_CLASSES[opcode].body].items():
-        fields[name] = (word >> offset) & ((1 << width) - 1)
+        raise IllegalInstruction(f"illegal opcode {raw['opcode']} in word {word:#034x}") from None
     cls = _CLASSES[opcode]
+    fields = {name: bool(raw[name]) for name in _DEPS}
+    fields.update(raw[cls.body])
     enums = {"target": Target, "op": EpOp, "dest": Dest, "index": Param}
     try:
         for name, kind in enums.items():

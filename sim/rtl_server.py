@@ -11,7 +11,8 @@ Protocol (pickled dicts over a :class:`multiprocessing.connection.Connection`):
     The host has written the program and its data into the harness's stream files
     (:data:`bertaccel.hw.harness.STREAM_FILES`) in the simulator's working folder. Pulse
     ``start``, await ``done`` for at most ``max_cycles`` clock cycles, and reply ``{"ok": True,
-    "cycles", "n_out", "data_used", "error", "file_error", "timed_out", "run_s", "wall_s"}``;
+    "cycles", "n_out", "data_used", "error", "fault", "fault_pc", "file_error", "timed_out",
+    "run_s", "wall_s"}``;
     the output beats are then in the output file, for the host to read. After a time-out, or a
     run in which the core flagged an illegal instruction or a stream file failed, the harness is
     reset, so the next run starts clean. ``ports`` (optional) holds values for top-level inputs
@@ -99,19 +100,21 @@ class _Server:
         n_out = dut.n_out.value.to_unsigned()
         data_used = dut.data_used.value.to_unsigned()
         error = bool(dut.error.value)
+        fault = dut.fault.value.to_unsigned()
+        fault_pc = dut.fault_pc.value.to_unsigned()
         file_error = bool(dut.file_error.value)
         if timed_out or error or file_error:
             # The core's error flag is sticky and drops every later instruction.
             self.log.warning("run %d: %s (n_out %d, data_used %d); resetting the harness",
                              self.runs, f"timed out after {max_cycles} cycles" if timed_out
-                             else "the core flagged an illegal instruction" if error
+                             else f"fault {fault} at instruction {fault_pc}" if error
                              else "a stream file failed", n_out, data_used)
             await self.reset()
         self.log.info("run %d: %d cycles, %d output beats, %d data beats used, error %d, "
                       "file_error %d, %.3f s (%.0f cycles/s)", self.runs, cycles, n_out,
                       data_used, error, file_error, end - begin, cycles / max(end - begin, 1e-9))
         return {"ok": True, "cycles": cycles, "n_out": n_out, "data_used": data_used,
-                "error": error, "file_error": file_error, "timed_out": timed_out,
+                "error": error, "fault": fault, "fault_pc": fault_pc, "file_error": file_error, "timed_out": timed_out,
                 "run_s": end - begin, "wall_s": time.perf_counter() - begin}
 
 

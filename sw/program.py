@@ -21,9 +21,9 @@ import math
 import numpy as np
 import torch
 
-from ..golden.intops import MAX_ROW
-from ..hw import isa
+from ..hw import isa, legal
 from ..hw.config import AccelConfig
+from .illegal import explain
 
 __all__ = ["Program", "ProgramError", "OperandError", "to_int8"]
 
@@ -114,14 +114,6 @@ def _numel(shape):
     return math.prod(shape)
 
 
-#: The token channel that each (unit, flag) pair pops or pushes; ``None``: no such neighbour.
-_CHANNELS = {
-    "LOAD":   {"pop_prev": None, "push_prev": None, "pop_next": "e2l", "push_next": "l2e"},
-    "MATMUL": {"pop_prev": "l2e", "push_prev": "e2l", "pop_next": "s2e", "push_next": "e2s"},
-    "STORE":  {"pop_prev": "e2s", "push_prev": "s2e", "pop_next": None, "push_next": None},
-}
-
-
 #: The integer fields of each instruction, all ``isa.FIELD_WIDTH`` bits wide.
 _FIELDS = {
     isa.Load: ("addr", "count"),
@@ -129,11 +121,6 @@ _FIELDS = {
     isa.Store: ("acc_addr", "rows", "strips", "stride", "dest_addr", "param_addr", "aux_addr"),
     isa.Set: (),
 }
-
-
-def _past(number, instr, field, end, limit, memory):
-    raise ProgramError(f"instruction {number} ({instr.opcode.name}): {field} = {end} runs past "
-                       f"{memory} ({limit} rows)")
 
 
 def _check_fields(number, instr):
@@ -151,33 +138,37 @@ def _check_fields(number, instr):
                     or not 0 <= value <= field_max):
                 raise ProgramError(f"instruction {number} ({kind.opcode.name}): {name} "
                                    f"must be an int from 0 to {field_max}, not {value!r}")
+    for name, enum_type, fault in _ENUMS.get(kind, ()):
+        if not isinstance(getattr(instr, name), enum_type):
+            raise ProgramError(explain(None, fault, number, instr, None))
     return kind
 
 
-def _take_tokens(number, instr, channels, tokens):
-    """Pop, then push, the token channels ``instr``'s dependency flags name: ``tokens`` holds
-    each channel's count, in program order, and ``channels`` maps a flag to its channel."""
-    token_max = isa.TOKEN_MAX
-    name = type(instr).opcode.name
-    pops = [flag for flag in ("pop_prev", "pop_next") if getattr(instr, flag)]
-    pushes = [flag for flag in ("push_prev", "push_next") if getattr(instr, flag)]
-    for flag in pops + pushes:
-        if channels[flag] is None:
-            raise ProgramError(f"instruction {number} ({name}): {flag} is "
-                               f"set, but the {isa.unit_of(instr)} unit has no "
-                               f"{flag.split('_')[1]} unit")
-    for flag in pops:
-        channel = channels[flag]
-        if tokens[channel] == 0:
-            raise ProgramError(f"instruction {number} ({name}): {flag} "
-                               f"pops channel {channel}, which is empty at this point")
-        tokens[channel] -= 1
-    for flag in pushes:
-        channel = channels[flag]
-        if tokens[channel] == token_max:
-            raise ProgramError(f"instruction {number} ({name}): {flag} "
-                               f"pushes channel {channel} past {token_max} tokens")
-        tokens[channel] += 1
+#: The enum fields of each instruction: a host program holds their members, not raw ints.
+_ENUMS = {
+    isa.Load: [("target", isa.Target, legal.Fault.TARGET)],
+    isa.Store: [("op", isa.EpOp, legal.Fault.STORE_OP), ("dest", isa.Dest, legal.Fault.STORE_DEST)],
+    isa.Set: [("index", isa.Param, legal.Fault.SET_INDEX)],
+}
+
+
+def _check_set_value(number, instr):
+    """The value of SET ``instr`` is an int of the SET's width (its register's: a rule)."""
+    value = instr.value
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+            or not 0 <= value < 1 << isa.SET_VALUE_WIDTH:
+        raise ProgramError(f"instruction {number} (SET): value must be an int from 0 to "
+                           f"2**{isa.SET_VALUE_WIDTH}-1, not {value!r}")
+
+
+def _token_counts(instrs):
+    """What each token channel holds after ``instrs`` run (legal ones: no channel runs dry)."""
+    counts = {"l2e": 0, "e2l": 0, "e2s": 0, "s2e": 0}
+    for instr in instrs:
+        for flag, channel in legal.CHANNELS[instr.opcode].items():
+            if channel and getattr(instr, flag):
+                counts[channel] += 1 if flag.startswith("push") else -1
+    return counts
 
 
 class Program:
@@ -307,7 +298,10 @@ class Program:
     # -- checking -------------------------------------------------------------------------------
 
     def validate(self):
-        """Check the program against the rules of the machine.
+        """Check the program against the rules of the machine: the host's own (types, the
+        streams' indexes, channels that end at 0) and those of :mod:`bertaccel.hw.legal`,
+        which the core checks too (the first instruction that breaks one, in words by
+        :func:`bertaccel.sw.illegal.explain`).
 
         Raises
         ------
@@ -332,28 +326,19 @@ class Program:
             not write every output element exactly once.
         """
         cfg = self.cfg
-        tokens = {"l2e": 0, "e2l": 0, "e2s": 0, "s2e": 0}
-        params = dict.fromkeys(isa.Param, 0)  # the store unit's registers, in program order
         n_data = n_out = 0
         for number, instr in enumerate(self.instrs):
             kind = _check_fields(number, instr)
-            if kind is isa.Matmul:
-                self._check_matmul(number, instr)
-                channels = _CHANNELS["MATMUL"]
-            elif kind is isa.Load:
-                self._check_load(number, instr)
+            if kind is isa.Load:
                 n_data += instr.count
-                channels = _CHANNELS["LOAD"]
             elif kind is isa.Set:
-                self._check_set(number, instr)
-                params[instr.index] = instr.value
-                channels = _CHANNELS["STORE"]
-            else:
-                self._check_store(number, instr, params)
+                _check_set_value(number, instr)
+            elif kind is isa.Store:
                 n_out += instr.count
-                channels = _CHANNELS["STORE"]
-            _take_tokens(number, instr, channels, tokens)
-        left = {channel: count for channel, count in tokens.items() if count}
+        fault, number, state = legal.first_fault(cfg, self.words())
+        if fault is not legal.Fault.NONE:
+            raise ProgramError(explain(cfg, fault, number, self.instrs[number], state))
+        left = {channel: count for channel, count in _token_counts(self.instrs).items() if count}
         if left:
             raise ProgramError(f"token channel(s) do not end at 0: "
                                f"{', '.join(f'{c} holds {n}' for c, n in left.items())}")
@@ -363,48 +348,6 @@ class Program:
         self._check_index("unpack index", self.unpack_index, (n_out, cfg.cols),
                           "the sum of the STORE counts", self.n_output_elements)
         self._check_written_once()
-
-    def _check_matmul(self, number, instr):
-        """The address ranges of MATMUL ``instr``."""
-        spad, accd, rows = self.cfg.spad_depth, self.cfg.acc_depth, self.cfg.rows
-        if instr.b_addr + rows > spad:
-            _past(number, instr, "b_addr + rows", instr.b_addr + rows, spad, "scratchpad B")
-        if instr.a_addr + instr.m_len > spad:
-            _past(number, instr, "a_addr + m_len", instr.a_addr + instr.m_len, spad,
-                  "scratchpad A")
-        if instr.acc_addr + instr.m_len > accd:
-            _past(number, instr, "acc_addr + m_len", instr.acc_addr + instr.m_len, accd,
-                  "the accumulator")
-
-    def _check_load(self, number, instr):
-        """The target and address range of LOAD ``instr``."""
-        cfg = self.cfg
-        spad, per_row = cfg.spad_depth, cfg.pmem_beats_per_row
-        if not isinstance(instr.target, isa.Target):
-            raise ProgramError(f"instruction {number} (LOAD): target must be an "
-                               f"isa.Target, not {instr.target!r}")
-        if instr.target == isa.Target.PMEM:
-            if instr.count % per_row:
-                raise ProgramError(f"instruction {number} (LOAD): a LOAD into PMEM must "
-                                   f"move whole rows of {per_row} beats, but count = "
-                                   f"{instr.count} is not a multiple of {per_row}")
-            end = instr.addr + instr.count // per_row
-            if end > cfg.pmem_depth:
-                _past(number, instr, "addr + count / beats_per_row", end,
-                      cfg.pmem_depth, "the parameter memory (PMEM)")
-        elif instr.addr + instr.count > spad:
-            _past(number, instr, "addr + count", instr.addr + instr.count, spad,
-                  f"scratchpad {'A' if instr.target == isa.Target.SPAD_A else 'B'}")
-
-    def _check_store(self, number, instr, params):
-        """The accumulator range and the epilogue of STORE ``instr``."""
-        accd = self.cfg.acc_depth
-        if instr.count:
-            last = instr.acc_addr + (instr.strips - 1) * instr.stride + instr.rows
-            if last > accd:
-                _past(number, instr, "acc_addr + (strips-1)*stride + rows", last, accd,
-                      "the accumulator")
-        self._check_epilogue(number, instr, params)
 
     def _check_written_once(self):
         """The unpack index writes every output element exactly once."""
@@ -416,56 +359,6 @@ class Program:
             bad = int(np.flatnonzero(hits != 1)[0])
             raise ProgramError(f"the unpack index must write every output element exactly once, "
                                f"but output element {bad} is written {int(hits[bad])} times")
-
-    @staticmethod
-    def _check_set(number, instr):
-        if not isinstance(instr.index, isa.Param):
-            raise ProgramError(f"instruction {number} (SET): index must be an isa.Param, not "
-                               f"{instr.index!r}")
-        width = isa.PARAM_WIDTHS[instr.index]
-        value = instr.value
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
-                or not 0 <= value < 1 << isa.SET_VALUE_WIDTH:
-            raise ProgramError(f"instruction {number} (SET): value must be an int from 0 to "
-                               f"2**{isa.SET_VALUE_WIDTH}-1, not {value!r}")
-        if value >> width:
-            raise ProgramError(f"instruction {number} (SET): {instr.index.name} is a {width}-bit "
-                               f"register, so its value must be below 2**{width}, not {value}")
-
-    def _check_epilogue(self, number, instr, params):
-        """The epilogue fields of STORE ``instr``, with the parameter registers ``params``."""
-        cfg = self.cfg
-        where = f"instruction {number} (STORE)"
-        if not isinstance(instr.op, isa.EpOp):
-            raise ProgramError(f"{where}: op must be an isa.EpOp, not {instr.op!r}")
-        if instr.dest != isa.Dest.HOST:
-            raise ProgramError(f"{where}: dest must be isa.Dest.HOST (the only destination "
-                               f"built), not {instr.dest!r}")
-        if instr.op == isa.EpOp.RAW or not instr.count:
-            return
-        if instr.param_addr + instr.strips > cfg.pmem_depth:
-            _past(number, instr, "param_addr + strips", instr.param_addr + instr.strips,
-                  cfg.pmem_depth, "the parameter memory (PMEM)")
-        if instr.op == isa.EpOp.LAYERNORM:
-            end = instr.aux_addr + instr.strips * instr.rows
-            if end > cfg.spad_depth:
-                _past(number, instr, "aux_addr + strips*rows", end, cfg.spad_depth,
-                      "scratchpad B (the residual)")
-            if params[isa.Param.SHIFT1] < 8:
-                raise ProgramError(f"{where}: LAYERNORM needs SHIFT1 (gshift) from 8 to 63, "
-                                   f"but the SETs before it leave {params[isa.Param.SHIFT1]}")
-        if instr.two_pass:
-            width = instr.strips * cfg.cols
-            if width > MAX_ROW:
-                raise ProgramError(f"{where}: a {instr.op.name} row of strips * cols = "
-                                   f"{instr.strips} * {cfg.cols} = {width} columns is longer "
-                                   f"than the hardware supports ({MAX_ROW} columns)")
-            row_len = params[isa.Param.ROW_LEN]
-            if not 1 <= row_len <= width:
-                raise ProgramError(f"{where}: {instr.op.name} needs ROW_LEN from 1 to "
-                                   f"strips * cols = {width}, but the SETs before it leave "
-                                   f"{row_len}" + (" (no SET of ROW_LEN)" if not row_len
-                                                   else ""))
 
     @staticmethod
     def _check_index(what, index, shape, counted, n_elems):

@@ -18,6 +18,7 @@ This module is plain Python (no gateware) so that a driver can import it on any 
 from dataclasses import dataclass
 
 from .. import isa
+from ..legal import FAULT_WIDTH, Fault
 
 __all__ = [
     "ADDR_WIDTH", "DATA_WIDTH", "MAGIC", "MAP_VERSION", "FAULT_CODES", "FAULT",
@@ -33,7 +34,7 @@ DATA_WIDTH = 32
 #: ``ID.MAGIC``: tells a driver it found a bertaccel shell.
 MAGIC = 0xBE27
 #: ``ID.VERSION``: bumped whenever an offset or a field of this map changes meaning.
-MAP_VERSION = 2
+MAP_VERSION = 3
 
 #: ``FAULT.CODE``: the first fault of a run, by value. An illegal instruction stops the core
 #: (it drops every later instruction); every other fault stops the shell: no new read burst is
@@ -307,7 +308,14 @@ REGISTERS = (
             f"{code} {name}" for code, name in FAULT_CODES.items()) + " (docs/axi.md)."),
         Field("RESP", 4, 2, Access.RO, "For a bus fault, the response that caused it: 2 "
               "`SLVERR`, 3 `DECERR`; 0 otherwise."),
+        Field("CHECK", 8, FAULT_WIDTH, Access.RO, "For ILLEGAL_INSTRUCTION, the rule the "
+              "instruction broke: " + ", ".join(f"{fault.value} {fault.name}"
+                                                for fault in Fault if fault) + " "
+              "(`bertaccel.hw.legal.Fault`, docs/architecture.md); 0 otherwise."),
     )),
+    Register("FAULT_PC", 0x064, "The index of the illegal instruction.", _word(
+        "FAULT_PC", Access.RO, "For `FAULT.CODE` ILLEGAL_INSTRUCTION, the instruction's index "
+        "in the program (0 is the word at `PROG_ADDR`).")),
 )
 
 
@@ -390,8 +398,8 @@ def markdown():
     parts = [summary_markdown(), "\nAccess: " + "; ".join(
         f"**{kind}** {text}" for kind, text in Access.TEXT.items()) + ". Every register is a "
         "32-bit word; bits that no field covers read as 0. Offsets not listed read as 0 and "
-        "ignore writes; every access gets an `OKAY` response. Byte strobes apply to RW "
-        "fields.\n"]
+        "ignore writes, and a write to a register with no RW or W1P field changes nothing: "
+        "both answer `SLVERR`; every other access `OKAY`. Byte strobes apply to RW fields.\n"]
     for reg in REGISTERS:
         parts.append(f"\n### `{reg.offset:#05x}` {reg.name}\n\n")
         if len(reg.fields) == 1 and reg.fields[0].name == reg.name:

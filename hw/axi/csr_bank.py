@@ -1,6 +1,6 @@
 """The shell's AXI4-Lite register slave, built from the register map of :mod:`.csr`."""
 
-from amaranth import Cat, Module, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -16,7 +16,10 @@ class CsrBank(wiring.Component):
     Every field of the table becomes a port named by :func:`csr.port_name`: an ``RW`` field an
     output holding the value written (from its reset value), a ``W1P`` field a one-cycle output
     pulse, an ``RO`` field an input that reads return; ``CONST`` fields read their value for
-    ``cfg``. Writes take the AW and W beats together; a read returns the next cycle.
+    ``cfg``. Writes take the AW and W beats together; a read returns the next cycle. A read of
+    an offset that holds no register, and a write to one that holds no writable field (a
+    read-only register, or none), are answered SLVERR (a read with zero data), and the write
+    changes nothing.
 
     Parameters
     ----------
@@ -60,20 +63,24 @@ class CsrBank(wiring.Component):
 
         # -- write: AW and W together, then B ------------------------------------------------------
         b_valid = Signal()
+        b_resp = Signal(2)
         w_take = Signal()
         m.d.comb += [
             w_take.eq(bus.awvalid & bus.wvalid & ~b_valid),
             bus.awready.eq(w_take),
             bus.wready.eq(w_take),
             bus.bvalid.eq(b_valid),
-            bus.bresp.eq(Resp.OKAY),
+            bus.bresp.eq(b_resp),
         ]
-        with m.If(w_take):
-            m.d.sync += b_valid.eq(1)
-        with m.Elif(bus.bready):
-            m.d.sync += b_valid.eq(0)
         byte_mask = Cat(bit.replicate(8) for bit in bus.wstrb)
         w_word = bus.awaddr[2:]
+        writable = [reg.offset >> 2 for reg in self.registers
+                    if any(f.access in (csr.Access.RW, csr.Access.W1P) for f in reg.fields)]
+        with m.If(w_take):
+            m.d.sync += [b_valid.eq(1),
+                         b_resp.eq(Mux(w_word.matches(*writable), Resp.OKAY, Resp.SLVERR))]
+        with m.Elif(bus.bready):
+            m.d.sync += b_valid.eq(0)
         for reg in self.registers:
             hit = w_take & (w_word == reg.offset >> 2)
             for field in reg.fields:
@@ -91,13 +98,14 @@ class CsrBank(wiring.Component):
         # -- read: the addressed register one cycle after AR -------------------------------------
         r_valid = Signal()
         r_data = Signal(csr.DATA_WIDTH)
+        r_resp = Signal(2)
         r_take = Signal()
         m.d.comb += [
             r_take.eq(bus.arvalid & ~r_valid),
             bus.arready.eq(~r_valid),
             bus.rvalid.eq(r_valid),
             bus.rdata.eq(r_data),
-            bus.rresp.eq(Resp.OKAY),
+            bus.rresp.eq(r_resp),
         ]
         r_word = bus.araddr[2:]
         shadows = {}
@@ -121,7 +129,7 @@ class CsrBank(wiring.Component):
 
         values = {reg.name: value(reg) for reg in self.registers}
         with m.If(r_take):
-            m.d.sync += r_valid.eq(1)
+            m.d.sync += [r_valid.eq(1), r_resp.eq(Resp.OKAY)]
             with m.Switch(r_word):
                 for reg in self.registers:
                     with m.Case(reg.offset >> 2):
@@ -133,7 +141,7 @@ class CsrBank(wiring.Component):
                                     m.d.sync += shadows[target.name, field.name].eq(
                                         getattr(self, csr.port_name(target, field)))
                 with m.Default():
-                    m.d.sync += r_data.eq(0)
+                    m.d.sync += [r_data.eq(0), r_resp.eq(Resp.SLVERR)]
         with m.Elif(bus.rready):
             m.d.sync += r_valid.eq(0)
         return m

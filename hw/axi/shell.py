@@ -96,6 +96,7 @@ class AxiShell(wiring.Component):
         start = Signal()
         m.d.comb += start.eq(bank.port("CTRL", "START") & ~bank.port("CTRL", "SOFT_RESET")
                              & ~run.running & ~run.resetting)
+        m.d.comb += core.i_start.eq(start)     # the core's checker reads a new program
         for dma, base in ((instr_rd, "PROG_ADDR"), (data_rd, "DATA_ADDR"), (out_wr, "OUT_ADDR")):
             m.d.comb += [
                 dma.start.eq(start),
@@ -300,6 +301,8 @@ class AxiShell(wiring.Component):
             bank.port("STATUS", "FAULT").eq(run.halted),
             bank.port("FAULT", "CODE").eq(run.fault),
             bank.port("FAULT", "RESP").eq(run.fault_resp),
+            bank.port("FAULT", "CHECK").eq(core.o_fault),
+            bank.port("FAULT_PC").eq(core.o_fault_pc),
             bank.port("OUT_COUNT").eq(run.out_count),
             bank.port("CYCLES_LO").eq(run.cycles[:32]),
             bank.port("CYCLES_HI").eq(run.cycles[32:]),

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ...hw import legal
 from ...hw.axi import csr
 from ..program import Program
 from .base import DeviceError
@@ -371,8 +372,13 @@ def soft_reset_ops(max_polls):
 
 
 def _fault_text(fault):
-    """``FAULT``'s fields in words: ``"fault DATA_READ (SLVERR)"``."""
+    """``FAULT``'s fields in words: ``"fault DATA_READ (SLVERR)"``, ``"fault
+    ILLEGAL_INSTRUCTION (ROW_LEN) at instruction 7"``."""
     name = csr.FAULT_CODES.get(fault["CODE"], f"code {fault['CODE']}")
+    if fault["CODE"] == csr.FAULT["ILLEGAL_INSTRUCTION"]:
+        check = fault["CHECK"]
+        rule = legal.Fault(check).name if check in set(legal.Fault) else f"rule {check}"
+        return f"fault {name} ({rule}) at instruction {fault['PC']}"
     resp = {2: " (SLVERR)", 3: " (DECERR)"}.get(fault["RESP"], "")
     return f"fault {name}{resp}"
 
@@ -444,6 +450,7 @@ def run_ops(image, *, max_polls=100_000, check=True, write_image=True):
     cycles = low | (yield RegRead("CYCLES_HI")) << 32
     if status["ERROR"] or status["BUS_ERROR"] or status["FAULT"]:
         fault = _fields("FAULT", (yield RegRead("FAULT")))
+        fault["PC"] = yield RegRead("FAULT_PC")
         yield from soft_reset_ops(max_polls)
         raise ShellError(f"the run stopped with {_fault_text(fault)} after "
                          f"{counts['PROG_COUNT']} of {image.prog_len} instructions and "

@@ -9,20 +9,44 @@ A device is made for one :class:`~bertaccel.hw.config.AccelConfig` and runs comp
 
 :meth:`Device.run` validates the program, packs the inputs into the data stream, hands the
 instruction list and the stream to the backend's :meth:`Device._execute`, and unpacks the output
-stream. Backends differ only in ``_execute``.
+stream. Backends differ only in ``_execute``. :meth:`Device.execute` runs a program on a packed
+stream without validating it, as the hardware would: an illegal program ends in
+:class:`IllegalProgram`, which names the instruction and the rule of :mod:`bertaccel.hw.legal`
+it breaks, the same on every backend.
 """
 
 import time
 from dataclasses import dataclass, field
 
+from ...hw import legal
 from ...hw.config import AccelConfig
+from ..illegal import explain
 from ..program import Program
 
-__all__ = ["Device", "DeviceError", "RunResult", "start_announced"]
+__all__ = ["Device", "DeviceError", "IllegalProgram", "RunResult", "start_announced"]
 
 
 class DeviceError(RuntimeError):
     """A device could not run a program (a stream ran short, the backend failed)."""
+
+
+class IllegalProgram(DeviceError):
+    """An instruction broke a rule of :mod:`bertaccel.hw.legal`; nothing from it on ran.
+
+    Members
+    -------
+    fault : bertaccel.hw.legal.Fault
+    index : int
+        The instruction's index in the program.
+    """
+
+    def __init__(self, program, fault, index, *, where=None):
+        words = program.words()
+        instr = program.instrs[index] if index < len(program.instrs) else None
+        state = legal.state_at(words, index) if instr is not None else None
+        text = explain(program.cfg, fault, index, instr, state)
+        super().__init__(f"{where}: {text}" if where else text)
+        self.fault, self.index = fault, index
 
 
 @dataclass
@@ -108,6 +132,35 @@ class Device:
         cycles = stats.pop("cycles", None)
         return RunResult(outputs=outputs, cycles=cycles, stats=stats,
                          wall_s=time.perf_counter() - start)
+
+    #: Whether the backend's hardware checks each instruction itself; where it does not,
+    #: :meth:`execute` checks the program with :func:`bertaccel.hw.legal.first_fault`.
+    checks_instructions = False
+
+    def execute(self, program, data_beats):
+        """Run ``program`` on the packed ``data_beats`` without :meth:`Program.validate`, as
+        the hardware would: the instruction-level interface, for programs that may be illegal.
+
+        Returns
+        -------
+        out_beats, stats
+            As :meth:`_execute` returns them.
+
+        Raises
+        ------
+        IllegalProgram
+            Naming the first instruction that breaks a rule of :mod:`bertaccel.hw.legal` (the
+            same one on every backend).
+        DeviceError
+            If the stream does not fit the program, or the backend fails.
+        """
+        if not isinstance(program, Program):
+            raise TypeError(f"program must be a Program, not {type(program).__name__}")
+        if not self.checks_instructions:
+            fault, index, _ = legal.first_fault(self.cfg, program.words())
+            if fault is not legal.Fault.NONE:
+                raise IllegalProgram(program, fault, index)
+        return self._execute(program, data_beats)
 
     def _execute(self, program, data_beats):
         """Run a validated program on a packed data stream.

@@ -36,16 +36,25 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ...hw import isa
+from ...hw import isa, legal
 from ...hw.harness import STREAM_FILES, harness_verilog
 from ...hw.verilog import source_key
-from .base import Device, DeviceError
+from .base import Device, DeviceError, IllegalProgram
 
 __all__ = ["RtlDevice"]
 
 _TOPLEVEL = "bertaccel_harness"
 _SERVER = "bertaccel.sim.rtl_server"
 _devices = itertools.count()
+
+#: The default cycle limit of a run at most, whatever the program states (``max_cycles``
+#: sets any): minutes of the 2x2 under Verilator, about an hour of the 8x8.
+CYCLE_CAP = 1 << 28
+#: The default wall-clock limit of a run at most (``run_timeout`` sets any), in seconds.
+WALL_CAP_S = 4 * 3600.0
+#: The largest output file a run may write: a program whose STOREs would write more is refused
+#: before it runs.
+OUTPUT_CAP_BYTES = 1 << 31
 
 
 def _stall_units(name, value):
@@ -147,11 +156,13 @@ class RtlDevice(Device):
         Idle cycles on the instruction and data sources, and backpressure on the output sink:
         an int n means n/256 of the cycles, a float a probability in [0, 1). 0 = free-running.
     max_cycles : int, optional
-        Cycle limit for one run; by default a generous bound from the program.
+        Cycle limit for one run; by default a generous bound from the program, at most
+        :data:`CYCLE_CAP`.
     startup_timeout : float
         Seconds the simulator may take to start and connect (after the build).
     run_timeout : float, optional
-        Wall-clock seconds one run may take; by default from ``max_cycles``.
+        Wall-clock seconds one run may take; by default from ``max_cycles``, at most
+        :data:`WALL_CAP_S`.
     simulator : str
         ``"verilator"`` (the default) or ``"icarus"``: Icarus Verilog (``iverilog`` on
         ``PATH``), bit- and cycle-exact with Verilator and far slower; for small programs.
@@ -179,9 +190,9 @@ class RtlDevice(Device):
     Raises
     ------
     DeviceError
-        From :meth:`run`: the core flagged an illegal instruction, a run timed out, the output
-        or data beat counts differ from the program's, a stream file failed, or the simulator
-        failed.
+        From :meth:`run`: the core faulted an illegal instruction (:class:`IllegalProgram`,
+        from :meth:`execute`), a run timed out, the output or data beat counts differ from the
+        program's, a stream file failed, or the simulator failed.
 
     Notes
     -----
@@ -189,6 +200,9 @@ class RtlDevice(Device):
     source) and starts it; :meth:`start` does that ahead of time. :meth:`close` (or leaving a
     ``with`` block) stops it. Not thread-safe beyond one run at a time (runs are serialised).
     """
+
+    #: The core's checker faults illegal instructions (:mod:`bertaccel.hw.checker`).
+    checks_instructions = True
 
     def __init__(self, cfg, *, build_root="build/sim", seed=0, src_idle=0, sink_stall=0,
                  max_cycles=None, startup_timeout=300.0, run_timeout=None,
@@ -351,8 +365,10 @@ class RtlDevice(Device):
         slow = 256 / (256 - max(self.src_idle, self.sink_stall))
         return int(10_000 + 8 * work * slow)
 
-    def _check(self, reply, n_instr, n_data, n_out, max_cycles):
-        """Raise :class:`DeviceError` unless ``reply`` is a clean run of the program."""
+    def _check(self, reply, program, n_data, n_out, max_cycles):
+        """Raise :class:`DeviceError` unless ``reply`` is a clean run of ``program``
+        (:class:`IllegalProgram` where the core's checker faulted an instruction)."""
+        n_instr = len(program.instrs)
         where = (f"RtlDevice({self.cfg.name}, seed={self.seed}, src_idle={self.src_idle}, "
                  f"sink_stall={self.sink_stall}), {n_instr}-instruction program")
         if reply["timed_out"]:
@@ -361,7 +377,8 @@ class RtlDevice(Device):
                               f"{reply['data_used']} of {n_data} data beats); "
                               f"log: {self.log_file}")
         if reply["error"]:
-            raise DeviceError(f"{where}: the core flagged an illegal instruction")
+            raise IllegalProgram(program, legal.Fault(reply["fault"]), reply["fault_pc"],
+                                 where=where)
         if reply["file_error"]:
             raise DeviceError(f"{where}: the harness could not open a stream file in "
                               f"{self._session.tmpdir} or read enough words from it; "
@@ -381,8 +398,13 @@ class RtlDevice(Device):
         words = program.words()
         n_data = data_beats.shape[0]
         n_out = sum(instr.count for instr in instrs if isinstance(instr, isa.Store))
-        max_cycles = self.max_cycles or self._cycle_bound(instrs)
-        timeout = self.run_timeout or 120.0 + max_cycles * 1e-3
+        out_bytes = n_out * (cfg.cols * cfg.acc_width // 4 + 1)
+        if out_bytes > OUTPUT_CAP_BYTES:
+            raise DeviceError(f"RtlDevice({cfg.name}): the program's STOREs send {n_out} beats, "
+                              f"a {out_bytes / 2**30:.1f} GiB output file, over the "
+                              f"{OUTPUT_CAP_BYTES // 2**30} GiB a run may write")
+        max_cycles = self.max_cycles or min(self._cycle_bound(instrs), CYCLE_CAP)
+        timeout = self.run_timeout or min(120.0 + max_cycles * 1e-3, WALL_CAP_S)
         with self._lock:
             self._start()
             begin = time.perf_counter()
@@ -401,7 +423,7 @@ class RtlDevice(Device):
                                                  f"{cfg.name}",
                 "ports": dict(self.ports)})
             reply = self._receive(timeout, "run")
-            self._check(reply, len(instrs), n_data, n_out, max_cycles)
+            self._check(reply, program, n_data, n_out, max_cycles)
             ran = time.perf_counter()
             out_beats = _read_out(folder / STREAM_FILES["out"], reply["n_out"], cfg)
             end = time.perf_counter()

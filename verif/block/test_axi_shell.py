@@ -14,7 +14,7 @@ documentation, the DRAM layout of :mod:`bertaccel.sw.devices.axi`), then one Ver
   boundaries and, for the 40-bit config, above 4 GiB; a 1x1x1 GEMM (one output beat, a partial
   bus word written with strobes);
 * ``errors``: a program with an illegal instruction ends with ``STATUS.ERROR`` and ``DONE``
-  instead of hanging; a run whose data is too short does not finish and is abandoned with
+  instead of hanging, ``FAULT.CHECK`` naming the rule and ``FAULT_PC`` the instruction; a run whose data is too short does not finish and is abandoned with
   ``CTRL.SOFT_RESET``; a refused write ends with ``FAULT.CODE`` WRITE; a program with more
   results than ``OUT_LEN`` ends with OUT_OVERRUN, nothing written past ``OUT_LEN``; refused
   input reads end with DATA_READ and nothing written at all; after each, the next program runs
@@ -45,6 +45,7 @@ import pytest
 import torch
 from bertaccel.hw.axi import MAX_BURST, csr
 from bertaccel.hw.config import AccelConfig, ConfigError, preset
+from bertaccel.hw.legal import Fault
 from bertaccel.hw.verilog import source_key
 from bertaccel.sim.build import build, run_cocotb
 from bertaccel.sw import SoftwareDevice
@@ -330,7 +331,9 @@ def _tb(dut):
 
 @cocotb.test(timeout_time=2, timeout_unit="ms")
 async def registers(dut):
-    """Identity, RW with strobes, RO/CONST ignore writes, unmapped offsets read 0."""
+    """Identity, RW with strobes, RO/CONST ignore writes (SLVERR), unmapped offsets read 0
+    (SLVERR) and ignore writes (SLVERR)."""
+    from cocotbext.axi import AxiResp
     tb = _tb(dut)
     await tb.reset()
     identity = {name: await tb.read(name) for name in csr.identity(tb.cfg)}
@@ -349,15 +352,19 @@ async def registers(dut):
     for reg in csr.REGISTERS:
         if reg.access in (csr.Access.RO, csr.Access.CONST):
             before = await tb.read(reg.name)
-            await tb.write(reg.name, ~before & 0xFFFF_FFFF)
+            flipped = (~before & 0xFFFF_FFFF).to_bytes(4, "little")
+            written = await tb.csr.write(reg.offset, flipped)
+            assert written.resp == AxiResp.SLVERR, f"a write to {reg.name} answered {written.resp}"
             after = await tb.read(reg.name)
             if reg.name != "CYCLES_HI":  # latched by the CYCLES_LO read, still 0 here
                 assert after == before, f"{reg.name} changed on a write"
     used = {reg.offset for reg in csr.REGISTERS}
     for offset in (0x018, 0x0FC, 0xFFC):
         assert offset not in used
-        await tb.csr.write_dword(offset, 0xFFFF_FFFF)
-        assert await tb.csr.read_dword(offset) == 0
+        written = await tb.csr.write(offset, b"\xff" * 4)
+        read = await tb.csr.read(offset, 4)
+        assert written.resp == read.resp == AxiResp.SLVERR, (offset, written.resp, read.resp)
+        assert read.data == bytes(4)
     for name, value in values.items():  # unmapped writes touched nothing
         if name != "PROG_LEN":
             assert await tb.read(name) == value, name
@@ -399,6 +406,11 @@ async def back_to_back(dut):
     assert tb.bursts["read"] and tb.bursts["write"]
 
 
+def _fault(code, *, resp=0, check=0, pc=0):
+    """The fields of ``FAULT`` and ``FAULT_PC`` as :class:`~axi_host.ShellError` has them."""
+    return {"CODE": csr.FAULT[code], "RESP": resp, "CHECK": check, "PC": pc}
+
+
 @cocotb.test(timeout_time=40, timeout_unit="ms")
 async def errors(dut):
     """An illegal instruction ends the run with ERROR; a stuck run is abandoned by SOFT_RESET;
@@ -419,6 +431,8 @@ async def errors(dut):
         await tb.execute(axi_host.run_ops(image, max_polls=2_000))
     except axi_host.ShellError as error:
         assert error.status["ERROR"] and error.status["DONE"], error.status
+        assert error.fault == _fault("ILLEGAL_INSTRUCTION", check=Fault.OPCODE, pc=bad), \
+            error.fault
         tb.log.info("illegal instruction %d of %d: %s", bad, image.prog_len, error)
     else:
         raise AssertionError("a program with an illegal instruction ran without an error")
@@ -468,7 +482,7 @@ async def errors(dut):
         await tb.execute(axi_host.run_ops(image, max_polls=2_000))
     except axi_host.ShellError as error:
         assert error.status["BUS_ERROR"] and error.status["DONE"], error.status
-        assert error.fault == {"CODE": csr.FAULT["WRITE"], "RESP": 2}, error.fault
+        assert error.fault == _fault("WRITE", resp=2), error.fault
         tb.log.info("refused write: %s", error)
     else:
         raise AssertionError("a refused write went unreported")
@@ -484,7 +498,7 @@ async def errors(dut):
         await tb.execute(axi_host.run_ops(image, max_polls=2_000))
     except axi_host.ShellError as error:
         assert error.status["FAULT"] and error.status["DONE"], error.status
-        assert error.fault == {"CODE": csr.FAULT["OUT_OVERRUN"], "RESP": 0}, error.fault
+        assert error.fault == _fault("OUT_OVERRUN", resp=0), error.fault
         tb.log.info("overrun: %s", error)
     else:
         raise AssertionError("a program with more results than OUT_LEN ran without a fault")
@@ -501,7 +515,7 @@ async def errors(dut):
         await tb.execute(axi_host.run_ops(image, max_polls=2_000))
     except axi_host.ShellError as error:
         assert error.status["FAULT"] and error.status["BUS_ERROR"], error.status
-        assert error.fault == {"CODE": csr.FAULT["DATA_READ"], "RESP": 2}, error.fault
+        assert error.fault == _fault("DATA_READ", resp=2), error.fault
         tb.log.info("refused data read: %s", error)
     else:
         raise AssertionError("a refused data read went unreported")

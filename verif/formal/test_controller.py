@@ -1,25 +1,28 @@
 """Formal proof of the :class:`~bertaccel.hw.controller.Controller`'s dispatch.
 
 With any instruction stream (any opcode, any fields, valid held until taken as a stream's
-producer must), any unit readiness and any reset: every instruction taken before an illegal
-opcode goes to exactly one unit (LOAD to load, MATMUL to execute, SET and STORE to store), and
-each unit sees its instructions unchanged, in program order (a model queue per unit); an
-illegal opcode raises ``o_error``, which stays, and from then on every instruction is taken
-and none reaches a unit; ``o_busy`` is "a unit has an instruction waiting". Bounded, with
-two-entry queues, to 6 cycles: an instruction reaches its unit two cycles after it is taken,
-so within 6 a queue is filled, popped while pushed and emptied, and an error follows
-instructions in flight (the covers, searched to 8 cycles, show each).
+producer must), any unit readiness and any reset: every instruction taken before ``o_error``
+goes to exactly one unit (LOAD to load, MATMUL to execute, SET and STORE to store), and each
+unit sees its instructions unchanged, in program order (a model queue per unit); an illegal
+opcode raises ``o_error`` three cycles after it is taken, and ``o_error`` stays; from then on
+every instruction is taken and no unit is offered anything; ``o_busy`` is "a unit has an
+instruction waiting, and no error, or an instruction was taken in the last two cycles" (it is
+being checked). The controller checks the opcode alone here, so that any fields are
+dispatched. Bounded, with two-entry queues, to 6 cycles: an instruction reaches its unit two
+cycles after it is taken, so within 6 a queue is filled, popped while pushed and emptied, and an
+error follows instructions in flight (the covers, searched to 8 cycles, show each).
 """
 
 from dataclasses import replace
 
-from amaranth import Array, Elaboratable, Module, Signal
+from amaranth import Array, Cat, Elaboratable, Module, Signal
 from amaranth.asserts import AnySeq
 from amaranth.hdl import Assert, Assume, Cover
 
 from bertaccel.hw.config import preset
 from bertaccel.hw.controller import Controller
 from bertaccel.hw.isa import Instr, Opcode
+from bertaccel.hw.legal import Fault
 
 from verif.tb.formal import check
 
@@ -29,7 +32,8 @@ DEPTH = 2
 
 class ControllerProperties(Elaboratable):
     def __init__(self):
-        self.controller = Controller(replace(preset("2x2"), queue_depth=DEPTH))
+        self.controller = Controller(replace(preset("2x2"), queue_depth=DEPTH),
+                                     checks={Fault.OPCODE})
 
     def elaborate(self, platform):
         m = Module()
@@ -44,12 +48,16 @@ class ControllerProperties(Elaboratable):
         taken = i.valid & i.ready
         legal = Signal()
         m.d.comb += legal.eq(i.payload.opcode.as_value().matches(*Opcode))
-        error = Signal()
-        with m.If(taken & ~legal):
-            m.d.sync += error.eq(1)
-        m.d.comb += [Assert(ctl.o_error == error), Cover(error & taken)]
-        busy = [self.unit(m, unit, taken & legal & ~error) for unit in ROUTE]
-        m.d.comb += Assert(ctl.o_busy == (busy[0] | busy[1] | busy[2]))
+        error, checking, checked, faulting = Signal(), Signal(), Signal(), Signal()
+        m.d.sync += [error.eq(ctl.o_error), checking.eq(taken & ~legal & ~ctl.o_error),
+                     checked.eq(checking), faulting.eq(checked)]
+        m.d.comb += [Assert(~error | ctl.o_error), Assert(~faulting | ctl.o_error),
+                     Assert(ctl.o_error == (error | faulting)), Cover(ctl.o_error & taken)]
+        busy = [self.unit(m, unit, taken & legal & ~ctl.o_error) for unit in ROUTE]
+        checks = Signal(2)
+        m.d.sync += checks.eq(Cat(taken & ~ctl.o_error, checks[0]))
+        m.d.comb += Assert(ctl.o_busy == (((busy[0] | busy[1] | busy[2]) & ~ctl.o_error)
+                                          | checks.any()))
         return m
 
     def unit(self, m, unit, dispatched):
@@ -67,6 +75,7 @@ class ControllerProperties(Elaboratable):
             with m.Elif(pop):
                 m.d.sync += model[k].eq(model[k + 1] if k + 1 < DEPTH else 0)
         m.d.comb += [Assert(count <= DEPTH), Assert(~out.valid | (count != 0)),
+                     Assert(~out.valid | ~ctl.o_error),
                      Assert(~out.valid | (out.payload.as_value() == model[0])),
                      Cover(count == DEPTH), Cover(push & pop)]
         return count != 0

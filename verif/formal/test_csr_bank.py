@@ -6,13 +6,15 @@ the slave answers every request exactly once and never without one (a model coun
 requests taken less the responses given: it is 1 exactly while ``bvalid``, or ``rvalid``, is
 up, and never above 1), that it keeps the rules on its side (a response stays valid, its
 data and status unchanged, until ready), that AW and W are taken together, and that a
-response is OKAY. k-induction.
+response is OKAY exactly where the map has a register at the offset (a write: one with a
+writable field), SLVERR elsewhere. k-induction.
 """
 
-from amaranth import Elaboratable, Module, Signal
+from amaranth import Elaboratable, Module, Mux, Signal
 from amaranth.asserts import AnySeq
 from amaranth.hdl import Assert, Assume, Cover
 
+from bertaccel.hw.axi import csr
 from bertaccel.hw.axi.csr_bank import CsrBank
 from bertaccel.hw.axi.signature import Resp
 from bertaccel.hw.config import preset
@@ -56,11 +58,24 @@ class CsrBankProperties(Elaboratable):
         ar_taken = bus.arvalid & bus.arready
         m.d.sync += [writes.eq(writes + w_taken - (bus.bvalid & bus.bready)),
                      reads.eq(reads + ar_taken - (bus.rvalid & bus.rready))]
+        # The response each request must get, from the map.
+        mapped = [reg.offset >> 2 for reg in csr.REGISTERS]
+        writable = [reg.offset >> 2 for reg in csr.REGISTERS
+                    if any(f.access in (csr.Access.RW, csr.Access.W1P) for f in reg.fields)]
+        b_want, r_want = Signal(2), Signal(2)
+        with m.If(w_taken):
+            m.d.sync += b_want.eq(Mux(bus.awaddr[2:].matches(*writable), Resp.OKAY,
+                                      Resp.SLVERR))
+        with m.If(ar_taken):
+            m.d.sync += r_want.eq(Mux(bus.araddr[2:].matches(*mapped), Resp.OKAY, Resp.SLVERR))
         m.d.comb += [
             Assert(writes == bus.bvalid), Assert(reads == bus.rvalid),
             Assert(aw_taken == w_taken),
-            Assert(~bus.bvalid | (bus.bresp == Resp.OKAY)),
-            Assert(~bus.rvalid | (bus.rresp == Resp.OKAY)),
+            Assert(~bus.bvalid | (bus.bresp == b_want)),
+            Assert(~bus.rvalid | (bus.rresp == r_want)),
+            Assert(~bus.rvalid | (bus.rresp == Resp.OKAY) | (bus.rdata == 0)),
+            Cover(bus.bvalid & (bus.bresp == Resp.SLVERR)),
+            Cover(bus.rvalid & (bus.rresp == Resp.SLVERR)),
             Cover(bus.bvalid & bus.bready), Cover(bus.rvalid & ~bus.rready),
             Cover(bus.rvalid & (bus.rdata != 0)), Cover(aw_taken & ar_taken),
         ]

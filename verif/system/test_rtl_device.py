@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from bertaccel.golden import ops
-from bertaccel.hw import isa
+from bertaccel.hw import isa, legal
 from bertaccel.hw.config import preset
 from bertaccel.hw.harness import STREAM_FILES
 from bertaccel.sw import DeviceError, SoftwareDevice, compile_gemm, gemm
 from bertaccel.sw.devices import rtl
+from bertaccel.sw.devices.base import IllegalProgram
 
 __all__ = []
 
@@ -58,13 +59,25 @@ def test_rtl_device_large_program(small_rtl):
 
 def test_rtl_device_errors(small_rtl, monkeypatch):
     class Illegal:  # _execute's view of a program: one word with the illegal opcode 0
+        cfg = small_rtl.cfg
         instrs = [isa.Store(acc_addr=0, rows=0)]
 
         def words(self):
             return [0]
 
-    with pytest.raises(DeviceError, match="illegal instruction"):
+    with pytest.raises(IllegalProgram, match="instruction 0 is not an ISA instruction") as bad:
         small_rtl._execute(Illegal(), torch.zeros((0, small_rtl.cfg.lanes), dtype=torch.int8))
+    assert (bad.value.fault, bad.value.index) == (legal.Fault.OPCODE, 0)
+
+    # A STORE of 65535 x 65535 beats: refused before the simulator sees it (the output cap).
+    class Huge(Illegal):
+        instrs = [isa.Store(acc_addr=0, rows=isa.FIELD_MAX, strips=isa.FIELD_MAX)]
+
+        def words(self):
+            return [isa.encode(instr) for instr in self.instrs]
+
+    with pytest.raises(DeviceError, match=r"a \d+\.\d GiB output file, over the 2 GiB"):
+        small_rtl._execute(Huge(), torch.zeros((0, small_rtl.cfg.lanes), dtype=torch.int8))
 
     a, b = _operands(8, 8, 8, seed=1)
     small_rtl.max_cycles = 5
