@@ -47,7 +47,7 @@ def _not_a_folder(path):
     return "is a file, not a folder" if path.is_file() else "is not a folder"
 
 
-def check_folder(path, *, what="output folder"):
+def check_folder(path, *, what="output folder", mode=0o777):
     """Make the folder ``path`` (and its parents) if needed and check that files can be
     written in it; return it as a :class:`~pathlib.Path`.
 
@@ -56,6 +56,9 @@ def check_folder(path, *, what="output folder"):
     path : str or Path
     what : str
         How the message calls the path (``"output folder"``, ``"--build-root"``).
+    mode : int
+        The permissions of the folder if it is made (less the umask; its parents get the
+        default).
 
     Raises
     ------
@@ -70,7 +73,9 @@ def check_folder(path, *, what="output folder"):
     if not ancestor.is_dir():
         raise PathError(f"{shown} cannot be made: {str(ancestor)!r} {_not_a_folder(ancestor)}")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        if not folder.is_dir():
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(mode=mode, exist_ok=True)
     except OSError as error:
         raise PathError(f"{shown} cannot be made in {str(ancestor)!r}: "
                         f"{error.strerror or error}") from None

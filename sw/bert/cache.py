@@ -8,17 +8,25 @@ the checkpoint's files, the config, the calibration settings and the compiler's 
 a changed model, setting or compiler never reads a stale entry. Entries are written to a
 temporary file and renamed into place: a reader sees a whole entry or none.
 
+An entry is plain data: tensors, numbers, strings, lists and dicts, with the compiler's
+dataclasses (an allowlist, :func:`_classes`) and numpy arrays tagged, read back with
+``torch.load(weights_only=True)``, so loading a file runs no code from it; a sha256 of the
+bytes heads the file, and an entry whose bytes do not match it is a :class:`CacheError`.
+
 The folder is ``$BERTACCEL_CACHE`` when set, else ``$XDG_CACHE_HOME/bertaccel`` (by default
-``~/.cache/bertaccel``).
+``~/.cache/bertaccel``), made with mode 0700.
 """
 
+import dataclasses
 import functools
 import hashlib
+import io
 import json
 import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..paths import PathError, check_folder
@@ -27,7 +35,8 @@ __all__ = ["CompileCache", "default_root", "CacheError", "code_digest"]
 
 #: The sources whose change invalidates a compiled entry (relative to the package's parent).
 _COMPILER_SOURCES = ("sw/bert/compile.py", "sw/bert/quant.py", "sw/bert/load.py",
-                     "sw/epilogue.py", "sw/tiler/", "golden/intops.py", "golden/sentences.py")
+                     "sw/bert/cache.py", "sw/epilogue.py", "sw/tiler/", "golden/intops.py",
+                     "golden/sentences.py")
 #: ... and a timing entry: the cycle model and its timer, the tiler, and the hardware it models.
 _TIMING_SOURCES = ("sw/cycles/", "hw/latencies.py", "sw/tiler/", "sw/sequence.py",
                    "sw/timing.py", "sw/bert/run.py", "sw/bert/timing.py",
@@ -104,9 +113,10 @@ class CompileCache:
         self.root = Path(root) if root is not None else default_root()
 
     def check(self):
-        """Make the folder if needed and check that it can be written, before any work."""
+        """Make the folder if needed (mode 0700) and check that it can be written, before any
+        work."""
         try:
-            check_folder(self.root, what="cache folder")
+            check_folder(self.root, what="cache folder", mode=0o700)
         except PathError as error:
             raise CacheError(str(error)) from None
         return self
@@ -124,21 +134,39 @@ class CompileCache:
         return self.root / f"{key}{suffix}"
 
     def load(self, key):
-        """The entry ``key`` (a dict), or ``None`` if there is none or it cannot be read."""
+        """The entry ``key`` (a dict), or ``None`` if there is none.
+
+        Raises
+        ------
+        CacheError
+            If the entry's bytes do not match the sha256 it was written with, or it holds
+            anything but plain data (it was changed since it was written).
+        """
         path = self._path(key, ".pt")
-        if not path.is_file():
-            return None
         try:
-            return torch.load(path, weights_only=False)
-        except Exception:  # noqa: BLE001 - an unreadable entry is a miss; it is rewritten
+            data = path.read_bytes()
+        except FileNotFoundError:
             return None
+        digest, _, payload = data.partition(b"\n")
+        if hashlib.sha256(payload).hexdigest().encode() != digest:
+            raise CacheError(f"the cache entry {path} does not match its checksum: it changed "
+                             f"after it was written; delete it (or the folder) to recompile")
+        try:
+            return _decode(torch.load(io.BytesIO(payload), weights_only=True))
+        except Exception as error:  # noqa: BLE001 - unpickling refused, or not our layout
+            raise CacheError(f"the cache entry {path} holds more than plain data "
+                             f"({type(error).__name__}); delete it to recompile") from None
 
     def save(self, key, state):
-        """Write the entry ``key`` atomically."""
-        self._atomic(self._path(key, ".pt"), lambda file: torch.save(state, file))
+        """Write the entry ``key`` atomically: its sha256, a newline, its bytes."""
+        buffer = io.BytesIO()
+        torch.save(_encode(state), buffer)
+        payload = buffer.getvalue()
+        digest = hashlib.sha256(payload).hexdigest().encode()
+        self._atomic(self._path(key, ".pt"), lambda file: file.write(digest + b"\n" + payload))
 
     def _atomic(self, path, write):
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         handle, temp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
         try:
             with os.fdopen(handle, "wb") as file:
@@ -154,6 +182,53 @@ class CompileCache:
         from ...hw.verilog import source_key
         digest.update(source_key().encode())
         return Timings(self, self._path(digest.hexdigest()[:32], ".timings.json"))
+
+
+@functools.cache
+def _classes():
+    """The dataclasses an entry may hold, by qualified name."""
+    from ..epilogue import Gelu, LayerNorm, Requant, Softmax
+    from .load import BertSpec
+    from .quant import ActQuant, QuantLayer, SplitB
+    return {f"{cls.__module__}.{cls.__qualname__}": cls
+            for cls in (BertSpec, ActQuant, QuantLayer, SplitB, Requant, Gelu, Softmax,
+                        LayerNorm)}
+
+
+def _encode(value):
+    """``value`` as plain data (see the module docstring)."""
+    if isinstance(value, (torch.Tensor, str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, np.ndarray):
+        return {"ndarray": torch.from_numpy(np.ascontiguousarray(value))}
+    if isinstance(value, (list, tuple)):
+        items = [_encode(item) for item in value]
+        return items if isinstance(value, list) else {"tuple": items}
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {"dict": {k: _encode(v) for k, v in value.items()}}
+    name = f"{type(value).__module__}.{type(value).__qualname__}"
+    if dataclasses.is_dataclass(value) and _classes().get(name) is type(value):
+        return {"dataclass": name, "fields": {field.name: _encode(getattr(value, field.name))
+                                              for field in dataclasses.fields(value)}}
+    raise TypeError(f"a cache entry cannot hold a {name}")
+
+
+def _decode(value):
+    """The value :func:`_encode` gave ``value`` for."""
+    if isinstance(value, list):
+        return [_decode(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if "ndarray" in value:
+        return value["ndarray"].numpy()
+    if "tuple" in value:
+        return tuple(_decode(item) for item in value["tuple"])
+    if "dict" in value:
+        return {k: _decode(v) for k, v in value["dict"].items()}
+    obj = object.__new__(_classes()[value["dataclass"]])    # as unpickling does: no __init__
+    for name, field in value["fields"].items():
+        object.__setattr__(obj, name, _decode(field))
+    return obj
 
 
 class Timings(dict):
