@@ -102,8 +102,8 @@ def check_file(path, *, what="output", suffixes=None, make_folder=True):
     ------
     PathError
         A suffix not in ``suffixes``; ``path`` is a folder, or an existing file that cannot be
-        written; its folder is missing (without ``make_folder``), cannot be made, or is not
-        writable.
+        written or is read-only (no write bit: refused for root too); its folder is missing
+        (without ``make_folder``), cannot be made, or is not writable.
     """
     file = Path(path)
     shown = f"{what} {str(path)!r}"
@@ -126,6 +126,8 @@ def check_file(path, *, what="output", suffixes=None, make_folder=True):
             raise PathError(f"{shown}: the folder {str(folder)!r} is not writable ({reason})")
     if file.exists() and not os.access(file, os.W_OK):
         raise PathError(f"{shown} exists and is not writable")
+    if file.exists() and not file.stat().st_mode & 0o222:  # read-only, even for root
+        raise PathError(f"{shown} exists and is read-only")
     return file
 
 

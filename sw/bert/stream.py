@@ -11,6 +11,7 @@ into place when the run ends, so an interrupted or failed run leaves nothing hal
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -77,9 +78,22 @@ def check_output(path):
         raise BertError(str(error)) from None
 
 
+def _mode_for(path):
+    """The permission bits a file written to ``path`` gets: those of the file there, else
+    0666 less the umask."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 class EmbeddingWriter:
     """Writes ``count`` embeddings of ``hidden`` values to ``path`` (``.npy`` or ``.jsonl``)
-    through a temporary file; :meth:`commit` renames it into place, :meth:`abort` removes it."""
+    through a temporary file; :meth:`commit` renames it into place, with the mode of the file
+    it replaces (a new one's from the umask, as ``open`` would make it); :meth:`abort` removes
+    it."""
 
     def __init__(self, path, count, hidden):
         self.path = check_output(path)
@@ -113,6 +127,7 @@ class EmbeddingWriter:
             del self.array
         else:
             self.file.close()
+        os.chmod(self.temp, _mode_for(self.path))
         os.replace(self.temp, self.path)
 
     def abort(self):

@@ -24,6 +24,9 @@ def files(tmp_path):
     control.write_text("A fine line.\n\x07\x08\x01\n")
     folder = tmp_path / "folder"
     folder.mkdir()
+    readonly = tmp_path / "readonly.jsonl"
+    readonly.write_text("kept\n")
+    readonly.chmod(0o444)
     return tmp_path, good
 
 
@@ -40,6 +43,7 @@ CASES = [
     (["--text", "x", "--output", "{tmp}/folder"], "must end in .npy or .jsonl"),
     (["--text", "x", "--output", "{tmp}/out.csv"], "must end in .npy or .jsonl"),
     (["--text", "x", "--output", "/proc/out.npy"], "is not writable"),
+    (["--text", "x", "--output", "{tmp}/readonly.jsonl"], "exists and is read-only"),
     (["--text", "x", "--batch-size", "0"], "--batch-size must be at least 1"),
     (["--text", "x", "--cache-dir", "/proc/cache"], "cache folder '/proc/cache' cannot be made"),
     (["--text", "x", "--device", "gpu"], "invalid choice: 'gpu'"),
@@ -55,3 +59,25 @@ def test_bad_input(files, capsys, argv, message):
     assert err.startswith("bertaccel: error: ") and message in err, err
     assert err.count("\n") == 1, err
     assert not list(tmp.glob(".*.npy")) and not list(tmp.glob("*.npy"))
+    assert (tmp / "readonly.jsonl").read_text() == "kept\n"
+
+
+def test_an_output_keeps_the_mode_of_the_file_it_replaces(tmp_path):
+    import os
+    import stat
+
+    import numpy as np
+
+    from bertaccel.sw.bert.stream import EmbeddingWriter
+
+    old = tmp_path / "old.npy"
+    np.save(old, np.zeros((1, 2), dtype=np.float32))
+    old.chmod(0o640)
+    for path in (old, tmp_path / "new.jsonl"):
+        writer = EmbeddingWriter(path, 1, 2)
+        writer.write([1], np.ones((1, 2), dtype=np.float32))
+        writer.commit()
+    assert stat.S_IMODE(old.stat().st_mode) == 0o640
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "new.jsonl").stat().st_mode) == 0o666 & ~umask
