@@ -27,7 +27,9 @@ or than ``--max-memory`` (:mod:`bertaccel.sw.budget`); for ``synth`` also an unk
 a config that does not fit the part. Long work says what it does on stderr: a GEMM of many
 instructions its stages, an RTL simulator its build (announced as it starts). Ctrl-C stops
 the command (exit status 130) and leaves no half-written output. ``gemm`` exits with 1 when
-the result is not bit-exact, or when the device fails.
+the result is not bit-exact, or when the device fails. With ``--json``, a failure also prints
+a JSON object on stdout, ``{"error": "<the message>", "status": 2}`` (or 1), so a script
+reading the output always reads JSON.
 
 Each command is an applet (Glasgow's shape): a class in a module of its own with ``name``,
 ``help``, ``add_arguments(parser)`` and ``run(args)``, listed once in :data:`APPLETS`; the work
@@ -35,6 +37,7 @@ itself is in the library (``bertaccel.sw``, ``bertaccel.analysis``, ``bertaccel.
 ``bertaccel.cluster``), where Ray tasks and bench scripts call it too.
 """
 
+import json
 import sys
 import warnings
 
@@ -80,6 +83,14 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
     print(f"bertaccel: warning: {message}", file=sys.stderr)
 
 
+def _fail(error, status, argv):
+    """Report ``error`` in one line on stderr (and, under ``--json``, as JSON on stdout)."""
+    print(f"bertaccel: error: {error}", file=sys.stderr)
+    if "--json" in argv:
+        print(json.dumps({"error": str(error), "status": status}))
+    return status
+
+
 def main(argv=None):
     """Entry point of the ``bertaccel`` console script; returns the exit status."""
     from ..golden.kernels import KernelError, requested
@@ -91,8 +102,7 @@ def main(argv=None):
         requested()                                # a bad $BERTACCEL_GEMM_KERNEL: before any work
         return args.applet.run(args)
     except (UsageError, PathError, KernelError) as error:
-        print(f"bertaccel: error: {error}", file=sys.stderr)
-        return 2
+        return _fail(error, 2, argv)
     except KeyboardInterrupt:
         # On a terminal a progress bar may hold the line (and the ^C after it): start afresh.
         fresh = "\n" if sys.stderr.isatty() else ""
@@ -104,6 +114,5 @@ def main(argv=None):
         from ..sim.build import SimulationError
         from ..sw.devices.base import DeviceError
         if isinstance(error, (DeviceError, SimulationError, SynthError, ClusterError)):
-            print(f"bertaccel: error: {error}", file=sys.stderr)
-            return 1
+            return _fail(error, 1, argv)
         raise

@@ -240,6 +240,15 @@ def test_run_beyond_its_memory_is_refused(capsys, tiny_model):
                    "more than --max-memory 1.0 MiB")
 
 
+def test_a_json_command_that_fails_prints_a_json_error(capsys):
+    assert cli.main(["gemm", "--m", "0", "--k", "4", "--n", "4", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"error": "--m must be at least 1, not 0", "status": 2}
+    assert err == "bertaccel: error: --m must be at least 1, not 0\n"
+    assert cli.main(["gemm", "--m", "0", "--k", "4", "--n", "4"]) == 2
+    assert capsys.readouterr().out == ""          # without --json: stderr alone
+
+
 @pytest.mark.slow
 def test_bench_bert_beyond_its_memory_is_refused(capsys):
     assert cli.main(["bench", "bert", "--shape", "minilm", "--seq", "64", "--batch", "2",
