@@ -25,9 +25,9 @@ from amaranth import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .checker import PC_WIDTH
 from .core import BertAccelCore
 from .filestream import VERILOG, FileSink, FileSource
-from .checker import PC_WIDTH
 from .isa import INSTR_WIDTH
 from .legal import FAULT_WIDTH
 from .verilog import convert

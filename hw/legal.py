@@ -5,8 +5,8 @@ on Python ints, on ``numpy`` arrays (one element an instruction) and on Amaranth
 controller's gateware checks each instruction it dispatches with them
 (:mod:`bertaccel.hw.checker`), the software device checks a whole program at once with
 :func:`first_fault` before it runs it, and ``Program.validate`` turns the same fault into a
-message (:mod:`bertaccel.sw.illegal`). So the RTL and the software device name the same :class:`Fault` and the same
-instruction for every illegal program.
+message (:mod:`bertaccel.sw.illegal`). So the RTL and the software device name the same
+:class:`Fault` and the same instruction for every illegal program.
 
 The checks read an instruction's raw fields (:func:`bertaccel.hw.isa.raw_columns`) and a
 :class:`State` kept in program order: the ``ROW_LEN`` and ``SHIFT1`` registers as the SETs
@@ -60,11 +60,14 @@ FAULT_WIDTH = max(Fault).bit_length()
 
 #: The token channel each dependency flag names, by opcode (``None``: no unit there).
 CHANNELS = {
-    isa.Opcode.LOAD:   {"pop_prev": None, "push_prev": None, "pop_next": "e2l", "push_next": "l2e"},
+    isa.Opcode.LOAD:   {"pop_prev": None, "push_prev": None, "pop_next": "e2l",
+                        "push_next": "l2e"},
     isa.Opcode.MATMUL: {"pop_prev": "l2e", "push_prev": "e2l", "pop_next": "s2e",
                         "push_next": "e2s"},
-    isa.Opcode.STORE:  {"pop_prev": "e2s", "push_prev": "s2e", "pop_next": None, "push_next": None},
-    isa.Opcode.SET:    {"pop_prev": "e2s", "push_prev": "s2e", "pop_next": None, "push_next": None},
+    isa.Opcode.STORE:  {"pop_prev": "e2s", "push_prev": "s2e", "pop_next": None,
+                        "push_next": None},
+    isa.Opcode.SET:    {"pop_prev": "e2s", "push_prev": "s2e", "pop_next": None,
+                        "push_next": None},
 }
 
 #: The STORE products the checks need, as pairs of STORE field names.
@@ -211,15 +214,16 @@ def first_fault(cfg, words):
     st = f["store"]
     products = {pair: st[pair[0]] * st[pair[1]] for pair in PRODUCTS}
     state = _states(f)
-    bad = np.stack([np.broadcast_to(cond if opcode is None else cond & (f["opcode"] == opcode.value),
-                                    f["opcode"].shape)
-                    for _, opcode, cond in rules(cfg, f, state, products)])
+    listed = rules(cfg, f, state, products)
+    shape = f["opcode"].shape
+    bad = np.stack([np.broadcast_to(cond if opcode is None
+                                    else cond & (f["opcode"] == opcode.value), shape)
+                    for _, opcode, cond in listed])
     hits = bad.any(axis=0)
     if not hits.any():
         return Fault.NONE, None, None
     index = int(np.argmax(hits))
-    order = [fault for fault, _, _ in rules(cfg, f, state, products)]
-    fault = order[int(np.argmax(bad[:, index]))]
+    fault = listed[int(np.argmax(bad[:, index]))][0]
     return fault, index, State(**{name: int(getattr(state, name)[index])
                                   for name in State.__dataclass_fields__})
 

@@ -114,8 +114,9 @@ class _Server:
                       "file_error %d, %.3f s (%.0f cycles/s)", self.runs, cycles, n_out,
                       data_used, error, file_error, end - begin, cycles / max(end - begin, 1e-9))
         return {"ok": True, "cycles": cycles, "n_out": n_out, "data_used": data_used,
-                "error": error, "fault": fault, "fault_pc": fault_pc, "file_error": file_error, "timed_out": timed_out,
-                "run_s": end - begin, "wall_s": time.perf_counter() - begin}
+                "error": error, "fault": fault, "fault_pc": fault_pc, "file_error": file_error,
+                "timed_out": timed_out, "run_s": end - begin,
+                "wall_s": time.perf_counter() - begin}
 
 
 @cocotb.test()

@@ -1,9 +1,10 @@
 """Random illegal programs: a legal program with one instruction broken, for each rule.
 
-:func:`break_program` takes a compiled program and breaks one instruction so that it fails the
-rule of one :class:`~bertaccel.hw.legal.Fault` (picked at random among those the program has
-an instruction for), or inserts one that does; the RTL and the software device must then name
-the same fault at the same index (``verif/system/test_illegal_rtl.py``, ``bench/illegal.py``).
+:func:`break_program` takes a compiled program and breaks one instruction (of a kind picked at
+random) so that it fails the rule of one :class:`~bertaccel.hw.legal.Fault`, or inserts one
+that does; :func:`illegal_cases` aims at each rule in turn. The RTL and the software device
+must then name the same fault at the same index (``verif/system/test_illegal_rtl.py``,
+``bench/illegal.py``).
 """
 
 import dataclasses
@@ -35,11 +36,11 @@ def _load(rng, cfg, instr):
         count = cfg.pmem_beats_per_row * rng.randint(0, 3) + rng.randint(
             1, cfg.pmem_beats_per_row - 1)
         return Fault.PMEM_BEATS, dataclasses.replace(instr, target=T.PMEM, addr=0, count=count)
-    count = max(instr.count, 1)
-    limit = cfg.pmem_depth * cfg.pmem_beats_per_row if instr.target == T.PMEM else cfg.spad_depth
-    addr = _past(rng, limit // (cfg.pmem_beats_per_row if instr.target == T.PMEM else 1),
-                 count // (cfg.pmem_beats_per_row if instr.target == T.PMEM else 1))
-    return Fault.LOAD_RANGE, dataclasses.replace(instr, addr=addr, count=count)
+    pmem = instr.target == T.PMEM
+    per_row, depth = (cfg.pmem_beats_per_row, cfg.pmem_depth) if pmem else (1, cfg.spad_depth)
+    count = max(instr.count, per_row)
+    return Fault.LOAD_RANGE, dataclasses.replace(
+        instr, addr=_past(rng, depth, count // per_row), count=count)
 
 
 def _matmul(rng, cfg, instr):

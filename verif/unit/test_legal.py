@@ -70,7 +70,8 @@ def test_the_timing_classes_are_what_each_rule_reads():
     for body in ("load", "matmul", "store", "set"):
         f[body] = {name: Signal(field.width, name=f"{body}_{name}")
                    for name, field in isa.Body[body].shape}
-    state = legal.State(**{name: Signal(16, name=name) for name in legal.State.__dataclass_fields__})
+    state = legal.State(**{name: Signal(16, name=name)
+                           for name in legal.State.__dataclass_fields__})
     products = {pair: Signal(32, name="x".join(pair)) for pair in legal.PRODUCTS}
     state_signals = set(map(id, state.__dict__.values()))
     product_signals = set(map(id, products.values()))
