@@ -6,8 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from . import isa
 from .dsp import product_register
-from .legal import (CHANNELS, FAULT_WIDTH, PRODUCTS, READ_PRODUCTS, State, product_rules,
-                    rules)
+from .legal import FAULT_WIDTH, PRODUCTS, State, product_rules, rules, token_steps
 
 __all__ = ["Checker", "PC_WIDTH"]
 
@@ -98,9 +97,7 @@ class Checker(wiring.Component):
                       shift1=Signal(isa.PARAM_WIDTHS[isa.Param.SHIFT1], name="check_shift1"),
                       **{ch: Signal(isa.TOKEN_WIDTH, name=f"check_{ch}")
                          for ch in ("l2e", "e2l", "e2s", "s2e")})
-        now = [(fault, cond) for fault, cond in
-               self._conds(f, rules(self._cfg, f, state, products, ahead))
-               if fault not in READ_PRODUCTS]
+        now = self._conds(f, rules(self._cfg, f, state, None, ahead))
         verdicts = Signal(len(now))
         m.d.sync += verdicts.eq(Cat(cond for _, cond in now))
         # A product rule: its gate and bound in stage 2, the comparison in stage 3.
@@ -167,13 +164,7 @@ class Checker(wiring.Component):
         for param, field in ((isa.Param.ROW_LEN, state.row_len), (isa.Param.SHIFT1, state.shift1)):
             with m.If(is_set & (f["set"]["index"] == param.value)):
                 m.d.sync += field.eq(f["set"]["value"])
-        for channel in ("l2e", "e2l", "e2s", "s2e"):
-            step = 0
-            for opcode, flags in CHANNELS.items():
-                for flag, name in flags.items():
-                    if name == channel:
-                        hit = (f["opcode"] == opcode.value) & f[flag]
-                        step = step + hit if flag.startswith("push") else step - hit
+        for channel, step in token_steps(f).items():
             count = getattr(state, channel)
             m.d.sync += count.eq(count + step)
 

@@ -27,7 +27,8 @@ from ..golden.intops import MAX_ROW
 from . import isa
 
 __all__ = ["Fault", "FAULT_WIDTH", "CHANNELS", "PRODUCTS", "READ_STATE", "READ_PRODUCTS",
-           "State", "rules", "product_rules", "first_fault", "state_at"]
+           "State", "rules", "product_rules", "token_steps", "first_fault", "state_at",
+           "tokens_after"]
 
 
 class Fault(enum.IntEnum):
@@ -102,6 +103,13 @@ def _in(value, members):
     return _any(value == member.value for member in members)
 
 
+def _store_flags(st):
+    """What a STORE (fields ``st``) does: ``(moves, epilogue, two_pass, layernorm)``."""
+    moves = (st["rows"] != 0) & (st["strips"] != 0)
+    return (moves, moves & (st["op"] != isa.EpOp.RAW.value), moves & _in(st["op"], isa.TWO_PASS),
+            moves & (st["op"] == isa.EpOp.LAYERNORM.value))
+
+
 def rules(cfg, f, state, products, ahead=None):
     """Every check, in the order they are made: a list of ``(Fault, opcode, bad)``, where
     ``bad`` is true when an instruction of ``opcode`` (``None``: any) fails it.
@@ -112,9 +120,10 @@ def rules(cfg, f, state, products, ahead=None):
         The instruction's raw fields (:func:`bertaccel.hw.isa.raw_fields`): ``"opcode"``, the
         four dependency flags and a dict of fields for each body, all unsigned.
     state : State
-    products : dict
+    products : dict or None
         ``products[(a, b)]``: STORE field ``a`` times STORE field ``b``, for each of
-        :data:`PRODUCTS`.
+        :data:`PRODUCTS`; ``None`` leaves the rules of the products out (the gateware makes
+        those from :func:`product_rules`, a stage later).
     ahead : callable, optional
         ``ahead(term)`` is ``term(f)``, a sum of fields the rules compare (the default); the
         gateware computes it a cycle ahead, from the instruction as it is taken, so that a
@@ -130,10 +139,7 @@ def rules(cfg, f, state, products, ahead=None):
     pmem_depth = (ahead(lambda g: g["load"]["addr"] + g["load"]["count"] // pmem_rows)
                   > cfg.pmem_depth)
     to_pmem = ld["target"] == isa.Target.PMEM.value
-    moves = (st["rows"] != 0) & (st["strips"] != 0)
-    epilogue = moves & (st["op"] != isa.EpOp.RAW.value)
-    two_pass = moves & _in(st["op"], isa.TWO_PASS)
-    layernorm = moves & (st["op"] == isa.EpOp.LAYERNORM.value)
+    _, epilogue, two_pass, layernorm = _store_flags(st)
     width = ahead(lambda g: g["store"]["strips"] * cfg.cols)
     value_bits = _any((st_set["index"] == param.value) & (st_set["value"] >> width_ != 0)
                       for param, width_ in isa.PARAM_WIDTHS.items()
@@ -158,10 +164,11 @@ def rules(cfg, f, state, products, ahead=None):
         (Fault.SET_INDEX, op.SET, _in(st_set["index"], isa.Param) == 0),
         (Fault.SET_VALUE, op.SET, value_bits),
     ]
-    # The rules that read a product come last: the gateware decides them a cycle later.
-    late = [(fault, opcode, gate & (products[pair] > bound))
-            for fault, opcode, gate, pair, bound in product_rules(cfg, f, ahead)]
-    return out + _token_rules(f, state) + late
+    out += _token_rules(f, state)
+    if products is not None:   # the rules of the products come last (see product_rules)
+        out += [(fault, opcode, gate & (products[pair] > bound))
+                for fault, opcode, gate, pair, bound in product_rules(cfg, f, ahead)]
+    return out
 
 
 def product_rules(cfg, f, ahead=None):
@@ -173,8 +180,7 @@ def product_rules(cfg, f, ahead=None):
         def ahead(term):
             return term(f)
     st = f["store"]
-    moves = (st["rows"] != 0) & (st["strips"] != 0)
-    layernorm = moves & (st["op"] == isa.EpOp.LAYERNORM.value)
+    moves, _, _, layernorm = _store_flags(st)
     return [
         # acc_addr + (strips-1)*stride + rows > acc_depth
         (Fault.STORE_ACC, isa.Opcode.STORE, moves, ("strips", "stride"),
@@ -246,13 +252,28 @@ def _states(f):
         last = np.concatenate(([-1], last[:-1]))                          # ... before each
         value = f["set"]["value"].astype(np.int64) & ((1 << isa.PARAM_WIDTHS[param]) - 1)
         regs[name] = np.where(last >= 0, value[np.maximum(last, 0)], 0)
-    steps = {channel: np.zeros(n, dtype=np.int64) for channel in ("l2e", "e2l", "e2s", "s2e")}
+    tokens = {channel: np.concatenate(([0], np.cumsum(step)[:-1]))
+              for channel, step in token_steps(f).items()}
+    return State(**regs, **tokens)
+
+
+def token_steps(f):
+    """How an instruction with raw fields ``f`` changes each token channel's count: its
+    pushes less its pops (expressions, as :func:`rules` makes them)."""
+    steps = {}
     for code, flags in CHANNELS.items():
-        mine = opcode == code.value
+        mine = f["opcode"] == code.value
         for flag, channel in flags.items():
             if channel:
-                sign = 1 if flag.startswith("push") else -1
-                steps[channel] += sign * (mine & (f[flag] != 0))
-    tokens = {channel: np.concatenate(([0], np.cumsum(step)[:-1]))
-              for channel, step in steps.items()}
-    return State(**regs, **tokens)
+                hit = mine & (f[flag] != 0)
+                step = steps.get(channel, 0)
+                steps[channel] = step + hit if flag.startswith("push") else step - hit
+    return steps
+
+
+def tokens_after(words):
+    """What each token channel holds after ``words`` ran, in program order (ints)."""
+    if not len(words):
+        return dict.fromkeys(("l2e", "e2l", "e2s", "s2e"), 0)
+    return {channel: int(step.sum()) for channel, step in
+            token_steps(isa.raw_columns(words)).items()}

@@ -147,7 +147,8 @@ def _check_fields(number, instr):
 #: The enum fields of each instruction: a host program holds their members, not raw ints.
 _ENUMS = {
     isa.Load: [("target", isa.Target, legal.Fault.TARGET)],
-    isa.Store: [("op", isa.EpOp, legal.Fault.STORE_OP), ("dest", isa.Dest, legal.Fault.STORE_DEST)],
+    isa.Store: [("op", isa.EpOp, legal.Fault.STORE_OP),
+                ("dest", isa.Dest, legal.Fault.STORE_DEST)],
     isa.Set: [("index", isa.Param, legal.Fault.SET_INDEX)],
 }
 
@@ -159,16 +160,6 @@ def _check_set_value(number, instr):
             or not 0 <= value < 1 << isa.SET_VALUE_WIDTH:
         raise ProgramError(f"instruction {number} (SET): value must be an int from 0 to "
                            f"2**{isa.SET_VALUE_WIDTH}-1, not {value!r}")
-
-
-def _token_counts(instrs):
-    """What each token channel holds after ``instrs`` run (legal ones: no channel runs dry)."""
-    counts = {"l2e": 0, "e2l": 0, "e2s": 0, "s2e": 0}
-    for instr in instrs:
-        for flag, channel in legal.CHANNELS[instr.opcode].items():
-            if channel and getattr(instr, flag):
-                counts[channel] += 1 if flag.startswith("push") else -1
-    return counts
 
 
 class Program:
@@ -335,10 +326,11 @@ class Program:
                 _check_set_value(number, instr)
             elif kind is isa.Store:
                 n_out += instr.count
-        fault, number, state = legal.first_fault(cfg, self.words())
+        words = self.words()
+        fault, number, state = legal.first_fault(cfg, words)
         if fault is not legal.Fault.NONE:
             raise ProgramError(explain(cfg, fault, number, self.instrs[number], state))
-        left = {channel: count for channel, count in _token_counts(self.instrs).items() if count}
+        left = {channel: count for channel, count in legal.tokens_after(words).items() if count}
         if left:
             raise ProgramError(f"token channel(s) do not end at 0: "
                                f"{', '.join(f'{c} holds {n}' for c, n in left.items())}")

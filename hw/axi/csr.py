@@ -146,6 +146,12 @@ class Register:
         return kinds.pop() if len(kinds) == 1 else "mixed"
 
     @property
+    def writable(self):
+        """Whether a write can change anything: the register has an ``RW`` or ``W1P`` field
+        (a write to one that has none is answered ``SLVERR``)."""
+        return any(field.access in (Access.RW, Access.W1P) for field in self.fields)
+
+    @property
     def reset(self):
         """Reset value of the non-constant fields."""
         value = 0

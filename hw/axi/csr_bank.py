@@ -74,8 +74,7 @@ class CsrBank(wiring.Component):
         ]
         byte_mask = Cat(bit.replicate(8) for bit in bus.wstrb)
         w_word = bus.awaddr[2:]
-        writable = [reg.offset >> 2 for reg in self.registers
-                    if any(f.access in (csr.Access.RW, csr.Access.W1P) for f in reg.fields)]
+        writable = [reg.offset >> 2 for reg in self.registers if reg.writable]
         with m.If(w_take):
             m.d.sync += [b_valid.eq(1),
                          b_resp.eq(Mux(w_word.matches(*writable), Resp.OKAY, Resp.SLVERR))]

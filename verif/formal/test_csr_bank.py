@@ -60,8 +60,7 @@ class CsrBankProperties(Elaboratable):
                      reads.eq(reads + ar_taken - (bus.rvalid & bus.rready))]
         # The response each request must get, from the map.
         mapped = [reg.offset >> 2 for reg in csr.REGISTERS]
-        writable = [reg.offset >> 2 for reg in csr.REGISTERS
-                    if any(f.access in (csr.Access.RW, csr.Access.W1P) for f in reg.fields)]
+        writable = [reg.offset >> 2 for reg in csr.REGISTERS if reg.writable]
         b_want, r_want = Signal(2), Signal(2)
         with m.If(w_taken):
             m.d.sync += b_want.eq(Mux(bus.awaddr[2:].matches(*writable), Resp.OKAY,
