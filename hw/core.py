@@ -12,6 +12,7 @@ from .legal import FAULT_WIDTH
 from .load import LoadUnit
 from .memory import Accumulator, ParamMemory, Scratchpad
 from .store import StoreUnit
+from .watchdog import Wait
 
 __all__ = ["BertAccelCore"]
 
@@ -44,6 +45,11 @@ class BertAccelCore(wiring.Component):
         Which check: a :class:`~bertaccel.hw.legal.Fault` (0 while ``o_error`` is low).
     o_fault_pc : Out(PC_WIDTH)
         The index of that instruction in its program (since the last ``i_start``, or reset).
+    o_progress : Out(1)
+        Something moved this cycle: a beat on one of the three streams, or a unit took an
+        instruction (what a :class:`~bertaccel.hw.watchdog.Watchdog` counts).
+    o_wait : Out(Wait)
+        What the core waits for this cycle (:data:`~bertaccel.hw.watchdog.Wait`).
     """
 
     def __init__(self, cfg):
@@ -57,6 +63,8 @@ class BertAccelCore(wiring.Component):
             "o_error": Out(1),
             "o_fault": Out(FAULT_WIDTH),
             "o_fault_pc": Out(PC_WIDTH),
+            "o_progress": Out(1),
+            "o_wait": Out(Wait),
         })
 
     def elaborate(self, platform):
@@ -114,4 +122,21 @@ class BertAccelCore(wiring.Component):
             self.o_fault.eq(controller.o_fault),
             self.o_fault_pc.eq(controller.o_fault_pc),
         ]
+        self._watch(m, controller, load, execute, store)
         return m
+
+    def _watch(self, m, controller, load, execute, store):
+        """``o_progress`` and ``o_wait``."""
+        def moved(stream):
+            return stream.valid & stream.ready
+        m.d.comb += [
+            self.o_progress.eq(moved(self.i_instr) | moved(self.i_data) | moved(self.o_data)
+                               | moved(controller.o_load) | moved(controller.o_exec)
+                               | moved(controller.o_store)),
+            self.o_wait.instr.eq(self.i_instr.ready & ~self.i_instr.valid),
+            self.o_wait.data.eq(self.i_data.ready & ~self.i_data.valid),
+            self.o_wait.room.eq(self.o_data.valid & ~self.o_data.ready),
+            self.o_wait.load.eq(load.o_busy),
+            self.o_wait.execute.eq(execute.o_busy),
+            self.o_wait.store.eq(store.o_busy),
+        ]

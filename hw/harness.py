@@ -31,6 +31,7 @@ from .filestream import VERILOG, FileSink, FileSource
 from .isa import INSTR_WIDTH
 from .legal import FAULT_WIDTH
 from .verilog import convert
+from .watchdog import LIMIT_WIDTH, Wait, Watchdog
 
 __all__ = ["SimHarness", "STREAM_FILES", "harness_verilog"]
 
@@ -73,6 +74,13 @@ class SimHarness(wiring.Component):
         (``start`` starts the core's count over).
     file_error : Out(1)
         A stream file could not be opened, or a source read past its file's end.
+    watchdog : In(LIMIT_WIDTH)
+        Sampled while ``start`` is high: cycles without progress that end the run
+        (:class:`~bertaccel.hw.watchdog.Watchdog`; 0: never).
+    stuck : Out(1)
+        The watchdog ended the run (``done`` rose with it); until the next ``start``.
+    wait : Out(Wait)
+        What the core waited for in the last cycle before the watchdog fired.
     """
 
     #: The cycle in which instruction word 0 is first on offer: each source reads its file in
@@ -102,7 +110,20 @@ class SimHarness(wiring.Component):
             "fault":      Out(FAULT_WIDTH),
             "fault_pc":   Out(PC_WIDTH),
             "file_error": Out(1),
+            "watchdog":   In(LIMIT_WIDTH),
+            "stuck":      Out(1),
+            "wait":       Out(Wait),
         })
+
+    def _watchdog(self, m, core, running):
+        """The watchdog: a stuck run ends, with what the core waited for; return it."""
+        m.submodules.watchdog = dog = Watchdog()
+        m.d.comb += [dog.start.eq(self.start), dog.limit.eq(self.watchdog),
+                     dog.running.eq(running), dog.progress.eq(core.o_progress),
+                     self.stuck.eq(dog.fired)]
+        with m.If(~dog.fired):
+            m.d.sync += self.wait.eq(core.o_wait)
+        return dog
 
     def elaborate(self, platform):
         m = Module()
@@ -172,8 +193,10 @@ class SimHarness(wiring.Component):
         with m.If(core.i_data.valid & core.i_data.ready):
             m.d.sync += data_used.eq(data_used + 1)
 
+        dog = self._watchdog(m, core, running)
+
         # -- sink: stream -> file --------------------------------------------------------------
-        finish = running & (instr_ptr == n_instr) & ~instr_valid & ~core.o_busy
+        finish = running & ((instr_ptr == n_instr) & ~instr_valid & ~core.o_busy | dog.fired)
         m.d.comb += [
             core.o_data.ready.eq(running & ~stall_sink),
             out_file.open.eq(self.start),

@@ -7,14 +7,17 @@ resets the :class:`~bertaccel.hw.harness.SimHarness`, connects to the Unix socke
 Protocol (pickled dicts over a :class:`multiprocessing.connection.Connection`):
 
 ``{"op": "run", "n_instr": int, "n_data": int, "seed": int, "src_idle": int, "sink_stall": int,
-"max_cycles": int, "tag": str, "ports": dict}``
+"max_cycles": int, "watchdog": int, "tag": str, "ports": dict}``
     The host has written the program and its data into the harness's stream files
     (:data:`bertaccel.hw.harness.STREAM_FILES`) in the simulator's working folder. Pulse
     ``start``, await ``done`` for at most ``max_cycles`` clock cycles, and reply ``{"ok": True,
-    "cycles", "n_out", "data_used", "error", "fault", "fault_pc", "file_error", "timed_out",
-    "run_s", "wall_s"}``;
+    "cycles", "n_out", "data_used", "error", "fault", "fault_pc", "file_error", "stuck",
+    "wait", "timed_out", "run_s", "wall_s"}``; ``watchdog`` (optional, 2**20 by default) is the
+    harness's watchdog limit, ``stuck`` whether it ended the run and ``wait`` the core's
+    :data:`~bertaccel.hw.watchdog.Wait` bits then;
     the output beats are then in the output file, for the host to read. After a time-out, or a
-    run in which the core flagged an illegal instruction or a stream file failed, the harness is
+    run in which the core flagged an illegal instruction, the watchdog fired or a stream file
+    failed, the harness is
     reset, so the next run starts clean. ``ports`` (optional) holds values for top-level inputs
     that a variant of the harness has besides its own (the mutant select of
     :mod:`bertaccel.sim.mutate`); when they differ from the last run's, they are set and the
@@ -39,6 +42,8 @@ from multiprocessing.connection import Client
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, First, RisingEdge, Timer
+
+from bertaccel.hw.watchdog import DEFAULT_LIMIT
 
 __all__ = ["serve", "SOCKET_ENV", "PERIOD_NS"]
 
@@ -85,6 +90,7 @@ class _Server:
         dut.seed.value = seed
         dut.src_idle.value = src_idle
         dut.sink_stall.value = sink_stall
+        dut.watchdog.value = request.get("watchdog", DEFAULT_LIMIT)
         dut.start.value = 1
         await FallingEdge(dut.clk)
         dut.start.value = 0
@@ -103,11 +109,14 @@ class _Server:
         fault = dut.fault.value.to_unsigned()
         fault_pc = dut.fault_pc.value.to_unsigned()
         file_error = bool(dut.file_error.value)
-        if timed_out or error or file_error:
+        stuck = bool(dut.stuck.value)
+        wait = dut.wait.value.to_unsigned()
+        if timed_out or error or file_error or stuck:
             # The core's error flag is sticky and drops every later instruction.
             self.log.warning("run %d: %s (n_out %d, data_used %d); resetting the harness",
                              self.runs, f"timed out after {max_cycles} cycles" if timed_out
                              else f"fault {fault} at instruction {fault_pc}" if error
+                             else f"stuck, waiting ({wait:#x})" if stuck
                              else "a stream file failed", n_out, data_used)
             await self.reset()
         self.log.info("run %d: %d cycles, %d output beats, %d data beats used, error %d, "
@@ -115,7 +124,7 @@ class _Server:
                       data_used, error, file_error, end - begin, cycles / max(end - begin, 1e-9))
         return {"ok": True, "cycles": cycles, "n_out": n_out, "data_used": data_used,
                 "error": error, "fault": fault, "fault_pc": fault_pc, "file_error": file_error,
-                "timed_out": timed_out, "run_s": end - begin,
+                "stuck": stuck, "wait": wait, "timed_out": timed_out, "run_s": end - begin,
                 "wall_s": time.perf_counter() - begin}
 
 

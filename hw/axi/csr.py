@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 from .. import isa
 from ..legal import FAULT_WIDTH, Fault
+from ..watchdog import DEFAULT_LIMIT, WAIT_TEXT, Wait
 
 __all__ = [
-    "ADDR_WIDTH", "DATA_WIDTH", "MAGIC", "MAP_VERSION", "FAULT_CODES", "FAULT",
+    "ADDR_WIDTH", "DATA_WIDTH", "MAGIC", "MAP_VERSION", "FAULT_CODES", "FAULT", "WINDOW_FAULTS",
     "INSTR_BYTES", "data_beat_bytes", "out_beat_bytes",
     "Access", "Field", "Register", "REGISTERS", "register", "port_name", "identity",
     "markdown", "summary_markdown",
@@ -34,7 +35,7 @@ DATA_WIDTH = 32
 #: ``ID.MAGIC``: tells a driver it found a bertaccel shell.
 MAGIC = 0xBE27
 #: ``ID.VERSION``: bumped whenever an offset or a field of this map changes meaning.
-MAP_VERSION = 3
+MAP_VERSION = 4
 
 #: ``FAULT.CODE``: the first fault of a run, by value. An illegal instruction stops the core
 #: (it drops every later instruction); every other fault stops the shell: no new read burst is
@@ -46,7 +47,13 @@ FAULT_CODES = {
     3: "PROG_READ",            # an instruction read was answered SLVERR or DECERR
     4: "DATA_READ",            # an input data read was answered SLVERR or DECERR
     5: "WRITE",                # a result write was answered SLVERR or DECERR
+    6: "PROG_WINDOW",          # the program does not lie inside the window (WIN_*)
+    7: "DATA_WINDOW",          # the input data does not lie inside the window
+    8: "OUT_WINDOW",           # the output area does not lie inside the window
+    9: "WATCHDOG",             # WATCHDOG cycles passed without progress (STALL says why)
 }
+#: The faults of a region outside the window, by region register prefix.
+WINDOW_FAULTS = {"PROG": "PROG_WINDOW", "DATA": "DATA_WINDOW", "OUT": "OUT_WINDOW"}
 #: ``FAULT.CODE`` by name.
 FAULT = {name: code for code, name in FAULT_CODES.items()}
 
@@ -214,6 +221,36 @@ def _address(name, half, what, offset):
                     _word(f"{name}_ADDR_{half}", Access.RW, doc))
 
 
+def _fault_address(offset):
+    """FAULT_ADDR_LO and _HI."""
+    what = ("For a window fault (`FAULT.CODE` PROG_WINDOW, DATA_WINDOW, OUT_WINDOW), the byte "
+            "address of the region's first word; 0 otherwise.")
+    return tuple(Register(f"FAULT_ADDR_{half}", offset + 4 * index,
+                          f"The address of a window fault, bits {bits}.",
+                          _word(f"FAULT_ADDR_{half}", Access.RO, f"Bits {bits}. {what}"))
+                 for index, (half, bits) in enumerate((("LO", "[31:0]"), ("HI", "[63:32]"))))
+
+
+def _window(offset):
+    """WIN_BASE_LO, _HI and WIN_LIMIT_LO, _HI: the window every DMA access must lie in."""
+    regs = []
+    for index, (name, what, reset) in enumerate((
+            ("BASE", "the first byte", 0), ("LIMIT", "the last byte", 0xFFFF_FFFF))):
+        for half, bits in (("LO", "[31:0]"), ("HI", "[63:32]")):
+            doc = (f"Bits {bits} of {what} of the window (inclusive; bits at and above "
+                   f"`CONFIG2.AXI_ADDR_WIDTH` are ignored). At `CTRL.START` the shell checks "
+                   f"that the program, the input data and the output area (each in whole bus "
+                   f"words, from its `*_ADDR` for its `*_LEN`) lie inside `[WIN_BASE, "
+                   f"WIN_LIMIT]`; a region that does not is never read or written and ends "
+                   f"the run with its window fault. The reset values are the whole address "
+                   f"space.")
+            regs.append(Register(f"WIN_{name}_{half}", offset + 8 * index + (4 if half == "HI"
+                                                                             else 0),
+                                 f"The DMA window's {what}, bits {bits}.",
+                                 _word(f"WIN_{name}_{half}", Access.RW, doc, reset=reset)))
+    return tuple(regs)
+
+
 REGISTERS = (
     Register("ID", 0x000, "Identifies the shell and the version of this register map.", (
         Field("VERSION", 0, 16, Access.CONST, "Version of this register map.",
@@ -277,6 +314,10 @@ REGISTERS = (
               "The shell stopped the run on a fault (`FAULT.CODE` says which; sticky until "
               "`CTRL.SOFT_RESET`, and a run started while it is set ends at once). The run "
               "still ends, with `DONE` set, once the bus is quiet."),
+        Field("START_IGNORED", 6, 1, Access.RO,
+              "`CTRL.START` was written while `BUSY` and ignored (since the run in progress "
+              "or the last one began; cleared by a `CTRL.START` that starts a run, and by "
+              "`CTRL.SOFT_RESET`)."),
     )),
     _address("PROG", "LO", "the program", 0x020),
     _address("PROG", "HI", "the program", 0x024),
@@ -322,6 +363,35 @@ REGISTERS = (
     Register("FAULT_PC", 0x064, "The index of the illegal instruction.", _word(
         "FAULT_PC", Access.RO, "For `FAULT.CODE` ILLEGAL_INSTRUCTION, the instruction's index "
         "in the program (0 is the word at `PROG_ADDR`).")),
+    *_fault_address(0x068),
+    *_window(0x070),
+    Register("WATCHDOG", 0x080, "Cycles without progress that end a run.", _word(
+        "WATCHDOG", Access.RW, "A run in which no instruction, input beat, result or bus beat "
+        "moves and no unit takes an instruction for this many cycles ends with `FAULT.CODE` "
+        "WATCHDOG, `STALL` saying what it waited for (latched by `CTRL.START`; 0 turns the "
+        "watchdog off). The reset value, 2**20, is far above the longest instruction of any "
+        "config (`bertaccel.hw.watchdog`).", reset=DEFAULT_LIMIT)),
+    Register("STALL", 0x084, "What a run stopped by the watchdog was waiting for.", (
+        *(Field(name.upper(), index, 1, Access.RO,
+                f"When the watchdog fired, {WAIT_TEXT[name]}.")
+          for index, (name, _) in enumerate(Wait)),
+        Field("READ_BUS", 8, 1, Access.RO,
+              "When the watchdog fired, a read burst waited for its data."),
+        Field("WRITE_BUS", 9, 1, Access.RO,
+              "When the watchdog fired, a write burst waited to send its data or for its "
+              "response."),
+    )),
+    Register("IRQ_ENABLE", 0x088, "Which causes raise `irq`.", (
+        Field("DONE", 0, 1, Access.RW, "`irq` when a run ends without a fault.", reset=1),
+        Field("FAULT", 1, 1, Access.RW, "`irq` when a run ends with a fault.", reset=1),
+    )),
+    Register("IRQ_STATUS", 0x08C, "Why the last run ended; `irq` is high while a set bit "
+             "here is enabled in `IRQ_ENABLE`. Cleared by `CTRL.START` and "
+             "`CTRL.SOFT_RESET`.", (
+        Field("DONE", 0, 1, Access.RO, "The last run ended without a fault."),
+        Field("FAULT", 1, 1, Access.RO, "The last run ended with a fault (`FAULT.CODE` is "
+              "not NONE)."),
+    )),
 )
 
 

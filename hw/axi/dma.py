@@ -15,12 +15,21 @@ from ..formal import is_formal
 from .signature import MAX_BURST, log2, min_of
 from .width import Downsizer, Upsizer
 
-__all__ = ["ReadEngine", "WriteEngine", "request_layout"]
+__all__ = ["ReadEngine", "WriteEngine", "request_layout", "words_of"]
 
 
 def request_layout(addr_width):
     """A burst request: its first address and AxLEN."""
     return data.StructLayout({"addr": addr_width, "len": 8})
+
+
+def words_of(count, *, beat_width, bus_width):
+    """Bus words that ``count`` beats of ``beat_width`` bits take in memory (a value): beats
+    wider than a word take several, narrower ones share one (the last word may be partial)."""
+    if beat_width >= bus_width:
+        return count << log2(beat_width // bus_width)
+    per_word = bus_width // beat_width
+    return (count + per_word - 1) >> log2(per_word)
 
 
 def _to_4k(addr, bus_bytes):
@@ -99,12 +108,6 @@ class ReadEngine(wiring.Component):
         shift = log2(bus_bytes)
         depth = self.fifo_depth
 
-        # Words to read: beats wider than a word take several; narrower share one.
-        if self.beat_width >= self.bus_width:
-            words_of = self.count << log2(self.beat_width // self.bus_width)
-        else:
-            per_word = self.bus_width // self.beat_width
-            words_of = (self.count + per_word - 1) >> log2(per_word)
 
         addr = Signal(self.addr_width)
         left = Signal(self.count_width + 5)  # words not yet requested
@@ -173,7 +176,8 @@ class ReadEngine(wiring.Component):
         with m.If(self.start):
             m.d.sync += [
                 addr.eq(Cat(Const(0, shift), self.base[shift:])),
-                left.eq(words_of),
+                left.eq(words_of(self.count, beat_width=self.beat_width,
+                                 bus_width=self.bus_width)),
                 free.eq(depth),
                 pending.eq(0),
                 ar_valid.eq(0),

@@ -19,22 +19,26 @@ Blocks, from the bus inwards:
   FIFO;
 * the core, :class:`~bertaccel.hw.core.BertAccelCore`, unchanged.
 
-The shell does not trust the program for its writes: it takes at most ``OUT_LEN`` results
-from the core, so no write leaves the output area, and a result past them, or an error
-response on any read or write, stops the run (``STATUS.FAULT``, ``FAULT.CODE``: no new read
+The shell does not trust the program or the host's lengths. At a start it checks that the
+program, the data and the output area lie inside the window ``[WIN_BASE, WIN_LIMIT]`` before
+any request is issued; it takes at most ``OUT_LEN`` results from the core, so no write leaves
+the output area; a :class:`~bertaccel.hw.watchdog.Watchdog` ends a run that stops making
+progress. A region outside the window, a result past ``OUT_LEN``, an error response on any
+read or write, or the watchdog stops the run (``STATUS.FAULT``, ``FAULT.CODE``: no new read
 burst, no further result taken) and ends it once the bus is quiet.
 
 (:mod:`.dma` says why nothing can deadlock.)
 """
 
-from amaranth import Cat, Module, Mux, ResetInserter, Signal
+from amaranth import Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
 
 from ..core import BertAccelCore
+from ..watchdog import Watchdog
 from . import csr
 from .csr_bank import CsrBank
-from .dma import ReadEngine, WriteEngine, request_layout
+from .dma import ReadEngine, WriteEngine, request_layout, words_of
 from .signature import CACHE, MAX_BURST, AXI4LiteSignature, AXI4Signature, Burst, log2
 
 __all__ = ["AxiShell"]
@@ -68,8 +72,8 @@ class AxiShell(wiring.Component):
     s_axil_* : the AXI4-Lite slave (see :class:`AXI4LiteSignature`, flipped)
     m_axi_* : the AXI4 master (see :class:`AXI4Signature`; ID width 1)
     irq : Out(1)
-        ``STATUS.DONE``: high from the end of a run to the next ``CTRL.START`` or
-        ``CTRL.SOFT_RESET``.
+        High from the end of a run to the next ``CTRL.START`` or ``CTRL.SOFT_RESET`` where
+        ``IRQ_ENABLE`` enables its cause in ``IRQ_STATUS`` (ended without or with a fault).
     """
 
     def __init__(self, cfg, *, max_burst=MAX_BURST, fifo_depth=None):
@@ -96,6 +100,8 @@ class AxiShell(wiring.Component):
         start = Signal()
         m.d.comb += start.eq(bank.port("CTRL", "START") & ~bank.port("CTRL", "SOFT_RESET")
                              & ~run.running & ~run.resetting)
+        with m.If(bank.port("CTRL", "START") & (run.running | run.resetting)):
+            m.d.sync += run.start_ignored.eq(1)
         m.d.comb += core.i_start.eq(start)     # the core's checker reads a new program
         for dma, base in ((instr_rd, "PROG_ADDR"), (data_rd, "DATA_ADDR"), (out_wr, "OUT_ADDR")):
             m.d.comb += [
@@ -111,6 +117,8 @@ class AxiShell(wiring.Component):
         self._streams(m, core, instr_rd, data_rd, out_wr, run)
         self._read_channels(m, instr_rd, data_rd)
         self._write_channels(m, out_wr)
+        self._windows(m, bank, run, start)
+        self._watchdog(m, bank, core, (instr_rd, data_rd, out_wr), run, start, soft_reset)
         self._faults(m, core, run)
         self._run_control(m, bank, core, (instr_rd, data_rd, out_wr), run, start, soft_reset)
         self._status(m, bank, core, run)
@@ -229,6 +237,63 @@ class AxiShell(wiring.Component):
             axi(f"{ch}qos").eq(0),
         ]
 
+    def _regions(self, bank):
+        """``(prefix, count, beat width)`` of the program, the input data and the output area,
+        as the registers give them now."""
+        return (("PROG", bank.port("PROG_LEN"), 8 * csr.INSTR_BYTES),
+                ("DATA", bank.port("DATA_LEN"), 8 * csr.data_beat_bytes(self.cfg)),
+                ("OUT", bank.port("OUT_LEN"), 8 * csr.out_beat_bytes(self.cfg)))
+
+    def _windows(self, m, bank, run, start):
+        """At a start, check that each region lies inside ``[WIN_BASE, WIN_LIMIT]``: its whole
+        words, the sums registered in the cycle of the start and compared in the next, in which
+        the engines issue nothing. ``run.window`` is the first region outside (its
+        ``FAULT.CODE``) in that cycle, 0 otherwise; ``run.window_addr`` its first word."""
+        cfg = self.cfg
+        aw, bus_width = cfg.axi_addr_width, cfg.axi_data_width
+        shift = log2(bus_width // 8)
+        win_base = Cat(bank.port("WIN_BASE_LO"), bank.port("WIN_BASE_HI"))[:aw]
+        win_limit = Cat(bank.port("WIN_LIMIT_LO"), bank.port("WIN_LIMIT_HI"))[:aw]
+        checking = Signal()
+        m.d.sync += checking.eq(start)
+        m.d.comb += run.checking.eq(checking)
+        verdicts = []
+        for prefix, count, beat_width in self._regions(bank):
+            base = Cat(bank.port(f"{prefix}_ADDR_LO"), bank.port(f"{prefix}_ADDR_HI"))
+            first = Signal(aw, name=f"{prefix.lower()}_first")
+            # The last byte, wide enough that a region past the address space is not wrapped.
+            last = Signal(aw + 40, name=f"{prefix.lower()}_last")
+            used = Signal(name=f"{prefix.lower()}_used")
+            words = words_of(count, beat_width=beat_width, bus_width=bus_width)
+            with m.If(start):
+                m.d.sync += [first.eq(Cat(Const(0, shift), base[shift:aw])),
+                             last.eq(Cat(Const(0, shift), base[shift:aw])
+                                     + (words << shift) - 1),
+                             used.eq(count != 0)]
+            outside = used & ((first < win_base) | (last > win_limit))
+            verdicts.append((outside, csr.FAULT[csr.WINDOW_FAULTS[prefix]], first))
+        with m.If(checking):
+            for outside, code, first in reversed(verdicts):   # the first region wins
+                with m.If(outside):
+                    m.d.comb += [run.window.eq(code), run.window_addr.eq(first)]
+
+    def _watchdog(self, m, bank, core, dmas, run, start, soft_reset):
+        """The watchdog over the core's and the bus's progress; ``run.stall`` what they waited
+        for when it fired (the ``STALL`` fields)."""
+        instr_rd, data_rd, out_wr = dmas
+        axi = self._axi
+        m.submodules.watchdog = dog = ResetInserter(soft_reset)(Watchdog())
+        bus_moved = Cat(axi(f"{ch}valid") & axi(f"{ch}ready")
+                        for ch in ("ar", "r", "aw", "w", "b")).any()
+        m.d.comb += [dog.start.eq(start), dog.limit.eq(bank.port("WATCHDOG")),
+                     dog.running.eq(run.running), dog.progress.eq(core.o_progress | bus_moved),
+                     run.stuck.eq(dog.fired)]
+        now = Signal.like(run.stall)
+        m.d.comb += [now[:len(core.o_wait.as_value())].eq(core.o_wait),
+                     now[8].eq(~instr_rd.idle | ~data_rd.idle), now[9].eq(~out_wr.quiet)]
+        with m.If(~dog.fired):   # what it waited for in the last cycle before it fired
+            m.d.sync += run.stall.eq(now)
+
     def _faults(self, m, core, run):
         """``run.bus_error`` (an error response on R or B) and the first fault of the run:
         ``run.fault`` and ``run.fault_resp``, and ``run.halted`` for a fault of the shell."""
@@ -241,7 +306,10 @@ class AxiShell(wiring.Component):
         code = csr.FAULT
         # The first fault is kept; of two in one cycle, the first listed here.
         with m.If(run.fault == code["NONE"]):
-            with m.If(r_error):
+            with m.If(run.window != 0):
+                m.d.sync += [run.fault.eq(run.window), run.fault_addr.eq(run.window_addr),
+                             run.halted.eq(1)]
+            with m.Elif(r_error):
                 m.d.sync += [run.fault.eq(Mux(axi("rid"), code["DATA_READ"], code["PROG_READ"])),
                              run.fault_resp.eq(axi("rresp")), run.halted.eq(1)]
             with m.Elif(b_error):
@@ -251,7 +319,9 @@ class AxiShell(wiring.Component):
                 m.d.sync += [run.fault.eq(code["OUT_OVERRUN"]), run.halted.eq(1)]
             with m.Elif(core.o_error):
                 m.d.sync += run.fault.eq(code["ILLEGAL_INSTRUCTION"])
-        with m.Elif(r_error | b_error | overrun):
+            with m.Elif(run.stuck):
+                m.d.sync += [run.fault.eq(code["WATCHDOG"]), run.halted.eq(1)]
+        with m.Elif(r_error | b_error | overrun | run.stuck):
             m.d.sync += run.halted.eq(1)
 
     def _run_control(self, m, bank, core, dmas, run, start, soft_reset):
@@ -265,9 +335,10 @@ class AxiShell(wiring.Component):
             finishing.eq(run.running & (run.halted | (run.prog_count == run.prog_len)
                                         & (~core.o_busy | core.o_error))),
             out_wr.flush.eq(finishing),
-            instr_rd.stop.eq(finishing | run.resetting),
-            data_rd.stop.eq(finishing | run.resetting),
-            out_wr.stop.eq(run.resetting),
+            # Outside a run too: a run that a fault ended leaves words unread.
+            instr_rd.stop.eq(~run.running | finishing | run.resetting | run.checking),
+            data_rd.stop.eq(~run.running | finishing | run.resetting | run.checking),
+            out_wr.stop.eq(run.resetting | run.checking),
         ]
         with m.If(run.running):
             m.d.sync += run.cycles.eq(run.cycles + 1)
@@ -278,6 +349,7 @@ class AxiShell(wiring.Component):
                 run.running.eq(1), run.done.eq(0), run.cycles.eq(0),
                 run.prog_len.eq(bank.port("PROG_LEN")), run.out_len.eq(bank.port("OUT_LEN")),
                 run.prog_count.eq(0), run.data_count.eq(0), run.out_count.eq(0),
+                run.start_ignored.eq(0),
             ]
 
         # A soft reset waits until the bus is quiet (no request may be cut short), then resets
@@ -288,7 +360,7 @@ class AxiShell(wiring.Component):
         with m.If(soft_reset):
             m.d.sync += [run.resetting.eq(0), run.running.eq(0), run.done.eq(0),
                          run.bus_error.eq(0), run.fault.eq(0), run.fault_resp.eq(0),
-                         run.halted.eq(0)]
+                         run.fault_addr.eq(0), run.halted.eq(0), run.start_ignored.eq(0)]
 
     def _status(self, m, bank, core, run):
         """The read-only registers, and ``irq``."""
@@ -303,13 +375,24 @@ class AxiShell(wiring.Component):
             bank.port("FAULT", "RESP").eq(run.fault_resp),
             bank.port("FAULT", "CHECK").eq(core.o_fault),
             bank.port("FAULT_PC").eq(core.o_fault_pc),
+            bank.port("FAULT_ADDR_LO").eq(run.fault_addr[:32]),
+            bank.port("FAULT_ADDR_HI").eq(run.fault_addr[32:]),
+            bank.port("STATUS", "START_IGNORED").eq(run.start_ignored),
             bank.port("OUT_COUNT").eq(run.out_count),
             bank.port("CYCLES_LO").eq(run.cycles[:32]),
             bank.port("CYCLES_HI").eq(run.cycles[32:]),
             bank.port("PROG_COUNT").eq(run.prog_count),
             bank.port("DATA_COUNT").eq(run.data_count),
-            self.irq.eq(run.done),
         ]
+        stall = csr.register("STALL")
+        for field in stall.fields:
+            m.d.comb += bank.port("STALL", field.name).eq(run.stuck & run.stall[field.lsb])
+        ended = {"DONE": run.done & (run.fault == csr.FAULT["NONE"]),
+                 "FAULT": run.done & (run.fault != csr.FAULT["NONE"])}
+        for cause, value in ended.items():
+            m.d.comb += bank.port("IRQ_STATUS", cause).eq(value)
+        m.d.comb += self.irq.eq(Cat(value & bank.port("IRQ_ENABLE", cause)
+                                    for cause, value in ended.items()).any())
 
 
 class _Run:
@@ -323,6 +406,13 @@ class _Run:
         self.fault = Signal(4, name="fault")            # FAULT.CODE of the first fault
         self.fault_resp = Signal(2, name="fault_resp")
         self.halted = Signal(name="halted")             # a fault of the shell stopped the run
+        self.fault_addr = Signal(64, name="fault_addr")
+        self.checking = Signal(name="checking")         # the regions are checked this cycle
+        self.window = Signal(4, name="window")          # a region's window fault, or 0
+        self.window_addr = Signal(64, name="window_addr")
+        self.stuck = Signal(name="stuck")               # the watchdog fired
+        self.stall = Signal(10, name="stall")           # STALL's fields
+        self.start_ignored = Signal(name="start_ignored")
         self.prog_len = Signal(32, name="prog_len")
         self.out_len = Signal(32, name="out_len")
         self.prog_count = Signal(32, name="prog_count")

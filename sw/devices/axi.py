@@ -62,8 +62,9 @@ class ShellError(DeviceError):
     status : dict or None
         ``STATUS`` fields by name, when the error came from a run.
     fault : dict or None
-        ``FAULT`` fields by name (``CODE``, ``RESP``; :data:`bertaccel.hw.axi.csr.FAULT_CODES`),
-        when a run ended with an error.
+        ``FAULT`` fields by name (``CODE``, ``RESP``, ``CHECK``;
+        :data:`bertaccel.hw.axi.csr.FAULT_CODES`) and ``PC``, ``ADDR`` and ``STALL`` (the
+        ``FAULT_PC``, ``FAULT_ADDR`` and ``STALL`` registers), when a run ended with an error.
     """
 
     def __init__(self, message, status=None, fault=None):
@@ -132,6 +133,9 @@ class DramImage:
         Instructions, input beats, and the output beats the program will write.
     segments : list of (int, bytes)
         What to write into memory before the run.
+    window : (int, int), optional
+        The first and last byte the shell may touch (``WIN_BASE``, ``WIN_LIMIT``); by default
+        the whole bus words of the three regions, from the lowest to the highest.
     """
     program: Program
     prog_addr: int
@@ -141,6 +145,7 @@ class DramImage:
     out_addr: int
     out_len: int
     segments: list = field(default_factory=list)
+    window: tuple = None
 
     @property
     def cfg(self):
@@ -167,7 +172,21 @@ class DramImage:
         values["PROG_LEN"] = self.prog_len
         values["DATA_LEN"] = self.data_len
         values["OUT_LEN"] = self.out_len
+        first, last = self.window if self.window is not None else self.span()
+        for name, addr in (("BASE", first), ("LIMIT", last)):
+            values[f"WIN_{name}_LO"] = addr & 0xFFFF_FFFF
+            values[f"WIN_{name}_HI"] = addr >> 32
         return values
+
+    def span(self):
+        """``(first, last)``: the first and last byte of the bus words the run reads or
+        writes."""
+        word = bus_bytes(self.cfg)
+        spans = [(addr, addr + len(data)) for addr, data in self.segments]
+        spans.append((self.out_addr, self.out_addr + self.out_size))
+        spans = [(lo, hi) for lo, hi in spans if hi > lo]
+        first = min(lo for lo, _ in spans) // word * word
+        return first, _align_up(max(hi for _, hi in spans), word) - 1
 
     def outputs(self, raw):
         """The program's outputs (``{name: torch.int32 tensor}``) from the output area's bytes."""
@@ -375,6 +394,13 @@ def _fault_text(fault):
     """``FAULT``'s fields in words: ``"fault DATA_READ (SLVERR)"``, ``"fault
     ILLEGAL_INSTRUCTION (ROW_LEN) at instruction 7"``."""
     name = csr.FAULT_CODES.get(fault["CODE"], f"code {fault['CODE']}")
+    if name in csr.WINDOW_FAULTS.values():
+        return f"fault {name} (the region at {fault['ADDR']:#x} is not inside the window)"
+    if name == "WATCHDOG":
+        said = [field.doc.removeprefix("When the watchdog fired, ").rstrip(".")
+                for field in csr.register("STALL").fields
+                if field_value("STALL", fault["STALL"], field.name)]
+        return f"fault WATCHDOG (no progress: {'; '.join(said) or 'nothing moved'})"
     if fault["CODE"] == csr.FAULT["ILLEGAL_INSTRUCTION"]:
         check = fault["CHECK"]
         rule = legal.Fault(check).name if check in set(legal.Fault) else f"rule {check}"
@@ -451,6 +477,8 @@ def run_ops(image, *, max_polls=100_000, check=True, write_image=True):
     if status["ERROR"] or status["BUS_ERROR"] or status["FAULT"]:
         fault = _fields("FAULT", (yield RegRead("FAULT")))
         fault["PC"] = yield RegRead("FAULT_PC")
+        fault["ADDR"] = (yield RegRead("FAULT_ADDR_LO")) | (yield RegRead("FAULT_ADDR_HI")) << 32
+        fault["STALL"] = yield RegRead("STALL")
         yield from soft_reset_ops(max_polls)
         raise ShellError(f"the run stopped with {_fault_text(fault)} after "
                          f"{counts['PROG_COUNT']} of {image.prog_len} instructions and "

@@ -39,6 +39,7 @@ import torch
 from ...hw import isa, legal
 from ...hw.harness import STREAM_FILES, harness_verilog
 from ...hw.verilog import source_key
+from ...hw.watchdog import DEFAULT_LIMIT, LIMIT_WIDTH, wait_text
 from .base import Device, DeviceError, IllegalProgram
 
 __all__ = ["RtlDevice"]
@@ -163,6 +164,10 @@ class RtlDevice(Device):
     run_timeout : float, optional
         Wall-clock seconds one run may take; by default from ``max_cycles``, at most
         :data:`WALL_CAP_S`.
+    watchdog : int
+        Cycles without progress that end a run as stuck (the harness's
+        :class:`~bertaccel.hw.watchdog.Watchdog`; the error names what the core waited for);
+        :data:`~bertaccel.hw.watchdog.DEFAULT_LIMIT` by default, 0 for none.
     simulator : str
         ``"verilator"`` (the default) or ``"icarus"``: Icarus Verilog (``iverilog`` on
         ``PATH``), bit- and cycle-exact with Verilator and far slower; for small programs.
@@ -192,7 +197,8 @@ class RtlDevice(Device):
     DeviceError
         From :meth:`run`: the core faulted an illegal instruction (:class:`IllegalProgram`,
         from :meth:`execute`), a run timed out, the output or data beat counts differ from the
-        program's, a stream file failed, or the simulator failed.
+        program's, the watchdog found the run stuck, a stream file failed, or the simulator
+        failed.
 
     Notes
     -----
@@ -206,7 +212,7 @@ class RtlDevice(Device):
 
     def __init__(self, cfg, *, build_root="build/sim", seed=0, src_idle=0, sink_stall=0,
                  max_cycles=None, startup_timeout=300.0, run_timeout=None,
-                 simulator="verilator", icarus_std="2012", verilog=None, verilog_key=None,
+                 watchdog=DEFAULT_LIMIT, simulator="verilator", icarus_std="2012", verilog=None, verilog_key=None,
                  ports=None):
         super().__init__(cfg)
         from ...sim.build import ICARUS_STDS, SIMULATORS
@@ -220,6 +226,10 @@ class RtlDevice(Device):
             raise ValueError(f"seed must be an int from 0 to 2**32-1, not {seed!r}")
         if max_cycles is not None and not (isinstance(max_cycles, int) and max_cycles > 0):
             raise ValueError(f"max_cycles must be a positive int, not {max_cycles!r}")
+        if not (isinstance(watchdog, int) and 0 <= watchdog < 1 << LIMIT_WIDTH):
+            raise ValueError(f"watchdog must be an int from 0 to 2**{LIMIT_WIDTH}-1, "
+                             f"not {watchdog!r}")
+        self.watchdog = watchdog
         self.seed = seed
         self.src_idle = _stall_units("src_idle", src_idle)
         self.sink_stall = _stall_units("sink_stall", sink_stall)
@@ -379,6 +389,11 @@ class RtlDevice(Device):
         if reply["error"]:
             raise IllegalProgram(program, legal.Fault(reply["fault"]), reply["fault_pc"],
                                  where=where)
+        if reply["stuck"]:
+            raise DeviceError(f"{where}: stuck: no progress for {self.watchdog} cycles; "
+                              f"{wait_text(reply['wait'])} ({reply['data_used']} of {n_data} "
+                              f"data beats, {reply['n_out']} of {n_out} output beats); "
+                              f"log: {self.log_file}")
         if reply["file_error"]:
             raise DeviceError(f"{where}: the harness could not open a stream file in "
                               f"{self._session.tmpdir} or read enough words from it; "
@@ -419,7 +434,7 @@ class RtlDevice(Device):
             self._session.conn.send({
                 "op": "run", "n_instr": len(words), "n_data": n_data, "seed": self.seed,
                 "src_idle": self.src_idle, "sink_stall": self.sink_stall,
-                "max_cycles": max_cycles, "tag": f"{len(instrs)}-instruction program for "
+                "max_cycles": max_cycles, "watchdog": self.watchdog, "tag": f"{len(instrs)}-instruction program for "
                                                  f"{cfg.name}",
                 "ports": dict(self.ports)})
             reply = self._receive(timeout, "run")

@@ -18,7 +18,12 @@ documentation, the DRAM layout of :mod:`bertaccel.sw.devices.axi`), then one Ver
   ``CTRL.SOFT_RESET``; a refused write ends with ``FAULT.CODE`` WRITE; a program with more
   results than ``OUT_LEN`` ends with OUT_OVERRUN, nothing written past ``OUT_LEN``; refused
   input reads end with DATA_READ and nothing written at all; after each, the next program runs
-  bit-exact.
+  bit-exact;
+* ``protection``: each region outside the DMA window (and one past the top of the address
+  space) ends with its window fault and ``FAULT_ADDR``, no byte read or written; missing input
+  data and a withheld write response end with WATCHDOG and ``STALL`` naming the wait; ``irq``
+  follows ``IRQ_ENABLE``; START while BUSY sets ``STATUS.START_IGNORED``; after each, the next
+  program runs bit-exact.
 
 A memory monitor checks every bus access: reads only inside the program and data regions,
 writes only inside the output area (byte-exact, so strobes are checked), never a burst longer
@@ -30,6 +35,7 @@ outputs always come from :class:`~bertaccel.sw.SoftwareDevice`.
 """
 
 import dataclasses
+import itertools
 import json
 import logging
 import os
@@ -343,7 +349,9 @@ async def registers(dut):
     values = {reg.name: tb.rng.getrandbits(32) for reg in rw}
     for name, value in values.items():
         await tb.write(name, value)
-    for name, value in values.items():
+    for name, value in values.items():   # bits no RW field holds read 0
+        value &= sum(field.mask for field in csr.register(name).fields)
+        values[name] = value
         assert await tb.read(name) == value, name
     # One byte lane: the AXI4-Lite master sets WSTRB to 0b0010.
     await tb.csr.write(csr.register("PROG_LEN").offset + 1, b"\xa5")
@@ -406,9 +414,16 @@ async def back_to_back(dut):
     assert tb.bursts["read"] and tb.bursts["write"]
 
 
-def _fault(code, *, resp=0, check=0, pc=0):
-    """The fields of ``FAULT`` and ``FAULT_PC`` as :class:`~axi_host.ShellError` has them."""
-    return {"CODE": csr.FAULT[code], "RESP": resp, "CHECK": check, "PC": pc}
+def _fault(code, *, resp=0, check=0, pc=0, addr=0, stall=0):
+    """The fields of ``FAULT``, ``FAULT_PC``, ``FAULT_ADDR`` and ``STALL`` as
+    :class:`~axi_host.ShellError` has them."""
+    return {"CODE": csr.FAULT[code], "RESP": resp, "CHECK": check, "PC": pc, "ADDR": addr,
+            "STALL": stall}
+
+
+def _bits(register, *names):
+    """The word of ``register`` with the one-bit fields ``names`` set."""
+    return sum(1 << csr.register(register).field(name).lsb for name in names)
 
 
 @cocotb.test(timeout_time=40, timeout_unit="ms")
@@ -523,6 +538,149 @@ async def errors(dut):
     assert tb.written == written, f"{tb.written - written} bytes written after a refused read"
     tb.violations.clear()
     await tb.run(CASES["main"])
+
+
+async def _expect_fault(tb, image, fault, *, max_polls=2_000):
+    """Run ``image`` with the driver; it must end in ``fault`` touching no memory at all when
+    ``fault`` is a window fault (the monitor sees every access). Return the error."""
+    before = dict(tb.bursts), tb.written
+    try:
+        await tb.execute(axi_host.run_ops(image, max_polls=max_polls))
+    except axi_host.ShellError as caught:
+        error = caught
+        assert error.status is not None and error.status["DONE"], error
+        got = dict(error.fault)
+        if fault["STALL"] is None:      # the caller checks the bits it expects
+            got["STALL"] = None
+        assert got == fault, (error.fault, fault)
+        tb.log.info("%s", error)
+    else:
+        raise AssertionError(f"the run did not end with {fault}")
+    if csr.FAULT_CODES[fault["CODE"]] in csr.WINDOW_FAULTS.values():
+        assert (dict(tb.bursts), tb.written) == before, "a region outside the window was used"
+    assert not tb.violations, "; ".join(tb.violations)
+    return error
+
+
+async def _start(tb, image):
+    """Write ``image`` and its registers and pulse ``CTRL.START``, without the driver."""
+    for addr, data in image.segments:
+        tb.dram.write(addr, data)
+    for name, value in image.registers().items():
+        await tb.write(name, value)
+    await tb.write("CTRL", _bits("CTRL", "START"))
+
+
+async def _until(tb, name, field, *, polls=2_000):
+    """Poll ``name`` until its ``field`` is set; return the register's word."""
+    for _ in range(polls):
+        word = await tb.read(name)
+        if axi_host.field_value(name, word, field):
+            return word
+        await Timer(32 * PERIOD_NS, unit="ns")
+    raise AssertionError(f"{name}.{field} still clear after {polls} polls")
+
+
+async def _soft_reset(tb):
+    await tb.write("CTRL", _bits("CTRL", "SOFT_RESET"))
+    for _ in range(100):
+        if not axi_host.field_value("STATUS", await tb.read("STATUS"), "BUSY"):
+            return
+    raise AssertionError("still busy 100 reads after CTRL.SOFT_RESET")
+
+
+@cocotb.test(timeout_time=40, timeout_unit="ms")
+async def protection(dut):
+    """The DMA window, the watchdog, irq's causes and START while BUSY; after each fault the
+    next run is bit-exact."""
+    tb = _tb(dut)
+    await tb.reset()
+    tb.backpressure(0.2)
+    word = tb.cfg.axi_data_width // 8
+
+    # -- each region in turn outside the window: no byte is read or written ----------------
+    for prefix, code in csr.WINDOW_FAULTS.items():
+        image, _ = tb.image(CASES["tall"])
+        tb.allow(image)
+        first, last = image.span()
+        addr = {"PROG": image.prog_addr, "DATA": image.data_addr, "OUT": image.out_addr}[prefix]
+        # A window that ends a word before the region, or starts a word after its start.
+        image.window = (first, addr - 1) if addr > first else (addr + word, last)
+        await _expect_fault(tb, image, _fault(code, addr=addr))
+        await tb.run(CASES["tall"])
+    # An output area that would run past the top of the address space (it must not wrap).
+    image, _ = tb.image(CASES["tiny"])
+    tb.allow(image)
+    top = 1 << tb.cfg.axi_addr_width
+    image.window = (0, top - 1)
+    image.out_addr, image.out_len = top - word, 64
+    await _expect_fault(tb, image, _fault("OUT_WINDOW", addr=image.out_addr))
+    await tb.run(CASES["tiny"])
+
+    # -- the watchdog: input data that never comes ------------------------------------------
+    await tb.write("WATCHDOG", 3_000)
+    image, _ = tb.image(CASES["tall"])
+    tb.allow(image)
+    image.data_len //= 2
+    error = await _expect_fault(tb, image, _fault("WATCHDOG", stall=None), max_polls=20_000)
+    want = _bits("STALL", "DATA", "LOAD")
+    assert error.fault["STALL"] & want == want, f"STALL {error.fault['STALL']:#x}"
+    assert "load unit waits for input data" in str(error), error
+    await tb.run(CASES["tall"])
+    # ... and a write response that never comes: the run ends once it does.
+    image, expected = tb.image(CASES["tiny"])
+    tb.allow(image)
+    b_channel = tb.dram.write_if.b_channel
+    b_channel.set_pause_generator(itertools.repeat(True))
+    await _start(tb, image)
+    await _until(tb, "STATUS", "FAULT", polls=20_000)
+    fault = await tb.read("FAULT")
+    assert axi_host.field_value("FAULT", fault, "CODE") == csr.FAULT["WATCHDOG"], fault
+    stall = await tb.read("STALL")
+    assert axi_host.field_value("STALL", stall, "WRITE_BUS"), f"STALL {stall:#x}"
+    assert not axi_host.field_value("STATUS", await tb.read("STATUS"), "DONE")
+    b_channel.clear_pause_generator()
+    b_channel.pause = False        # clearing the generator leaves its last value
+    await _until(tb, "STATUS", "DONE")
+    tb.log.info("a write response withheld: WATCHDOG, STALL %#x, DONE once it came", stall)
+    await _soft_reset(tb)
+    tb.backpressure(0.2)
+    await tb.write("WATCHDOG", 1 << 20)
+    await tb.run(CASES["tiny"])
+
+    # -- irq: its causes, each enabled or not ------------------------------------------------
+    for enable in (_bits("IRQ_ENABLE", "DONE", "FAULT"), _bits("IRQ_ENABLE", "FAULT")):
+        await tb.write("IRQ_ENABLE", enable)
+        image, expected = tb.image(CASES["tiny"])
+        tb.allow(image)
+        await _start(tb, image)
+        await _until(tb, "STATUS", "DONE")
+        assert await tb.read("IRQ_STATUS") == _bits("IRQ_STATUS", "DONE")
+        assert dut.irq.value == bool(enable & _bits("IRQ_ENABLE", "DONE")), enable
+    image, _ = tb.image(CASES["tiny"])
+    tb.allow(image)
+    image.window = (image.out_addr + word, image.span()[1])
+    await _start(tb, image)
+    await _until(tb, "STATUS", "DONE")
+    assert await tb.read("IRQ_STATUS") == _bits("IRQ_STATUS", "FAULT")
+    assert dut.irq.value == 1, "no irq for a fault"
+    await _soft_reset(tb)
+    assert await tb.read("IRQ_STATUS") == 0 and dut.irq.value == 0
+    await tb.write("IRQ_ENABLE", _bits("IRQ_ENABLE", "DONE", "FAULT"))
+
+    # -- START while BUSY is ignored and reported; the run in progress is unharmed ----------
+    image, expected = tb.image(CASES["wide"])
+    tb.allow(image)
+    await _start(tb, image)
+    await tb.write("CTRL", _bits("CTRL", "START"))
+    await _until(tb, "STATUS", "START_IGNORED")
+    await _until(tb, "STATUS", "DONE")
+    assert axi_host.field_value("STATUS", await tb.read("STATUS"), "START_IGNORED")
+    raw = bytes(tb.dram.read(image.out_addr, image.out_size))
+    for name, tensor in expected.items():
+        assert torch.equal(image.outputs(raw)[name], tensor), name
+    await tb.run(CASES["main"])   # the driver's START clears it
+    assert not axi_host.field_value("STATUS", await tb.read("STATUS"), "START_IGNORED")
 
 
 @cocotb.test(skip="BERTACCEL_AXI_MEASURE" not in os.environ)

@@ -2,8 +2,8 @@
 
 The same program and operands on the RTL device and on the software device must give the same
 bits, free-running and with idle cycles and backpressure on the streams; a large program runs
-in one piece; an illegal instruction, a run past its cycle limit and a stream file that ends
-early raise :class:`~bertaccel.sw.DeviceError`, and the device works again after each.
+in one piece; an illegal instruction, a run past its cycle limit, a stream file that ends
+early and a run the watchdog finds stuck raise :class:`~bertaccel.sw.DeviceError`, and the device works again after each.
 """
 
 import pytest
@@ -93,5 +93,15 @@ def test_rtl_device_errors(small_rtl, monkeypatch):
             path, data[:-small_rtl.cfg.lanes] if path.name == STREAM_FILES["data"] else data))
         with pytest.raises(DeviceError, match="could not open a stream file .* or read"):
             gemm(small_rtl, a, b)
+    # Half the data: the load unit waits for beats that never come; the watchdog ends it.
+    program = compile_gemm(small_rtl.cfg, 8, 8, 8)
+    beats = program.pack(a=a, b=b)
+    small_rtl.watchdog = 5_000
+    try:
+        with pytest.raises(DeviceError, match="stuck: no progress for 5000 cycles; "
+                                              ".*the load unit waits for input data"):
+            small_rtl._execute(program, beats[:beats.shape[0] // 2])
+    finally:
+        small_rtl.watchdog = rtl.DEFAULT_LIMIT
     # The harness was reset after each failure: the device still works.
     assert torch.equal(gemm(small_rtl, a, b).outputs["c"], ops.gemm(a, b))
