@@ -54,6 +54,9 @@ class Run:
         parser.add_argument("--output", metavar="F",
                             help="write the embeddings to F (.npy: float32 rows in input order; "
                                  ".jsonl: one object a text, with its line number)")
+        parser.add_argument("--max-seq-length", type=int, metavar="N",
+                            help="tokens a text keeps; longer text is truncated, with a "
+                                 "warning (the model's own max_seq_length: 256 for minilm)")
         parser.add_argument("--no-fp32", action="store_true",
                             help="do not compare with the FP32 model (it costs about as much "
                                  "again)")
@@ -89,7 +92,8 @@ class Run:
                                compare_fp32=not args.no_fp32, cache=not args.no_cache,
                                cache_dir=args.cache_dir, build_root=args.build_root,
                                progress=None if args.quiet else RateProgress(), log=log,
-                               stream=stream, max_memory=max_memory)
+                               stream=stream, max_memory=max_memory,
+                               max_seq_length=args.max_seq_length)
         except (BertError, CacheError, BudgetError) as error:
             raise UsageError(str(error)) from None
         if args.json:

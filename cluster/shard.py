@@ -39,12 +39,14 @@ class EncoderActor:
     """An :class:`~bertaccel.sw.bert.encoder.Encoder` in a Ray actor (the arguments are the
     encoder's); :meth:`encode` embeds one window."""
 
-    def __init__(self, model, *, config, device, cache, cache_dir, build_root):
+    def __init__(self, model, *, config, device, cache, cache_dir, build_root,
+                 max_seq_length=None):
         import os
         os.environ["HF_HUB_OFFLINE"] = "1"
         from ..sw.bert.encoder import Encoder
         self.encoder = Encoder(model, config=config, device=device, cache=cache,
-                               cache_dir=cache_dir, build_root=build_root)
+                               cache_dir=cache_dir, build_root=build_root,
+                               max_seq_length=max_seq_length)
 
     def encode(self, window, batch_size, compare_fp32):
         """``encode_stream`` of one window of ``(line, text)``: its figures, embeddings and
@@ -62,7 +64,8 @@ class ShardedStream:
     ----------
     model, cache, cache_dir
         As :class:`~bertaccel.sw.bert.encoder.Encoder` takes them; each actor makes its own
-        encoder with them (the config, device and build folder are the calling encoder's).
+        encoder with them (the config, device, build folder and text limit are the calling
+        encoder's).
         With ``cache=False`` every actor compiles the model itself.
     address : str, optional
         The cluster (see :func:`~bertaccel.cluster.connect.connect`); Ray embedded without.
@@ -100,7 +103,9 @@ class ShardedStream:
             num_cpus=1, max_restarts=self.retries, max_task_retries=self.retries)
         return [actor.remote(self.model, config=encoder.cfg, device=encoder.device,
                              cache=self.cache, cache_dir=self.cache_dir,
-                             build_root=encoder.build_root) for _ in range(max(1, count))]
+                             build_root=encoder.build_root,
+                             max_seq_length=encoder.max_seq_length)
+                for _ in range(max(1, count))]
 
     def _drive(self, actors, chunks, merged, batch_size, compare_fp32, progress, total):
         """Keep :data:`IN_FLIGHT` windows an actor running; merge them in input order. No window

@@ -7,14 +7,16 @@ all-MiniLM-L6-v2 (that model's card then L2-normalises it; cosine similarity doe
 Never imports ``bertaccel.hw`` or ``bertaccel.sw``.
 """
 
+import json
 import os
 import pickle
 from pathlib import Path
 
 import torch
 
-__all__ = ["MINILM", "ModelError", "minilm_path", "model_path", "load", "load_tokenizer", "tokenize", "forward", "mean_pool", "embed",
-           "cosine_similarity", "spearman"]
+__all__ = ["MINILM", "ModelError", "minilm_path", "model_path", "max_seq_length", "load",
+           "load_tokenizer", "tokenize", "forward", "mean_pool", "embed", "cosine_similarity",
+           "spearman"]
 
 
 #: The name that stands for sentence-transformers/all-MiniLM-L6-v2 (the local copy).
@@ -43,6 +45,25 @@ def model_path(spec=None):
         raise ModelError(f"model path {str(path)!r} is not a model folder: it has no "
                          f"config.json")
     return path
+
+
+def max_seq_length(spec=None):
+    """The most tokens a text of ``spec`` keeps by the model's own word: ``max_seq_length`` of
+    its ``sentence_bert_config.json``, as sentence-transformers reads it (256 for
+    all-MiniLM-L6-v2); ``None`` when the folder has no such file (its positions are the limit).
+    :class:`ModelError` if the file cannot be read or the value is not a positive int."""
+    path = model_path(spec) / "sentence_bert_config.json"
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("max_seq_length")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as error:
+        raise ModelError(f"cannot read {str(path)!r}: {error}") from None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelError(f"max_seq_length in {str(path)!r} is {value!r}, not a positive int")
+    return value
 
 
 def load(spec=None, *, check=None):

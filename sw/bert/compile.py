@@ -127,6 +127,11 @@ class BertProgram:
         :func:`bertaccel.sw.bert.quant.split_rows`), the most of any layer.
     max_seq : int
         The longest sequence the config and the model take.
+    max_length : int or None
+        The most tokens a text keeps by the model's own word (sentence-transformers'
+        ``max_seq_length``, 256 for all-MiniLM-L6-v2); ``None``: the model's positions.
+        Settable, as ``SentenceTransformer.max_seq_length`` is; :attr:`seq_limit` is what
+        applies.
     """
 
     #: Pad every layer of a weight stage to the deepest layer's depth: one GEMM shape a stage,
@@ -135,7 +140,7 @@ class BertProgram:
     one_depth = True
 
     def __init__(self, cfg, spec, layers, *, x_embed, calibration, embeddings, tokenizer=None,
-                 name="bert"):
+                 name="bert", max_length=None):
         self.cfg = cfg
         self.spec = spec
         self.x_embed = x_embed
@@ -160,6 +165,28 @@ class BertProgram:
         self._programs = {}   # (layer, stage, m) -> Program
         self._programs_m = None
         self.max_seq = self._longest_sequence()
+        self.max_length = max_length
+
+    @property
+    def seq_limit(self):
+        """The most tokens a text keeps: :attr:`max_length` (or the model's positions), at
+        most :attr:`max_seq`."""
+        own = self.spec.max_positions if self.max_length is None else self.max_length
+        return min(own, self.max_seq)
+
+    def check_length(self, length, what="max_seq_length"):
+        """``length`` as a text limit (``what`` names it in the message): :class:`BertError`
+        unless it is an int from 3 (the two special tokens and one of the text) to
+        :attr:`max_seq`."""
+        top = min(self.max_seq, self.spec.max_positions)
+        if isinstance(length, bool) or not isinstance(length, int) or not 3 <= length <= top:
+            raise BertError(f"{what} must be an int from 3 to {top} ({self.name} on "
+                            f"{self.cfg.name}: {self._top_reason()}), not {length!r}")
+        return length
+
+    def _top_reason(self):
+        return ("the model's max_position_embeddings" if self.max_seq >= self.spec.max_positions
+                else "the longest sequence whose softmax rows fit the accumulator")
 
     def __repr__(self):
         s = self.spec
@@ -352,9 +379,8 @@ class BertProgram:
     def token_ids(self, texts, *, max_length=None):
         """The token ids of each text, with the special tokens (``list of list of int``).
 
-        Text longer than the longest sequence (the model's positions, or a shorter limit of
-        the config; ``max_length`` when given and smaller) is truncated, with a
-        ``UserWarning`` that says which text and how long it was.
+        Text longer than :attr:`seq_limit` (``max_length`` when given and smaller) is
+        truncated, with a ``UserWarning`` that says which text and how long it was.
 
         Raises
         ------
@@ -376,15 +402,17 @@ class BertProgram:
             if not text.strip():
                 raise BertError(f"text {number} is empty" + (" (only white space)" if text
                                                               else ""))
-        limit = self.max_seq if max_length is None else min(self.max_seq, max_length)
+        limit = self.seq_limit if max_length is None else min(self.seq_limit, max_length)
         ids = check_tokens(self.tokenizer, texts)
         long = [number for number, row in enumerate(ids) if len(row) > limit]
         if long:
             cut = self.tokenizer([texts[i] for i in long], truncation=True, max_length=limit,
                                  verbose=False)["input_ids"]
-            why = ("the model's max_position_embeddings" if limit == self.spec.max_positions
-                   else f"the longest sequence on {self.cfg.name}" if limit == self.max_seq
-                   else "max_length")
+            why = ("max_length" if max_length is not None and limit == max_length
+                   else "max_seq_length" if limit == self.max_length
+                   else "the model's max_position_embeddings"
+                   if limit == self.spec.max_positions
+                   else f"the longest sequence on {self.cfg.name}")
             for number, row in zip(long, cut):
                 warnings.warn(f"text {number} has {len(ids[number])} tokens, more than {limit} "
                               f"({why}); it is truncated to {limit} tokens", stacklevel=3)
@@ -456,9 +484,10 @@ def compile_bert(model, cfg, *, tokenizer=None, calibration=None, method="percen
     """
     if not isinstance(cfg, AccelConfig):
         raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
+    max_length = None
     if isinstance(model, (str, os.PathLike)):
         label = str(model)
-        tok, model = load_bert(model)
+        tok, model, max_length = load_bert(model)
         tokenizer = tokenizer or tok
         name = name or ("all-MiniLM-L6-v2" if label == MINILM else label)
     bert = bert_model(model)
@@ -500,7 +529,8 @@ def compile_bert(model, cfg, *, tokenizer=None, calibration=None, method="percen
              "sentences": cal.sentences, "tokens": cal.tokens, "outliers": outliers,
              "budget": budget}
     program = BertProgram(cfg, spec, layers, x_embed=x_embed, calibration=facts,
-                          embeddings=bert.embeddings, tokenizer=tokenizer, name=name)
+                          embeddings=bert.embeddings, tokenizer=tokenizer, name=name,
+                          max_length=max_length)
     program.check_fit()
     return program
 

@@ -74,7 +74,7 @@ def load_compiled(model, cfg, *, cache=None):
     """``(bert, float_model)``: ``model`` (:data:`MINILM` or a folder) compiled for ``cfg``,
     from ``cache`` (a :class:`CompileCache`) when it holds the entry, else compiled and kept
     there. ``cache=None`` compiles without a cache."""
-    tokenizer, float_model = load_bert(model)
+    tokenizer, float_model, max_length = load_bert(model)
     name = "all-MiniLM-L6-v2" if model == MINILM else str(model)
     key = None
     if cache is not None:
@@ -84,9 +84,10 @@ def load_compiled(model, cfg, *, cache=None):
             bert = BertProgram(cfg, state["spec"], state["layers"], x_embed=state["x_embed"],
                                calibration=state["calibration"],
                                embeddings=float_model.embeddings, tokenizer=tokenizer,
-                               name=name)
+                               name=name, max_length=max_length)
             return bert, float_model, key
     bert = compile_bert(float_model, cfg, tokenizer=tokenizer, name=name, **CALIBRATION)
+    bert.max_length = max_length
     if cache is not None:
         cache.save(key, {"spec": bert.spec, "layers": bert.layers, "x_embed": bert.x_embed,
                          "calibration": bert.calibration})
@@ -111,6 +112,11 @@ class Encoder:
         The cache folder (:func:`~bertaccel.sw.bert.cache.default_root` by default).
     build_root : path
         Where the RTL device builds its simulator.
+    max_seq_length : int, optional
+        The most tokens a text keeps (longer text is truncated, with a warning); by default
+        the model's own (``sentence_bert_config.json``: 256 for all-MiniLM-L6-v2, as
+        sentence-transformers reads it), else its positions. Settable later, as
+        ``SentenceTransformer.max_seq_length`` is.
 
     Raises
     ------
@@ -123,7 +129,7 @@ class Encoder:
     """
 
     def __init__(self, model=MINILM, *, config="8x8", device="ref", cache=True, cache_dir=None,
-                 build_root="build/sim"):
+                 build_root="build/sim", max_seq_length=None):
         if device not in DEVICES:
             raise BertError(f"device must be one of {', '.join(DEVICES)}, not {device!r}")
         self.cfg = config if isinstance(config, AccelConfig) else load_config(config)
@@ -131,6 +137,8 @@ class Encoder:
         self.build_root = build_root
         store = CompileCache(cache_dir).check() if cache else None
         self.bert, self.float_model, key = load_compiled(model, self.cfg, cache=store)
+        if max_seq_length is not None:
+            self.max_seq_length = max_seq_length
         self.fast = FastModel(self.bert)
         self.timer = StageTimer(self.bert, store.timings(key) if store else None)
         self._device = None
@@ -138,6 +146,15 @@ class Encoder:
     @property
     def hidden(self):
         return self.bert.spec.hidden
+
+    @property
+    def max_seq_length(self):
+        """The most tokens a text keeps (see the class's parameter)."""
+        return self.bert.seq_limit
+
+    @max_seq_length.setter
+    def max_seq_length(self, length):
+        self.bert.max_length = self.bert.check_length(length)
 
     def __repr__(self):
         return f"<Encoder {self.bert.name} on {self.cfg.name} ({self.cfg.tag}), {self.device}>"

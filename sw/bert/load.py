@@ -97,18 +97,20 @@ def bert_model(model):
 
 
 def load_bert(spec):
-    """``(tokenizer, model)`` of ``spec``: :data:`MINILM` or a local model folder, loaded by
-    :func:`bertaccel.golden.bert_ref.load` (float32, eval mode, eager attention, offline) after
-    :meth:`BertSpec.from_config` accepted its config.
+    """``(tokenizer, model, max_seq_length)`` of ``spec``: :data:`MINILM` or a local model
+    folder, loaded by :func:`bertaccel.golden.bert_ref.load` (float32, eval mode, eager
+    attention, offline) after :meth:`BertSpec.from_config` accepted its config; the model's
+    own text limit from :func:`bertaccel.golden.bert_ref.max_seq_length` (or ``None``).
 
     Raises
     ------
     BertError
-        If the folder does not exist, holds no ``config.json``, or is not a BERT model the
-        accelerator runs.
+        If the folder does not exist, holds no ``config.json``, is not a BERT model the
+        accelerator runs, or has a bad ``sentence_bert_config.json``.
     """
     try:
-        return bert_ref.load(spec, check=BertSpec.from_config)
+        return (*bert_ref.load(spec, check=BertSpec.from_config),
+                bert_ref.max_seq_length(spec))
     except bert_ref.ModelError as error:
         raise BertError(str(error)) from None
 

@@ -45,7 +45,7 @@ def check_texts(texts):
 def run_texts(model, *, cfg, texts=None, text_file=None, device="ref", batch_size=32,
               output=None, compare_fp32=True, cache=True, cache_dir=None,
               build_root="build/sim", progress=None, log=None, stream=None,
-              max_memory=None):
+              max_memory=None, max_seq_length=None):
     """Embed ``texts`` (a list) or the texts of ``text_file`` with ``model`` on ``device``;
     return a report (a JSON-able dict).
 
@@ -77,6 +77,8 @@ def run_texts(model, *, cfg, texts=None, text_file=None, device="ref", batch_siz
         Bytes the run may take (by default what the machine has available): a run estimated
         to need more (:func:`~bertaccel.sw.budget.bert_memory` of its largest batch) is
         refused after the model is compiled, before the device starts.
+    max_seq_length : int, optional
+        The most tokens a text keeps (see :class:`~bertaccel.sw.bert.encoder.Encoder`).
 
     Raises
     ------
@@ -108,7 +110,7 @@ def run_texts(model, *, cfg, texts=None, text_file=None, device="ref", batch_siz
     if log:
         log(f"compiling {model} for {cfg.label} (or reading it from the compile cache)")
     encoder = Encoder(model, config=cfg, device=device, cache=cache, cache_dir=cache_dir,
-                      build_root=build_root)
+                      build_root=build_root, max_seq_length=max_seq_length)
     loaded = time.perf_counter()
     with encoder:
         _check_memory(encoder, min(batch_size, total), longest, max_memory)
@@ -141,7 +143,7 @@ def _check_memory(encoder, batch, longest, limit):
     far as the model takes them) needs more memory than it may have. The ref device compiles
     one layer's programs at a time to count the cycles; the others hold every layer's."""
     bert = encoder.bert
-    seq = min(longest, bert.max_seq, bert.spec.max_positions)
+    seq = min(longest, bert.seq_limit)
     layers = 1 if encoder.device == "ref" else bert.spec.layers
     check_memory(bert_memory(bert, batch, seq, layers=layers), limit=limit,
                  what=f"a batch of {batch} texts of {seq} tokens on {encoder.cfg.label}",
@@ -175,6 +177,7 @@ def _run(encoder, texts, source, total, *, batch_size, output, compare_fp32, pro
                  "intermediate": s.intermediate, "max_positions": s.max_positions},
         **stats,
         "batch_size": batch_size,
+        "max_seq_length": encoder.max_seq_length,
         "latency_ms": 1e3 * stats["latency_s"],
         "cycles_from": "RTL simulation" if encoder.device == "rtl" else "cycle model",
         "quantization": bert.calibration,

@@ -440,6 +440,15 @@ def test_minilm_encode_errors(minilm):
                                          r"max_position_embeddings\); it is truncated"):
         batch = bert.encode(["word " * 700, "A short one."])
     assert batch["input_ids"].shape == (2, 512)
+    bert.max_length = bert_ref.max_seq_length()    # what a model folder's compile sets
+    with pytest.warns(UserWarning, match=r"more than 256 \(max_seq_length\); it is truncated"):
+        assert bert.encode(["word " * 300])["input_ids"].shape == (1, 256)
+    with pytest.warns(UserWarning, match=r"more than 40 \(max_length\)"):
+        assert bert.encode(["word " * 300], max_length=40)["input_ids"].shape == (1, 40)
+    for bad in (2, 513, 9.5, True):
+        with pytest.raises(BertError, match=rf"max_seq_length must be an int from 3 to 512 "
+                                            rf".*, not {bad!r}"):
+            bert.check_length(bad)
     with pytest.raises(BertError, match=r"config \(r8c8_i8a32_sp4096_acc64_.*\) cannot run"):
         compile_bert(model, AccelConfig(rows=8, cols=8, acc_depth=64), tokenizer=tokenizer)
 
@@ -483,19 +492,64 @@ def test_cli_run_bad_input(tmp_path, capsys):
         assert err.count("\n") == 1
 
 
+def _tiny_folder(folder, tokenizer):
+    """A small random BERT of 24 positions saved in ``folder`` with MiniLM's tokenizer."""
+    torch.manual_seed(SEED)
+    model = transformers.BertModel(tiny_config(vocab_size=tokenizer.vocab_size,
+                                               max_position_embeddings=24),
+                                   add_pooling_layer=False)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_max_seq_length_of_a_model_folder(tmp_path):
+    """A folder's ``sentence_bert_config.json`` gives its text limit, as sentence-transformers
+    reads it; none without the file; a bad file is a ModelError naming it."""
+    assert bert_ref.max_seq_length() == bert_ref.max_seq_length(bert_ref.MINILM) == 256
+    (tmp_path / "config.json").write_text("{}")
+    assert bert_ref.max_seq_length(tmp_path) is None
+    settings = tmp_path / "sentence_bert_config.json"
+    for text, message in (("{", "cannot read"), ('{"max_seq_length": 0}', "not a positive"),
+                          ('{"max_seq_length": "64"}', "not a positive"), ("[]", "cannot read")):
+        settings.write_text(text)
+        with pytest.raises(bert_ref.ModelError, match=message) as caught:
+            bert_ref.max_seq_length(tmp_path)
+        assert "sentence_bert_config.json" in str(caught.value)
+    settings.write_text('{"max_seq_length": 64, "do_lower_case": false}')
+    assert bert_ref.max_seq_length(tmp_path) == 64
+
+
+def test_cli_run_keeps_the_models_max_seq_length(tmp_path, capsys, minilm):
+    """``bertaccel run`` truncates at the folder's max_seq_length, or at --max-seq-length;
+    a limit the model or config cannot take is one line, exit 2, before any run."""
+    import json
+
+    from bertaccel.cli import main
+
+    folder = _tiny_folder(tmp_path / "model", minilm[0])
+    (folder / "sentence_bert_config.json").write_text('{"max_seq_length": 16}')
+    argv = ["run", "--model", str(folder), "--text", "many words " * 20, "--config", "4x4",
+            "--json", "--no-fp32", "--no-cache", "--quiet"]
+    for extra, kept in (([], 16), (["--max-seq-length", "8"], 8), (["--max-seq-length", "24"], 24)):
+        assert main(argv + extra) == 0
+        captured = capsys.readouterr()
+        assert f"truncated to {kept} tokens" in captured.err, captured.err
+        report = json.loads(captured.out)
+        assert report["max_seq_length"] == kept and report["tokens"] == kept
+    for bad in ("2", "25"):
+        assert main(argv + ["--max-seq-length", bad]) == 2
+        err = capsys.readouterr().err
+        assert "max_seq_length must be an int from 3 to 24" in err and err.count("\n") == 1
+
+
 def test_cli_run_on_a_model_folder(tmp_path, capsys, minilm):
     """``bertaccel run`` end to end on a small random BERT saved with MiniLM's tokenizer."""
     import json
 
     from bertaccel.cli import main
 
-    tokenizer, _ = minilm
-    torch.manual_seed(SEED)
-    model = transformers.BertModel(tiny_config(vocab_size=tokenizer.vocab_size,
-                                               max_position_embeddings=24),
-                                   add_pooling_layer=False)
-    model.save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
+    _tiny_folder(tmp_path, minilm[0])
     texts = tmp_path / "texts.txt"
     texts.write_text("A short text.\n\n" + "many words " * 20 + "\n")
     status = main(["run", "--model", str(tmp_path), "--text", "First text here.",
