@@ -156,15 +156,21 @@ class AxiShell(wiring.Component):
 
     def _streams(self, m, core, instr_rd, data_rd, out_wr, run):
         """The streams into and out of the core, and their counts."""
-        taking = Signal()
-        m.d.comb += taking.eq(run.running & ~run.halted & (run.out_count != run.out_len))
+        taking, feeding = Signal(), Signal()
         m.d.comb += [
-            core.i_instr.valid.eq(instr_rd.o.valid),
+            taking.eq(run.running & ~run.halted & (run.out_count != run.out_len)),
+            # After a fault of the shell the core is given nothing more. A word answered with
+            # an error enters its engine's FIFO in the cycle it arrives and leaves it no sooner
+            # than the next, when ``halted`` is set: the core never sees it.
+            feeding.eq(run.running & ~run.halted),
+        ]
+        m.d.comb += [
+            core.i_instr.valid.eq(instr_rd.o.valid & feeding),
             core.i_instr.payload.eq(instr_rd.o.payload),
-            instr_rd.o.ready.eq(core.i_instr.ready),
-            core.i_data.valid.eq(data_rd.o.valid),
+            instr_rd.o.ready.eq(core.i_instr.ready & feeding),
+            core.i_data.valid.eq(data_rd.o.valid & feeding),
             core.i_data.payload.eq(data_rd.o.payload),
-            data_rd.o.ready.eq(core.i_data.ready),
+            data_rd.o.ready.eq(core.i_data.ready & feeding),
             # Results are taken only during a run that has not faulted, and only as many as
             # OUT_LEN: after an error the core may still hold some.
             out_wr.i.valid.eq(core.o_data.valid & taking),

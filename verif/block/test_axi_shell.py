@@ -17,8 +17,9 @@ documentation, the DRAM layout of :mod:`bertaccel.sw.devices.axi`), then one Ver
   instead of hanging, ``FAULT.CHECK`` naming the rule and ``FAULT_PC`` the instruction; a run whose data is too short does not finish and is abandoned with
   ``CTRL.SOFT_RESET``; a refused write ends with ``FAULT.CODE`` WRITE; a program with more
   results than ``OUT_LEN`` ends with OUT_OVERRUN, nothing written past ``OUT_LEN``; refused
-  input reads end with DATA_READ and nothing written at all; after each, the next program runs
-  bit-exact;
+  input reads end with DATA_READ and nothing written at all; DECERR on the instruction reads and
+  on the writes ends with PROG_READ and WRITE, ``FAULT.RESP`` 3; after each, the next program
+  runs bit-exact;
 * ``protection``: each region outside the DMA window (and one past the top of the address
   space) ends with its window fault and ``FAULT_ADDR``, no byte read or written; missing input
   data and a withheld write response end with WATCHDOG and ``STALL`` naming the wait; ``irq``
@@ -146,6 +147,7 @@ class AxiShellTb:
         self.readable = []   # (start, end) the shell may read
         self.writable = []   # (start, end) the shell may write
         self.violations = []
+        self.refusal = 2     # the response a refused access gets: AxiResp.SLVERR (or DECERR)
         self.written = 0     # bytes the shell has written
         self.bursts = {"read": 0, "write": 0}
         self._watch()
@@ -177,6 +179,9 @@ class AxiShellTb:
             await write_bytes(address, data)
 
         read_if._read, write_if._write = checked_read, checked_write
+        # AxiRam answers a refused access SLVERR; self.refusal turns that into DECERR.
+        for channel, field in ((read_if.r_channel, "rresp"), (write_if.b_channel, "bresp")):
+            channel.send = self._refusing(channel.send, field)
         ar, aw = read_if.ar_channel, write_if.aw_channel
 
         def on_request(kind, channel):
@@ -189,6 +194,15 @@ class AxiShellTb:
 
         ar._recv = _tap(ar._recv, on_request("read", "ar"))
         aw._recv = _tap(aw._recv, on_request("write", "aw"))
+
+    def _refusing(self, send, field):
+        from cocotbext.axi import AxiResp
+
+        async def refused(item):
+            if getattr(item, field) == AxiResp.SLVERR:
+                setattr(item, field, self.refusal)
+            await send(item)
+        return refused
 
     def violation(self, message):
         self.log_monitor.error("%s", message)
@@ -538,6 +552,31 @@ async def errors(dut):
     assert tb.written == written, f"{tb.written - written} bytes written after a refused read"
     tb.violations.clear()
     await tb.run(CASES["main"])
+
+    # -- DECERR on the instruction reads, then on the writes: the same faults, RESP 3 ----------
+    from cocotbext.axi import AxiResp
+    tb.refusal = AxiResp.DECERR
+    for region, code in (("prog", "PROG_READ"), ("out", "WRITE")):
+        image, _ = tb.image(CASES["tiny"])
+        tb.allow(image, write=region != "out")
+        if region == "prog":
+            tb.readable = tb.readable[1:]       # segments[0] is the program
+        written = tb.written
+        try:
+            await tb.execute(axi_host.run_ops(image, max_polls=2_000))
+        except axi_host.ShellError as error:
+            assert error.status["BUS_ERROR"] and error.status["DONE"], error.status
+            assert error.fault == _fault(code, resp=AxiResp.DECERR), error.fault
+            assert "(DECERR)" in str(error), error
+            tb.log.info("decode error: %s", error)
+        else:
+            raise AssertionError(f"a DECERR on {region} went unreported")
+        if region == "prog":
+            assert tb.written == written, "results written after a refused instruction read"
+        assert tb.violations, f"the monitor saw no refused {region} access"
+        tb.violations.clear()
+        await tb.run(CASES["tiny"])
+    tb.refusal = AxiResp.SLVERR
 
 
 async def _expect_fault(tb, image, fault, *, max_polls=2_000):
