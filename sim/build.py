@@ -295,6 +295,18 @@ def _read_stamp(build_dir):
         return {}
 
 
+def _binary_digest(path):
+    """``{"size", "sha256"}`` of the simulator binary ``path``, or ``None`` if it is missing. A
+    build is current only while its binary is the one the build made: a truncated or damaged
+    file (a full disk, an interrupted copy) is rebuilt, not run."""
+    try:
+        with open(path, "rb") as file:
+            digest = hashlib.file_digest(file, "sha256").hexdigest()
+    except OSError:
+        return None
+    return {"size": path.stat().st_size, "sha256": digest}
+
+
 def _write_if_changed(path, text):
     try:
         if path.read_text() == text:
@@ -479,7 +491,8 @@ def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=N
         sources). When the build folder holds a build made from the same key, ``design`` is not
         even converted, nor when a sibling folder does (the same design built for another
         simulator: its Verilog is taken). Without it the design is converted every time and the
-        Verilog compared.
+        Verilog compared. Either way the build is current only while its simulator binary is
+        the file it made (size and SHA-256 in the stamp): a damaged binary is rebuilt.
     jobs : int, optional
         Parallel C++ compile jobs (Verilator); all cores by default.
     waves : bool
@@ -526,8 +539,9 @@ def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=N
     with _locked(build_dir):
         stamp = _read_stamp(build_dir)
         binary = result(False).binary
+        intact = stamp.get("binary") is not None and stamp["binary"] == _binary_digest(binary)
         if (source_key is not None and stamp.get("source_key") == source_key
-                and stamp.get("flags") == flags and binary.is_file() and v_path.is_file()):
+                and stamp.get("flags") == flags and intact and v_path.is_file()):
             return result(False)
 
         with source_locations() if covered else contextlib.nullcontext():
@@ -535,7 +549,7 @@ def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=N
         extra = _vlt_text(toplevel) if simulator == "verilator" else ""
         digest = hashlib.sha256(
             json.dumps([text, extra, flags], sort_keys=True).encode()).hexdigest()
-        if stamp.get("hash") == digest and binary.is_file():
+        if stamp.get("hash") == digest and intact:
             if source_key is not None and stamp.get("source_key") != source_key:
                 stamp["source_key"] = source_key
                 _write_if_changed(build_dir / _STAMP, json.dumps(stamp, indent=2))
@@ -546,7 +560,8 @@ def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=N
         _write_if_changed(v_path, text)
         _compile(simulator, build_dir, toplevel, v_path, flags, binary, jobs=jobs, quiet=quiet)
         _write_if_changed(build_dir / _STAMP, json.dumps(
-            {"hash": digest, "source_key": source_key, "flags": flags}, indent=2))
+            {"hash": digest, "source_key": source_key, "flags": flags,
+             "binary": _binary_digest(binary)}, indent=2))
         return result(True)
 
 

@@ -182,6 +182,20 @@ def test_build_is_cached(smoke_build):
     assert not skipped.rebuilt
 
 
+def test_damaged_binary_is_rebuilt(smoke_build, tmp_path):
+    """A simulator binary that is not the file the build made (cut short, or one byte changed)
+    is rebuilt, not run: the stamp holds its size and checksum."""
+    binary = smoke_build.binary
+    whole = binary.read_bytes()
+    for damaged in (whole[:len(whole) // 2], whole[:-1] + bytes([whole[-1] ^ 1])):
+        binary.write_bytes(damaged)
+        again = build(RunningSum, name="running_sum", build_dir=smoke_build.build_dir,
+                      source_key="k1")
+        assert again.rebuilt and binary.read_bytes() != damaged
+    assert run_cocotb(again, MODULE, "running_sum", extra_env=_env(), timeout=120,
+                      log_file=tmp_path / "sim.log").is_file()
+
+
 def test_failure_is_reported(smoke_build, tmp_path):
     with pytest.raises(SimulationError, match="1 of 1 test"):
         run_cocotb(smoke_build, MODULE, "running_sum", timeout=120,
