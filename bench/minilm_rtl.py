@@ -9,7 +9,8 @@ FP32 PyTorch::
 
     python bench/minilm_rtl.py [--config 8x8] [--seq 32] [--batch 1] [--json]
 
-The first run builds the simulator (about a minute). Offline (``HF_HUB_OFFLINE=1``).
+The first run builds the simulator (minutes; announced with the last build's time on this
+machine). Offline (``HF_HUB_OFFLINE=1``).
 """
 
 import argparse

@@ -30,9 +30,7 @@ class Demo:
             print(path)
         ok = True
         for device in ("ref", "rtl"):
-            print(f"\n== 256 x 256 x 256 GEMM on the {device} device"
-                  + (" (the first run builds the simulator: about a minute)" if device == "rtl"
-                     else ""))
+            print(f"\n== 256 x 256 x 256 GEMM on the {device} device")
             report = run_gemm(cfg, 256, 256, 256, device=device, seed=args.seed,
                               build_root=args.build_root, log=common.log)
             print_report(report)

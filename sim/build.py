@@ -61,7 +61,8 @@ from . import coverage
 
 __all__ = [
     "SimulationError", "SimulationTimeout", "SimBuild", "SIMULATORS", "ICARUS_STDS",
-    "verilator_bin_dir", "iverilog_bin", "build", "run_cocotb", "DEFAULT_BUILD_ARGS",
+    "verilator_bin_dir", "iverilog_bin", "build", "last_build_seconds", "run_cocotb",
+    "DEFAULT_BUILD_ARGS",
 ]
 
 #: Simulators that :func:`build` can build for; the first is the default.
@@ -293,6 +294,17 @@ def _read_stamp(build_dir):
         return json.loads((build_dir / _STAMP).read_text())
     except (OSError, ValueError):
         return {}
+
+
+def last_build_seconds(build_dir):
+    """How long the last build in ``build_dir`` took on this machine (the seconds in its stamp,
+    current or not: a build of older sources is still a measure), or ``None`` if nothing was
+    built there. With ``BERTACCEL_COVERAGE=1``, the coverage build's folder."""
+    build_dir = Path(build_dir).resolve()
+    if coverage.enabled():
+        build_dir = coverage.build_dir(build_dir)
+    seconds = _read_stamp(build_dir).get("seconds")
+    return float(seconds) if isinstance(seconds, (int, float)) else None
 
 
 def _binary_digest(path):
@@ -561,7 +573,8 @@ def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=N
         _compile(simulator, build_dir, toplevel, v_path, flags, binary, jobs=jobs, quiet=quiet)
         _write_if_changed(build_dir / _STAMP, json.dumps(
             {"hash": digest, "source_key": source_key, "flags": flags,
-             "binary": _binary_digest(binary)}, indent=2))
+             "binary": _binary_digest(binary), "seconds": round(time.monotonic() - start, 1)},
+            indent=2))
         return result(True)
 
 

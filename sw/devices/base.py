@@ -194,14 +194,18 @@ class Device:
 
 def start_announced(device, log=None):
     """Start ``device`` now if it starts at all (the RTL device builds its simulator on first
-    use: minutes, then cached), ``log(text)`` announcing the build before it begins and saying
+    use: minutes, then cached), ``log(text)`` announcing the build before it begins, with how
+    long the last build of it took on this machine (``device.last_build_seconds()``), and saying
     after it how long it took; return the device."""
     start = getattr(device, "start", None)
     if start is None:
         return device
     if log:
-        log(f"building the RTL simulator for {device.cfg.label} (cached after the first build) "
-            f"and starting it")
+        seconds = getattr(device, "last_build_seconds", lambda: None)()
+        measured = ("not built on this machine before: minutes, timed" if seconds is None
+                    else f"its last build here took {seconds:.0f} s")
+        log(f"building the RTL simulator for {device.cfg.label} unless it is built ({measured}; "
+            f"cached after) and starting it")
     start()
     build = getattr(device, "build", None)
     if log and build is not None:

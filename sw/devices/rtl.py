@@ -260,6 +260,12 @@ class RtlDevice(Device):
             self._start()
         return self
 
+    def last_build_seconds(self):
+        """How long this device's simulator last took to build on this machine (``None``: never
+        built here; :func:`bertaccel.sim.build.last_build_seconds`)."""
+        from ...sim.build import last_build_seconds
+        return last_build_seconds(self.build_dir)
+
     def _start(self):
         session = self._session
         if session.conn is not None:

@@ -27,7 +27,7 @@ from cocotb.triggers import FallingEdge, ReadOnly
 from bertaccel.hw.verilog import compact_zero_init, trigger_comb_at_start
 from bertaccel.hw.verilog import convert
 from bertaccel.sim.build import (SimulationError, SimulationTimeout,
-                                   build, run_cocotb)
+                                   build, last_build_seconds, run_cocotb)
 
 __all__ = []
 
@@ -173,6 +173,9 @@ def test_build_and_run(smoke_build, tmp_path):
 def test_build_is_cached(smoke_build):
     again = build(RunningSum, name="running_sum", build_dir=smoke_build.build_dir)
     assert not again.rebuilt
+    # The stamp keeps how long the build took: the estimate of the next one.
+    assert 0 < last_build_seconds(smoke_build.build_dir) <= smoke_build.seconds + 0.1
+    assert last_build_seconds(smoke_build.build_dir / "none") is None
     keyed = build(RunningSum, name="running_sum", build_dir=smoke_build.build_dir,
                   source_key="k1")
     assert not keyed.rebuilt

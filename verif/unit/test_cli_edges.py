@@ -282,8 +282,14 @@ def test_a_simulator_build_is_announced_before_it_starts():
 
     said = []
     start_announced(Device(), said.append)
-    assert said == ["building the RTL simulator for 8x8 (cached after the first build) and "
-                    "starting it", "started", "the RTL simulator was built in 93 s"]
+    assert said == ["building the RTL simulator for 8x8 unless it is built (not built on this "
+                    "machine before: minutes, timed; cached after) and starting it", "started",
+                    "the RTL simulator was built in 93 s"]
+    Device.last_build_seconds = lambda self: 156.4   # the estimate is the last measured build
+    said.clear()
+    start_announced(Device(), said.append)
+    assert said[0] == ("building the RTL simulator for 8x8 unless it is built (its last build "
+                       "here took 156 s; cached after) and starting it")
 
 
 def test_rate_progress_counts_part_of_a_batch():
