@@ -26,7 +26,7 @@ class Demo:
         common.build_root(args.build_root)
         out_dir = common.output_dir(args.output)
         print(f"== Verilog for {cfg.name} into {out_dir}")
-        for path in write_core(cfg, out_dir):
+        for path in write_core(cfg, out_dir, log=common.log):
             print(path)
         ok = True
         for device in ("ref", "rtl"):

@@ -18,12 +18,13 @@ class Verilog:
                             help="a preset (2x2, 4x4, 4x8, 8x8, 16x16, 32x32) or a .json written "
                                  "by this command; may be repeated")
         parser.add_argument("-o", "--output", default="build", help="output folder (build/)")
+        parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     def run(self, args):
         from ..fpga.ip import write_ip
         configs = [common.config(spec) for spec in args.config]
         out_dir = common.output_dir(args.output)
         for cfg in configs:
-            for path in write_ip(cfg, out_dir):
+            for path in write_ip(cfg, out_dir, log=None if args.quiet else common.log):
                 print(path)
         return 0

@@ -21,6 +21,7 @@ Verilator, Icarus (``-g2005`` and ``-g2012``) and yosys all read it.
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -65,19 +66,33 @@ def _names(cfg):
     }
 
 
-def write_core(cfg, out_dir):
-    """Write the bare core's Verilog and the config JSON into ``out_dir``; return the paths."""
+def _convert(design, name, what, log):
+    """:func:`~bertaccel.hw.verilog.convert` of ``design``, announced on ``log`` before and
+    timed after (a large core takes tens of seconds)."""
+    if log:
+        log(f"converting {what} to Verilog")
+    start = time.monotonic()
+    text = convert(design, name=name)
+    if log:
+        log(f"{what}: {text.count(chr(10)):,} lines in {time.monotonic() - start:.0f} s")
+    return text
+
+
+def write_core(cfg, out_dir, *, log=None):
+    """Write the bare core's Verilog and the config JSON into ``out_dir``; return the paths.
+    ``log(text)`` says what is being converted and how long it took."""
     out_dir = check_folder(out_dir)
     names = _names(cfg)
     v_path, json_path = out_dir / names["core_v"], out_dir / names["config"]
-    v_path.write_text(convert(BertAccelCore(cfg), name=CORE_MODULE))
+    v_path.write_text(_convert(BertAccelCore(cfg), CORE_MODULE, f"the {cfg.name} core", log))
     json_path.write_text(cfg.to_json() + "\n")
     return [v_path, json_path]
 
 
-def write_ip(cfg, out_dir):
+def write_ip(cfg, out_dir, *, log=None):
     """Write the IP package of ``cfg`` (the files listed in the module docstring) into
-    ``out_dir``, made if needed; return the paths written.
+    ``out_dir``, made if needed; return the paths written. ``log(text)`` says what is being
+    converted and how long it took.
 
     Raises
     ------
@@ -87,11 +102,11 @@ def write_ip(cfg, out_dir):
     """
     out_dir = check_folder(out_dir)
     names = _names(cfg)
-    paths = write_core(cfg, out_dir)
+    paths = write_core(cfg, out_dir, log=log)
     shell = AxiShell(cfg)
     desc = interface(cfg, shell)
     texts = {
-        "shell_v": convert(shell, name=SHELL_MODULE),
+        "shell_v": _convert(shell, SHELL_MODULE, f"the {cfg.name} AXI4 shell", log),
         "fusesoc": fusesoc_core(cfg),
         "header": csr_header(cfg),
         "python": csr_python(cfg),

@@ -42,8 +42,13 @@ def package(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("ip") / "out"
     written = subprocess.run(
         [sys.executable, "-m", "bertaccel.cli", "verilog", "--config", "2x2", "-o",
-         str(out_dir)], capture_output=True, text=True, timeout=300, check=True).stdout
-    paths = [Path(line) for line in written.splitlines()]
+         str(out_dir)], capture_output=True, text=True, timeout=300, check=True)
+    # Progress on stderr: each conversion announced, then timed.
+    said = written.stderr.splitlines()
+    for what in ("the 2x2 core", "the 2x2 AXI4 shell"):
+        at = said.index(f"bertaccel: converting {what} to Verilog")
+        assert re.fullmatch(rf"bertaccel: {what}: [\d,]+ lines in \d+ s", said[at + 1]), said
+    paths = [Path(line) for line in written.stdout.splitlines()]
     return {path.name: path for path in paths}
 
 
