@@ -107,16 +107,19 @@ class Checker(wiring.Component):
                 continue
             name = fault.name.lower()
             gate_reg = Signal(name=f"check_{name}_gate")
-            bound_reg = Signal(bound.shape(), name=f"check_{name}_bound")
             # Timing: the product clipped to just above any bound, so the comparison is as
-            # narrow as the bound (a bound is below 2**top: the rules' sums of 16-bit fields).
+            # narrow as the bound (a bound is below 2**top: the rules' sums of 16-bit fields),
+            # and unsigned: a negative bound (its sign bit, kept apart) fails any product.
             top = bound.shape().width - bound.shape().signed
+            bound_reg = Signal(top, name=f"check_{name}_bound")
+            negative = Signal(name=f"check_{name}_negative")
             full = products[pair]
             product = Signal(top + 1, name=f"check_{name}_product")
             m.d.sync += [gate_reg.eq(gate & (f["opcode"] == opcode.value) & checking[0]),
-                         bound_reg.eq(bound),
+                         bound_reg.eq(bound[:top]),
+                         negative.eq(bound < 0 if bound.shape().signed else 0),
                          product.eq(Mux(full[top:].any(), 1 << top, full[:top]))]
-            late.append(gate_reg & (product > bound_reg))
+            late.append(gate_reg & (negative | (product > bound_reg)))
             order.append(fault)
         with m.If(checking[0]):
             self._advance(m, f, state)
