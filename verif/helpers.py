@@ -124,16 +124,31 @@ def token_batch(gen, lengths, vocab, *, types=False):
     return {"input_ids": ids * mask, "attention_mask": mask, "token_type_ids": kinds}
 
 
-def random_float_bert(seed, *, hidden, heads, intermediate, layers, vocab=90, positions=48):
-    """A random float ``transformers`` BertModel (no pooler, in eval mode), its weights drawn
-    after ``torch.manual_seed(seed)``."""
+def random_float_bert(seed, *, hidden, heads, intermediate, layers, vocab=90, positions=48,
+                      pooler=False):
+    """A random float ``transformers`` BertModel (in eval mode; no pooler unless ``pooler``),
+    its weights drawn after ``torch.manual_seed(seed)``."""
     import transformers
 
     torch.manual_seed(seed)
     return transformers.BertModel(transformers.BertConfig(
         vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
         num_attention_heads=heads, intermediate_size=intermediate,
-        max_position_embeddings=positions, type_vocab_size=2), add_pooling_layer=False).eval()
+        max_position_embeddings=positions, type_vocab_size=2), add_pooling_layer=pooler).eval()
+
+
+def tiny_bert_folder(folder, *, seed, hidden=64, heads=4, intermediate=128, layers=2,
+                     positions=40, pooler=False):
+    """A model folder of a random BERT (:func:`random_float_bert`) over MiniLM's vocabulary,
+    saved with MiniLM's tokenizer: compiled and run in seconds. Returns ``folder``."""
+    from bertaccel.golden import bert_ref
+
+    tokenizer = bert_ref.load_tokenizer()
+    random_float_bert(seed, hidden=hidden, heads=heads, intermediate=intermediate,
+                      layers=layers, vocab=tokenizer.vocab_size, positions=positions,
+                      pooler=pooler).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 def random_bert(cfg, *, seed, hidden=40, heads=4, intermediate=72, layers=2, lengths=(11, 6)):

@@ -17,14 +17,12 @@ import signal
 
 import pytest
 import ray
-import torch
-import transformers
 
 from bertaccel.cluster.grid import Workload, config_grid
 from bertaccel.cluster.sweep import compile_base, point_row, sweep, time_point
-from bertaccel.golden import bert_ref
 from bertaccel.hw.config import PRESETS
 from bertaccel.cli import main
+from verif.helpers import tiny_bert_folder
 
 #: The sequence length of the point whose worker dies every time.
 PICKED_SEQ = 24
@@ -73,15 +71,7 @@ def command_json(out):
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
     """A small random BERT saved with MiniLM's tokenizer: compiled and run in seconds."""
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    tokenizer = bert_ref.load_tokenizer("minilm")
-    torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=64,
-                                     num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=128, max_position_embeddings=64)
-    transformers.BertModel(config, add_pooling_layer=False).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return tiny_bert_folder(tmp_path_factory.mktemp("tiny-bert"), seed=0, positions=64)
 
 
 def kill_in_stage_timer(*, always, once, marker):

@@ -7,11 +7,9 @@ import json
 
 import numpy as np
 import pytest
-import torch
-import transformers
 
 from bertaccel.cli import main
-from bertaccel.golden import bert_ref
+from verif.helpers import tiny_bert_folder
 
 
 DEVICES = ("ref", "isa", "rtl")
@@ -22,14 +20,8 @@ TEXTS = ["A short text.", "", "Another text, with a few more words in it than th
 
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    tokenizer, _ = bert_ref.load()
-    torch.manual_seed(3)
-    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32,
-                                     num_hidden_layers=1, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=32)
-    transformers.BertModel(config, add_pooling_layer=False).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    folder = tiny_bert_folder(tmp_path_factory.mktemp("tiny-bert"), seed=3, hidden=32,
+                              heads=2, intermediate=64, layers=1, positions=32)
     texts = folder / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n")
     return folder, texts

@@ -32,6 +32,7 @@ from bertaccel.sw.bert.quant import (  # noqa: E402
 from bertaccel.sw.tiler import k_tiles  # noqa: E402
 from bertaccel.sw.sequence import barrier, concat  # noqa: E402
 from bertaccel.sw.tiler import rebind  # noqa: E402
+from verif.helpers import tiny_bert_folder  # noqa: E402
 
 
 SEED = 2024
@@ -492,17 +493,6 @@ def test_cli_run_bad_input(tmp_path, capsys):
         assert err.count("\n") == 1
 
 
-def _tiny_folder(folder, tokenizer):
-    """A small random BERT of 24 positions saved in ``folder`` with MiniLM's tokenizer."""
-    torch.manual_seed(SEED)
-    model = transformers.BertModel(tiny_config(vocab_size=tokenizer.vocab_size,
-                                               max_position_embeddings=24),
-                                   add_pooling_layer=False)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def test_max_seq_length_of_a_model_folder(tmp_path):
     """A folder's ``sentence_bert_config.json`` gives its text limit, as sentence-transformers
     reads it; none without the file; a bad file is a ModelError naming it."""
@@ -527,7 +517,7 @@ def test_cli_run_keeps_the_models_max_seq_length(tmp_path, capsys, minilm):
 
     from bertaccel.cli import main
 
-    folder = _tiny_folder(tmp_path / "model", minilm[0])
+    folder = tiny_bert_folder(tmp_path / "model", seed=SEED, positions=24)
     (folder / "sentence_bert_config.json").write_text('{"max_seq_length": 16}')
     argv = ["run", "--model", str(folder), "--text", "many words " * 20, "--config", "4x4",
             "--json", "--no-fp32", "--no-cache", "--quiet"]
@@ -549,7 +539,7 @@ def test_cli_run_on_a_model_folder(tmp_path, capsys, minilm):
 
     from bertaccel.cli import main
 
-    _tiny_folder(tmp_path, minilm[0])
+    tiny_bert_folder(tmp_path, seed=SEED, positions=24)
     texts = tmp_path / "texts.txt"
     texts.write_text("A short text.\n\n" + "many words " * 20 + "\n")
     status = main(["run", "--model", str(tmp_path), "--text", "First text here.",

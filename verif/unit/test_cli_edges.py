@@ -19,6 +19,7 @@ from bertaccel import cli
 from bertaccel.hw.config import PRESETS, load_config
 from bertaccel.sw import checked_gemm
 from bertaccel.sw.paths import PathError, check_file, check_folder
+from verif.helpers import tiny_bert_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -311,21 +312,9 @@ def test_rate_progress_counts_part_of_a_batch():
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    """A small random BERT with MiniLM's tokenizer, saved as a model folder."""
-    import torch
-    import transformers
-
-    from bertaccel.golden import bert_ref
-
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    tokenizer = bert_ref.load_tokenizer("minilm")
-    torch.manual_seed(7)
-    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=64,
-                                     num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=128, max_position_embeddings=40)
-    transformers.BertModel(config).save_pretrained(folder)     # with its pooler: no warning
-    tokenizer.save_pretrained(folder)
-    return folder
+    """A small random BERT with MiniLM's tokenizer, saved as a model folder (with its pooler:
+    loading it warns of nothing)."""
+    return tiny_bert_folder(tmp_path_factory.mktemp("tiny-bert"), seed=7, pooler=True)
 
 
 def test_an_interrupted_run_leaves_no_output(tmp_path, capsys, monkeypatch, tiny_model):
@@ -386,16 +375,8 @@ def test_ctrl_c_stops_the_whole_run(tmp_path, tiny_model):
 def test_damaged_weights_are_one_line(tmp_path, capsys, damage):
     """Truncated or garbage ``model.safetensors``, or a garbage ``pytorch_model.bin``: one
     line naming the folder, exit status 2, no traceback."""
-    import transformers
-
-    from bertaccel.golden import bert_ref
-
-    tokenizer, _ = bert_ref.load()
-    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32,
-                                     num_hidden_layers=1, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=32)
-    transformers.BertModel(config, add_pooling_layer=False).save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
+    tiny_bert_folder(tmp_path, seed=1, hidden=32, heads=2, intermediate=64, layers=1,
+                     positions=32)
     weights = tmp_path / "model.safetensors"
     good = weights.read_bytes()
     if damage == "truncated":
