@@ -74,7 +74,8 @@ def _convert(design, name, what, log):
     start = time.monotonic()
     text = convert(design, name=name)
     if log:
-        log(f"{what}: {text.count(chr(10)):,} lines in {time.monotonic() - start:.0f} s")
+        lines = text.count("\n")
+        log(f"{what}: {lines:,} lines in {time.monotonic() - start:.0f} s")
     return text
 
 

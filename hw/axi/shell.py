@@ -158,11 +158,11 @@ class AxiShell(wiring.Component):
         """The streams into and out of the core, and their counts."""
         taking, feeding = Signal(), Signal()
         m.d.comb += [
-            taking.eq(run.running & ~run.halted & (run.out_count != run.out_len)),
             # After a fault of the shell the core is given nothing more. A word answered with
             # an error enters its engine's FIFO in the cycle it arrives and leaves it no sooner
             # than the next, when ``halted`` is set: the core never sees it.
             feeding.eq(run.running & ~run.halted),
+            taking.eq(feeding & (run.out_count != run.out_len)),
         ]
         m.d.comb += [
             core.i_instr.valid.eq(instr_rd.o.valid & feeding),

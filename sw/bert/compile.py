@@ -174,19 +174,17 @@ class BertProgram:
         own = self.spec.max_positions if self.max_length is None else self.max_length
         return min(own, self.max_seq)
 
-    def check_length(self, length, what="max_seq_length"):
-        """``length`` as a text limit (``what`` names it in the message): :class:`BertError`
-        unless it is an int from 3 (the two special tokens and one of the text) to
-        :attr:`max_seq`."""
-        top = min(self.max_seq, self.spec.max_positions)
-        if isinstance(length, bool) or not isinstance(length, int) or not 3 <= length <= top:
-            raise BertError(f"{what} must be an int from 3 to {top} ({self.name} on "
-                            f"{self.cfg.name}: {self._top_reason()}), not {length!r}")
+    def check_length(self, length):
+        """``length`` as a text limit: :class:`BertError` unless it is an int from 3 (the two
+        special tokens and one of the text) to :attr:`max_seq` (at most the model's
+        positions)."""
+        if isinstance(length, bool) or not isinstance(length, int) \
+                or not 3 <= length <= self.max_seq:
+            why = ("the model's max_position_embeddings" if self.max_seq == self.spec.max_positions
+                   else "the longest sequence whose softmax rows fit the accumulator")
+            raise BertError(f"max_seq_length must be an int from 3 to {self.max_seq} "
+                            f"({self.name} on {self.cfg.name}: {why}), not {length!r}")
         return length
-
-    def _top_reason(self):
-        return ("the model's max_position_embeddings" if self.max_seq >= self.spec.max_positions
-                else "the longest sequence whose softmax rows fit the accumulator")
 
     def __repr__(self):
         s = self.spec

@@ -456,15 +456,9 @@ async def errors(dut):
     patched = bytearray(prog)
     patched[bad * axi_host.INSTR_BYTES:(bad + 1) * axi_host.INSTR_BYTES] = bytes(16)
     image.segments[0] = (prog_addr, bytes(patched))
-    try:
-        await tb.execute(axi_host.run_ops(image, max_polls=2_000))
-    except axi_host.ShellError as error:
-        assert error.status["ERROR"] and error.status["DONE"], error.status
-        assert error.fault == _fault("ILLEGAL_INSTRUCTION", check=Fault.OPCODE, pc=bad), \
-            error.fault
-        tb.log.info("illegal instruction %d of %d: %s", bad, image.prog_len, error)
-    else:
-        raise AssertionError("a program with an illegal instruction ran without an error")
+    error = await _expect_fault(tb, image,
+                                _fault("ILLEGAL_INSTRUCTION", check=Fault.OPCODE, pc=bad))
+    assert error.status["ERROR"], error.status
     # The driver soft-reset the shell: the flags are clear and a program runs.
     assert await tb.read("STATUS") == 0
     await tb.run(CASES["main"])
@@ -494,12 +488,7 @@ async def errors(dut):
     await Timer(150 * PERIOD_NS, unit="ns")
     assert axi_host.field_value("STATUS", await tb.read("STATUS"), "BUSY")
     taken = await tb.read("PROG_COUNT")
-    await tb.write("CTRL", 1 << csr.register("CTRL").field("SOFT_RESET").lsb)
-    for _ in range(100):
-        if not axi_host.field_value("STATUS", await tb.read("STATUS"), "BUSY"):
-            break
-    else:
-        raise AssertionError("still busy 100 reads after CTRL.SOFT_RESET")
+    await _soft_reset(tb)
     assert await tb.read("STATUS") == 0
     tb.log.info("soft reset during a run, after %d of %d instructions", taken, image.prog_len)
     await tb.run(CASES["main"])
@@ -507,31 +496,16 @@ async def errors(dut):
     # -- a write answered with SLVERR sets STATUS.BUS_ERROR -------------------------------------
     image, _ = tb.image(CASES["tiny"])
     tb.allow(image, write=False)
-    try:
-        await tb.execute(axi_host.run_ops(image, max_polls=2_000))
-    except axi_host.ShellError as error:
-        assert error.status["BUS_ERROR"] and error.status["DONE"], error.status
-        assert error.fault == _fault("WRITE", resp=2), error.fault
-        tb.log.info("refused write: %s", error)
-    else:
-        raise AssertionError("a refused write went unreported")
-    assert tb.violations, "the monitor saw no refused write"
-    tb.violations.clear()
+    error = await _expect_fault(tb, image, _fault("WRITE", resp=2), refused=True)
+    assert error.status["BUS_ERROR"], error.status
     await tb.run(CASES["tiny"])
 
     # -- more results than OUT_LEN: the rest is not written, the run ends with OUT_OVERRUN -----
     image, _ = tb.image(CASES["tall"])
     image.out_len //= 2
     tb.allow(image)   # writable: the first half of the output area only
-    try:
-        await tb.execute(axi_host.run_ops(image, max_polls=2_000))
-    except axi_host.ShellError as error:
-        assert error.status["FAULT"] and error.status["DONE"], error.status
-        assert error.fault == _fault("OUT_OVERRUN", resp=0), error.fault
-        tb.log.info("overrun: %s", error)
-    else:
-        raise AssertionError("a program with more results than OUT_LEN ran without a fault")
-    assert not tb.violations, "; ".join(tb.violations)
+    error = await _expect_fault(tb, image, _fault("OUT_OVERRUN", resp=0))
+    assert error.status["FAULT"], error.status
     await tb.run(CASES["tall"])
 
     # -- input data answered with SLVERR: nothing is computed on it, nothing written ----------
@@ -540,17 +514,9 @@ async def errors(dut):
     data_addr = image.registers()["DATA_ADDR_LO"] | image.registers()["DATA_ADDR_HI"] << 32
     tb.readable = [span for span in tb.readable if span[0] != data_addr]
     written = tb.written
-    try:
-        await tb.execute(axi_host.run_ops(image, max_polls=2_000))
-    except axi_host.ShellError as error:
-        assert error.status["FAULT"] and error.status["BUS_ERROR"], error.status
-        assert error.fault == _fault("DATA_READ", resp=2), error.fault
-        tb.log.info("refused data read: %s", error)
-    else:
-        raise AssertionError("a refused data read went unreported")
-    assert tb.violations, "the monitor saw no refused read"
+    error = await _expect_fault(tb, image, _fault("DATA_READ", resp=2), refused=True)
+    assert error.status["FAULT"] and error.status["BUS_ERROR"], error.status
     assert tb.written == written, f"{tb.written - written} bytes written after a refused read"
-    tb.violations.clear()
     await tb.run(CASES["main"])
 
     # -- DECERR on the instruction reads, then on the writes: the same faults, RESP 3 ----------
@@ -562,26 +528,19 @@ async def errors(dut):
         if region == "prog":
             tb.readable = tb.readable[1:]       # segments[0] is the program
         written = tb.written
-        try:
-            await tb.execute(axi_host.run_ops(image, max_polls=2_000))
-        except axi_host.ShellError as error:
-            assert error.status["BUS_ERROR"] and error.status["DONE"], error.status
-            assert error.fault == _fault(code, resp=AxiResp.DECERR), error.fault
-            assert "(DECERR)" in str(error), error
-            tb.log.info("decode error: %s", error)
-        else:
-            raise AssertionError(f"a DECERR on {region} went unreported")
+        error = await _expect_fault(tb, image, _fault(code, resp=AxiResp.DECERR), refused=True)
+        assert error.status["BUS_ERROR"] and "(DECERR)" in str(error), error
         if region == "prog":
             assert tb.written == written, "results written after a refused instruction read"
-        assert tb.violations, f"the monitor saw no refused {region} access"
-        tb.violations.clear()
         await tb.run(CASES["tiny"])
     tb.refusal = AxiResp.SLVERR
 
 
-async def _expect_fault(tb, image, fault, *, max_polls=2_000):
+async def _expect_fault(tb, image, fault, *, max_polls=2_000, refused=False):
     """Run ``image`` with the driver; it must end in ``fault`` touching no memory at all when
-    ``fault`` is a window fault (the monitor sees every access). Return the error."""
+    ``fault`` is a window fault (the monitor sees every access), and with no access the
+    monitor refused, unless ``refused``: then with some (they are forgotten). Return the
+    error."""
     before = dict(tb.bursts), tb.written
     try:
         await tb.execute(axi_host.run_ops(image, max_polls=max_polls))
@@ -597,6 +556,9 @@ async def _expect_fault(tb, image, fault, *, max_polls=2_000):
         raise AssertionError(f"the run did not end with {fault}")
     if csr.FAULT_CODES[fault["CODE"]] in csr.WINDOW_FAULTS.values():
         assert (dict(tb.bursts), tb.written) == before, "a region outside the window was used"
+    if refused:
+        assert tb.violations, "the monitor refused no access"
+        tb.violations.clear()
     assert not tb.violations, "; ".join(tb.violations)
     return error
 
