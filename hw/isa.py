@@ -390,8 +390,12 @@ _BODIES = {body: {name: (Instr["body"].offset + Body[body].offset + off, width)
            for body in ("load", "matmul", "store", "set")}
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def encode(instr):
-    """The 128-bit word of ``instr``, as an int. Fields that do not fit raise ``ValueError``."""
+    """The 128-bit word of ``instr``, as an int. Fields that do not fit raise ``ValueError``.
+
+    Instructions are frozen, and a program repeats most of its own (every layer's programs
+    share their shapes): the words of the last 65,536 distinct ones are kept."""
     word = instr.opcode.value << _OPCODE[0]
     for name in _FLAGS:
         word |= int(bool(getattr(instr, name))) << _DEPS[name][0]

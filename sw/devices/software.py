@@ -5,7 +5,7 @@ import random
 import numpy as np
 import torch
 
-from ...golden.kernels import int8_matmul
+from ...golden.kernels import F32_ROWS
 from ...hw import isa
 from ..cycles import CycleModel
 from ..epilogue import apply_registers
@@ -89,11 +89,19 @@ class SoftwareDevice(Device):
         self.acc = torch.zeros((cfg.acc_depth, cfg.cols), dtype=torch.int32)
         self.pmem = torch.zeros((cfg.pmem_depth, cfg.cols * 8), dtype=torch.uint8)
         self.params = dict.fromkeys(isa.Param, 0)
+        # The scratchpads again as floats, written beside them, for the MATMULs: a product sums
+        # `rows` int8 products, each at most 2**14, which float32 adds exactly while rows <=
+        # F32_ROWS (golden/kernels.py), float64 beyond; no conversion per instruction.
+        exact = torch.float32 if cfg.rows <= F32_ROWS else torch.float64
+        self._spad_a_exact = torch.zeros(self.spad_a.shape, dtype=exact)
+        self._spad_b_exact = torch.zeros(self.spad_b.shape, dtype=exact)
 
     def reset(self):
         """Clear the memories and the parameter registers to zero, as at power-up."""
         self.spad_a.zero_()
         self.spad_b.zero_()
+        self._spad_a_exact.zero_()
+        self._spad_b_exact.zero_()
         self.acc.zero_()
         self.pmem.zero_()
         self.params = dict.fromkeys(isa.Param, 0)
@@ -156,6 +164,7 @@ class SoftwareDevice(Device):
         cfg = self.cfg
         rows, cols = cfg.rows, cfg.cols
         spad_a, spad_b, acc = self.spad_a, self.spad_b, self.acc
+        exact_a, exact_b = self._spad_a_exact, self._spad_b_exact
         if data_beats.dtype != torch.int8 or data_beats.dim() != 2 \
                 or data_beats.shape[1] != cfg.lanes:
             raise DeviceError(f"data_beats must be a (beats, {cfg.lanes}) torch.int8 tensor, "
@@ -170,9 +179,9 @@ class SoftwareDevice(Device):
                 m_len = instr.m_len
                 if not m_len:
                     continue
-                a = spad_a[instr.a_addr:instr.a_addr + m_len]
-                w = spad_b[instr.b_addr:instr.b_addr + rows]
-                product = int8_matmul(a, w)
+                a = exact_a[instr.a_addr:instr.a_addr + m_len]
+                w = exact_b[instr.b_addr:instr.b_addr + rows]
+                product = torch.matmul(a, w).to(torch.int32)
                 if instr.shift:       # modulo 2**32, as the hardware's 32-bit shift
                     product = torch.bitwise_left_shift(product, isa.MATMUL_SHIFT)
                 target = acc[instr.acc_addr:instr.acc_addr + m_len]
@@ -190,8 +199,10 @@ class SoftwareDevice(Device):
                 pos += count
                 if instr.target == isa.Target.SPAD_A:
                     spad_a[instr.addr:instr.addr + count] = beats[:, :rows]
+                    exact_a[instr.addr:instr.addr + count] = beats[:, :rows]
                 elif instr.target == isa.Target.SPAD_B:
                     spad_b[instr.addr:instr.addr + count] = beats[:, :cols]
+                    exact_b[instr.addr:instr.addr + count] = beats[:, :cols]
                 else:
                     self._load_pmem(number, instr, beats)
             elif kind is isa.Store:
