@@ -37,8 +37,9 @@ class Run:
 
     def add_arguments(self, parser):
         parser.add_argument("--model", default="minilm",
-                            help="'minilm' (all-MiniLM-L6-v2, offline) or a local BERT model "
-                                 "folder")
+                            help="'minilm' (all-MiniLM-L6-v2, offline) or a local model folder "
+                                 "of the BERT family (BERT, RoBERTa, XLM-R, ELECTRA, DistilBERT, "
+                                 "ALBERT)")
         parser.add_argument("--text", action="append", metavar="TEXT",
                             help="a text to embed; may be repeated")
         parser.add_argument("--text-file", metavar="F",

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from . import families
+
 __all__ = ["MINILM", "ModelError", "minilm_path", "model_path", "max_seq_length", "load",
            "load_tokenizer", "tokenize", "forward", "mean_pool", "embed", "cosine_similarity",
            "spearman"]
@@ -68,8 +70,9 @@ def max_seq_length(spec=None):
 
 def load(spec=None, *, check=None):
     """``(tokenizer, model)`` of ``spec`` (see :func:`model_path`; all-MiniLM-L6-v2 by
-    default): a float32 ``transformers.BertModel`` in eval mode. This is the project's one
-    model loader; nothing is downloaded (``HF_HUB_OFFLINE=1``).
+    default): a float32 ``transformers.BertModel`` in eval mode, a BERT-family model seen as
+    BERT (:func:`bertaccel.golden.families.as_bert`). This is the project's one model loader;
+    nothing is downloaded (``HF_HUB_OFFLINE=1``).
 
     The model runs eager attention: the reference computes softmax(Q K^T / sqrt(d) + mask) V as
     separate operators, as the accelerator does.
@@ -91,28 +94,45 @@ def load(spec=None, *, check=None):
 
     transformers.utils.logging.disable_progress_bar()
     path = model_path(spec)
-    try:
-        config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError, KeyError) as error:
-        raise ModelError(f"cannot read the model config in {str(path)!r}: {error}") from None
+    config = load_config(path)
     if check is not None:
         check(config)
-    elif getattr(config, "model_type", None) != "bert":
-        raise ModelError(f"not a BERT model: model_type is {config.model_type!r} in "
-                         f"{str(path)!r}")
+    else:
+        try:
+            families.bert_config(config)
+        except families.FamilyError as error:
+            raise ModelError(f"{error} (in {str(path)!r})") from None
     from safetensors import SafetensorError
 
+    kind = transformers.BertModel if config.model_type == "bert" else transformers.AutoModel
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = transformers.BertModel.from_pretrained(path, attn_implementation="eager",
-                                                       local_files_only=True,
-                                                       dtype=torch.float32)
+        model = kind.from_pretrained(path, attn_implementation="eager", local_files_only=True,
+                                     dtype=torch.float32)
     # Damaged weights: safetensors' header errors, torch.load's unpickling and zip errors.
     except (OSError, ValueError, SafetensorError, pickle.UnpicklingError, EOFError,
             RuntimeError) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         raise ModelError(f"cannot load the BERT model in {str(path)!r}: {lines[0]}") from None
-    return tokenizer, model.eval()
+    return tokenizer, families.as_bert(model.eval())
+
+
+def load_config(spec=None):
+    """The ``transformers`` config of ``spec`` (see :func:`model_path`), without the weights.
+
+    Raises
+    ------
+    ModelError
+        If the folder does not exist or its config cannot be read.
+    """
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import transformers
+
+    path = model_path(spec)
+    try:
+        return transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError) as error:
+        raise ModelError(f"cannot read the model config in {str(path)!r}: {error}") from None
 
 
 def load_tokenizer(spec=None):
@@ -129,9 +149,12 @@ def load_tokenizer(spec=None):
 
 def tokenize(tokenizer, texts, *, max_length=None):
     """A padded batch ``{"input_ids", "attention_mask", "token_type_ids"}`` of ``texts``,
-    truncated to ``max_length`` tokens when given."""
-    return dict(tokenizer(list(texts), padding=True, truncation=max_length is not None,
-                          max_length=max_length, return_tensors="pt"))
+    truncated to ``max_length`` tokens when given; ``token_type_ids`` zeros for a tokenizer
+    that gives none (DistilBERT's)."""
+    batch = dict(tokenizer(list(texts), padding=True, truncation=max_length is not None,
+                           max_length=max_length, return_tensors="pt"))
+    batch.setdefault("token_type_ids", torch.zeros_like(batch["input_ids"]))
+    return batch
 
 
 def forward(model, input_ids, attention_mask, token_type_ids=None):

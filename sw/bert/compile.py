@@ -512,9 +512,10 @@ def compile_bert(model, cfg, *, tokenizer=None, calibration=None, method="percen
         raise BertError("calibration must be a list of str or a list of tokenised batches")
     cal = calibrate(bert, batches)
 
-    ln = bert.embeddings.LayerNorm
+    ln = getattr(bert.embeddings, "LayerNorm", None)    # none after a projection (ELECTRA)
     x = x_embed = act_quant(cal.site(-1, "x2"), outliers=outliers, method=method,
-                            percentile=percentile, beta=ln.bias.detach().double(),
+                            percentile=percentile,
+                            beta=None if ln is None else ln.bias.detach().double(),
                             what="the embeddings")
     layers = []
     for number, layer in enumerate(bert.encoder.layer):

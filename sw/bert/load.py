@@ -2,10 +2,11 @@
 
 import dataclasses
 
-from ...golden import bert_ref
+from ...golden import bert_ref, families
 from ...golden.intops import MAX_ROW
 
-__all__ = ["MINILM", "BertError", "BertSpec", "bert_model", "load_bert", "check_tokens"]
+__all__ = ["MINILM", "BertError", "BertSpec", "bert_model", "check_model", "load_bert",
+           "check_tokens"]
 
 #: The name that stands for sentence-transformers/all-MiniLM-L6-v2 (the local copy).
 MINILM = bert_ref.MINILM
@@ -48,12 +49,10 @@ class BertSpec:
     def from_config(cls, config):
         """The spec of a ``transformers`` config; :class:`BertError` if it is not a BERT
         encoder the accelerator runs."""
-        model_type = getattr(config, "model_type", None)
-        if model_type != "bert":
-            arch = ", ".join(getattr(config, "architectures", None) or []) or "unknown"
-            raise BertError(f"not a BERT model: model_type is {model_type!r} (architectures: "
-                            f"{arch}); the compiler takes BERT-family models (model_type "
-                            f"'bert', transformers.BertModel)")
+        try:
+            config = families.bert_config(config)
+        except families.FamilyError as error:
+            raise BertError(str(error)) from None
         act = getattr(config, "hidden_act", None)
         if act not in _GELUS:
             raise BertError(f"the model's activation is {act!r}; the accelerator's FFN "
@@ -80,20 +79,33 @@ class BertSpec:
 
 
 def bert_model(model):
-    """The ``BertModel`` inside ``model`` (itself, or a ``Bert*For*``'s ``.bert``)."""
+    """The ``BertModel`` that computes ``model``'s last hidden state: ``model`` itself, a
+    ``*For*`` model's base, or a BERT-family encoder seen as BERT
+    (:func:`bertaccel.golden.families.as_bert`)."""
     import transformers
 
-    if isinstance(model, transformers.BertModel):
-        return model
-    inner = getattr(model, "bert", None)
-    if isinstance(inner, transformers.BertModel):
-        return inner
-    config = getattr(model, "config", None)
-    if config is not None:
-        BertSpec.from_config(config)  # names the architecture when it is not BERT
-    raise BertError(f"not a BERT model: {type(model).__name__}; the compiler takes a "
-                    f"transformers.BertModel (or a model whose .bert is one), a local model "
-                    f"folder, or {MINILM!r}")
+    if not isinstance(model, transformers.PreTrainedModel):
+        raise BertError(f"not a BERT model: {type(model).__name__}; the compiler takes a "
+                        f"transformers model of the BERT family ({', '.join(families.FAMILIES)}), "
+                        f"a local model folder, or {MINILM!r}")
+    BertSpec.from_config(families.base_model(model).config)    # refuses what it cannot run
+    return families.as_bert(model)
+
+
+def check_model(spec):
+    """:class:`BertSpec` of the model ``spec`` (:data:`MINILM` or a local folder), read from its
+    config alone, before anything else loads.
+
+    Raises
+    ------
+    BertError
+        If the folder does not exist, its config cannot be read, or it is not a BERT model the
+        accelerator runs.
+    """
+    try:
+        return BertSpec.from_config(bert_ref.load_config(spec))
+    except bert_ref.ModelError as error:
+        raise BertError(str(error)) from None
 
 
 def load_bert(spec):

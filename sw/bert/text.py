@@ -17,7 +17,7 @@ from ...golden import bert_ref, kernels
 from ..budget import bert_memory, check_memory
 from .cache import CompileCache
 from .encoder import Encoder
-from .load import BertError, check_tokens
+from .load import BertError, check_model, check_tokens
 from .stream import EmbeddingWriter, TextFile, check_output, windows, encode_stream
 
 __all__ = ["run_texts", "format_report", "read_text_file", "check_texts", "SHOWN"]
@@ -98,6 +98,7 @@ def run_texts(model, *, cfg, texts=None, text_file=None, device="ref", batch_siz
     if output is not None:
         check_output(output)
     total = len(texts) + (source.count if source else 0)
+    check_model(model)
     try:
         tokenizer = bert_ref.load_tokenizer(model)
     except bert_ref.ModelError as error:

@@ -70,7 +70,7 @@ def test_spec_of_any_bert_config():
 
 @pytest.mark.parametrize("config, message", [
     (lambda: transformers.GPT2Config(), "not a BERT model: model_type is 'gpt2'"),
-    (lambda: transformers.DistilBertConfig(), "model_type is 'distilbert'"),
+    (lambda: transformers.DebertaV2Config(), "model_type is 'deberta-v2' .* no relative-position"),
     (lambda: tiny_config(hidden_act="relu"), "activation is 'relu'"),
     (lambda: tiny_config(hidden_size=2048, num_attention_heads=16), "longer than the LayerNorm"),
     (lambda: tiny_config(is_decoder=True), "decoder"),
