@@ -1,10 +1,9 @@
-"""BERT-family encoders on the RTL (Verilator): ALBERT (factorised embeddings, layers sharing
-their group's weights) and DistilBERT (no token types, its own layer names), random weights,
-every layer of a padded batch on the 4x8 core, equal bit for bit to the instruction-level
-software device, free-running with the cycle model's cycles and with idle input cycles and
-output backpressure. The device side is the same for every family (the compiler sees BERT:
-golden/families.py); the other families are checked on the software paths
-(verif/unit/test_families.py)."""
+"""BERT-family encoders on the RTL (Verilator): every family of verif/family_models.py (RoBERTa,
+XLM-R, ELECTRA, DistilBERT, ALBERT, a BERT classifier's encoder), random weights, every layer of
+a padded batch on the 4x8 core, equal bit for bit to the instruction-level software device,
+free-running with the cycle model's cycles; ALBERT (factorised embeddings, layers sharing their
+group's weights) and DistilBERT (no token types, its own layer names) also with idle input
+cycles and output backpressure."""
 
 import pytest
 import torch
@@ -12,15 +11,19 @@ import torch
 from bertaccel.hw.config import PRESETS
 from bertaccel.sw import SoftwareDevice
 from bertaccel.sw.bert import compile_bert, run_bert
-from verif.family_models import family_model
+from verif.family_models import FAMILY_MODELS, family_model
 from verif.helpers import token_batch
 
 SEED = 13
 STALLED = {"seed": SEED, "src_idle": 2, "sink_stall": 3}
 
 
-@pytest.mark.parametrize("stalls", [None, STALLED], ids=["free", "stalled"])
-@pytest.mark.parametrize("name", ["albert", "distilbert"])
+CASES = [(name, None) for name in sorted(FAMILY_MODELS)] + \
+    [(name, STALLED) for name in ("albert", "distilbert")]
+
+
+@pytest.mark.parametrize("name, stalls", CASES,
+                         ids=[f"{name}-{'stalled' if stalls else 'free'}" for name, stalls in CASES])
 def test_family_bit_exact_on_rtl(rtl_device, name, stalls):
     cfg = PRESETS["4x8"]
     gen = torch.Generator().manual_seed(SEED)
