@@ -387,21 +387,9 @@ class BertProgram:
             nothing the vocabulary keeps (white space and control characters only): such a
             text would embed nothing but the special tokens, and is refused like empty text.
         """
-        if self.tokenizer is None:
-            raise BertError(f"{self.name} has no tokenizer: give input_ids to run_bert")
-        if isinstance(texts, str):
-            texts = [texts]
-        texts = list(texts)
-        if not texts:
-            raise BertError("no text given")
-        for number, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise BertError(f"text {number} is a {type(text).__name__}, not a str")
-            if not text.strip():
-                raise BertError(f"text {number} is empty" + (" (only white space)" if text
-                                                              else ""))
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        ids = self._checked_ids(texts)
         limit = self.seq_limit if max_length is None else min(self.seq_limit, max_length)
-        ids = check_tokens(self.tokenizer, texts)
         long = [number for number, row in enumerate(ids) if len(row) > limit]
         if long:
             cut = self.tokenizer([texts[i] for i in long], truncation=True, max_length=limit,
@@ -416,6 +404,45 @@ class BertProgram:
                               f"({why}); it is truncated to {limit} tokens", stacklevel=3)
                 ids[number] = row
         return ids
+
+    def _checked_ids(self, texts):
+        """The token ids of ``texts`` (a list), untruncated, after the checks of
+        :meth:`token_ids`."""
+        if self.tokenizer is None:
+            raise BertError(f"{self.name} has no tokenizer: give input_ids to run_bert")
+        if not texts:
+            raise BertError("no text given")
+        for number, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise BertError(f"text {number} is a {type(text).__name__}, not a str")
+            if not text.strip():
+                raise BertError(f"text {number} is empty" + (" (only white space)" if text
+                                                              else ""))
+        return check_tokens(self.tokenizer, texts)
+
+    def encode_pairs(self, pairs, *, max_length=None):
+        """Tokenise text pairs ``[(first, second), ...]`` into one padded batch, as a
+        cross-encoder reads them: ``[CLS] first [SEP] second [SEP]``, ``token_type_ids`` 1 on
+        the second segment where the tokenizer gives them (0 elsewhere), the longer text
+        trimmed first to :attr:`seq_limit` (``max_length`` when given and smaller).
+
+        Raises
+        ------
+        BertError
+            As :meth:`token_ids`, for either text of a pair.
+        """
+        pairs = [tuple(pair) for pair in pairs]
+        if any(len(pair) != 2 for pair in pairs):
+            raise BertError("a pair is two texts: (first, second)")
+        firsts, seconds = [p[0] for p in pairs], [p[1] for p in pairs]
+        self._checked_ids(firsts)
+        self._checked_ids(seconds)
+        limit = self.seq_limit if max_length is None else min(self.seq_limit, max_length)
+        batch = dict(self.tokenizer(firsts, seconds, padding=True, truncation="longest_first",
+                                    max_length=limit, return_tensors="pt"))
+        batch.setdefault("token_type_ids", torch.zeros_like(batch["input_ids"]))
+        return {name: batch[name].long() for name in ("input_ids", "attention_mask",
+                                                      "token_type_ids")}
 
     def pad(self, ids):
         """One batch of the token-id lists ``ids``, padded on the right: ``input_ids``,

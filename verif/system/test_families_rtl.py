@@ -1,5 +1,5 @@
 """BERT-family encoders on the RTL (Verilator): every family of verif/family_models.py (RoBERTa,
-XLM-R, ELECTRA, DistilBERT, ALBERT, a BERT classifier's encoder), random weights, every layer of
+XLM-R, ELECTRA, DistilBERT, ALBERT, and BERT itself), random weights, every layer of
 a padded batch on the 4x8 core, equal bit for bit to the instruction-level software device,
 free-running with the cycle model's cycles; ALBERT (factorised embeddings, layers sharing their
 group's weights) and DistilBERT (no token types, its own layer names) also with idle input
@@ -11,14 +11,14 @@ import torch
 from bertaccel.hw.config import PRESETS
 from bertaccel.sw import SoftwareDevice
 from bertaccel.sw.bert import compile_bert, run_bert
-from verif.family_models import FAMILY_MODELS, family_model
+from verif.family_models import FAMILY_CONFIGS, family_model
 from verif.helpers import token_batch
 
 SEED = 13
 STALLED = {"seed": SEED, "src_idle": 2, "sink_stall": 3}
 
 
-CASES = [(name, None) for name in sorted(FAMILY_MODELS)] + \
+CASES = [(name, None) for name in sorted(FAMILY_CONFIGS)] + \
     [(name, STALLED) for name in ("albert", "distilbert")]
 
 

@@ -1,5 +1,5 @@
-"""BERT-family encoders (golden/families.py): RoBERTa, XLM-R, ELECTRA, DistilBERT, ALBERT and a
-BERT classifier, random weights from their transformers configs. Seen as BERT, each computes
+"""BERT-family encoders (golden/families.py): RoBERTa, XLM-R, ELECTRA, DistilBERT, ALBERT and
+BERT itself, random weights from their transformers configs. Seen as BERT, each computes
 the model's own last hidden state; compiled, its fast path equals the instruction-level device
 bit for bit, with the cycles of the cycle model; the int8 model's sentence embeddings are close
 to FP32's; a model folder of each loads; other encoders are refused in one line."""
@@ -14,7 +14,7 @@ from bertaccel.sw import SoftwareDevice
 from bertaccel.sw.bert import BertError, compile_bert, load_bert, run_bert
 from bertaccel.sw.bert.fast import FastModel
 from bertaccel.sw.bert.timing import StageTimer
-from verif.family_models import FAMILY_MODELS, family_model
+from verif.family_models import FAMILY_CONFIGS, family_model
 from verif.helpers import token_batch
 
 SEED = 11
@@ -33,7 +33,7 @@ def _compiled(name, config):
     return model, compile_bert(model, PRESETS[config], calibration=calibration, name=name)
 
 
-@pytest.mark.parametrize("name", sorted(FAMILY_MODELS))
+@pytest.mark.parametrize("name", sorted(FAMILY_CONFIGS))
 def test_seen_as_bert_computes_the_model(name):
     model = family_model(name, seed=SEED)
     bert = families.as_bert(model)
@@ -60,7 +60,7 @@ def test_albert_layers_share_their_group():
     assert query[0] is query[1] and query[1] is not query[2]
 
 
-@pytest.mark.parametrize("name", sorted(FAMILY_MODELS))
+@pytest.mark.parametrize("name", sorted(FAMILY_CONFIGS))
 def test_compiled_bit_exact_and_close_to_fp32(name):
     model, bert = _compiled(name, "4x8")
     batch = _batch(SEED + 1)
