@@ -51,6 +51,9 @@ class Gemm:
         parser.add_argument("--icarus-std", choices=("2005", "2012"),
                             help="icarus: the language generation, iverilog -g2005 or -g2012 "
                                  "(2012)")
+        parser.add_argument("--netlist", action="store_true",
+                            help="rtl: simulate the core's ECP5 netlist (yosys synth_ecp5, "
+                                 "gate level) in the harness instead of its RTL; verilator")
         parser.add_argument("--epilogue",
                             choices=("requant", "gelu", "softmax", "layernorm"),
                             help="fuse this epilogue (random realistic parameters from --seed; "
@@ -71,6 +74,8 @@ class Gemm:
             raise UsageError("--src-idle and --sink-stall apply to --device rtl only")
         if args.device == "ref" and (args.simulator or args.icarus_std):
             raise UsageError("--simulator and --icarus-std apply to --device rtl only")
+        if args.netlist and (args.device != "rtl" or args.simulator == "icarus"):
+            raise UsageError("--netlist applies to --device rtl on verilator only")
         if args.icarus_std and args.simulator != "icarus":
             raise UsageError("--icarus-std applies to --simulator icarus only")
         if args.simulator == "icarus":
@@ -89,7 +94,8 @@ class Gemm:
             report = run_gemm(cfg, m, k, n, device=args.device, seed=args.seed, src_idle=src_idle,
                               sink_stall=sink_stall, build_root=args.build_root,
                               epilogue=args.epilogue, simulator=args.simulator or "verilator",
-                              icarus_std=args.icarus_std or "2012", log=common.log)
+                              icarus_std=args.icarus_std or "2012", netlist=args.netlist,
+                              log=common.log)
         except ProgramError as error:  # ScaleError is a ValueError, never raised by the seeded ones
             raise UsageError(str(error)) from None
         if args.json:

@@ -50,7 +50,7 @@ from amaranth.back import rtlil
 from ..hw.verilog import compact_zero_init, trigger_comb_at_start
 
 __all__ = ["CTRL", "CTRL_WIDTH", "MODES", "Mutant", "MutateError", "yosys_command",
-           "design_rtlil", "blackboxes", "list_mutants", "mutant_verilog", "mutants_key",
+           "design_rtlil", "blackboxes", "run_yosys", "list_mutants", "mutant_verilog", "mutants_key",
            "prove_equivalent"]
 
 #: The input that selects the active mutant (0: none), and its width.
@@ -177,8 +177,14 @@ def blackboxes(verilog):
                    for head in _VERILOG_MODULE.findall(verilog))
 
 
-def _yosys(script, files, folder, what):
-    """Run ``script`` with ``files`` (``{name: text}``) in ``folder``; return the folder."""
+def run_yosys(script, files, folder, what):
+    """Run ``script`` with ``files`` (``{name: text}``) in ``folder``; return the folder.
+
+    Raises
+    ------
+    MutateError
+        If yosys cannot run or fails (``what`` says at what), with its last lines.
+    """
     folder = Path(folder)
     for file_name, text in files.items():
         (folder / file_name).write_text(text)
@@ -264,7 +270,7 @@ def list_mutants(rtlil_text, *, count, seed=1, scope=None, min_per_module=2, ext
         script.append(f"mutate -list {min_per_module} {opts} -o module{number}.txt "
                       f"{module} {unmemory}")
     with tempfile.TemporaryDirectory(prefix="bertaccel-mutate-") as folder:
-        _yosys("\n".join(script) + "\n", {"design.il": rtlil_text,
+        run_yosys("\n".join(script) + "\n", {"design.il": rtlil_text,
                                           "blackboxes.v": blackboxes(extra)}, folder,
                "listing mutants")
         lists = [Path(folder, "all.txt").read_text()]
@@ -309,7 +315,7 @@ def mutant_verilog(rtlil_text, mutants, *, extra="", ctrl=CTRL, width=CTRL_WIDTH
         script.append(f"add -input {ctrl} {width} {top}")
     script += ["memory_collect", "write_verilog -norename -noattr out.v"]
     with tempfile.TemporaryDirectory(prefix="bertaccel-mutate-") as folder:
-        _yosys("\n".join(script) + "\n", {"design.il": rtlil_text,
+        run_yosys("\n".join(script) + "\n", {"design.il": rtlil_text,
                                           "blackboxes.v": blackboxes(extra)}, folder,
                f"applying {len(mutants)} mutants")
         text = Path(folder, "out.v").read_text()
@@ -338,7 +344,7 @@ def prove_equivalent(rtlil_text, mutant, *, extra="", seq=4):
         f"equiv_simple -seq {seq}", f"equiv_induct -seq {seq}", "equiv_status -assert"]
     with tempfile.TemporaryDirectory(prefix="bertaccel-mutate-") as folder:
         try:
-            _yosys("\n".join(script) + "\n", {"design.il": rtlil_text,
+            run_yosys("\n".join(script) + "\n", {"design.il": rtlil_text,
                                               "blackboxes.v": blackboxes(extra)}, folder,
                    f"proving mutant {mutant.index}")
         except MutateError:

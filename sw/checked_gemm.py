@@ -14,12 +14,13 @@ __all__ = ["LARGE", "print_report", "run_gemm"]
 
 def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0,
              build_root="build/sim", epilogue=None, simulator="verilator", icarus_std="2012",
-             log=None):
+             netlist=False, log=None):
     """Run a random ``m x k x n`` GEMM on ``device`` and check it; return a report dict.
 
     ``simulator`` and ``icarus_std`` choose the simulator of the ``"rtl"`` device
-    (:class:`~bertaccel.sw.devices.rtl.RtlDevice`), which is started (its simulator built, on
-    first use) before anything else, announced on ``log``. With ``log``, a GEMM of
+    (:class:`~bertaccel.sw.devices.rtl.RtlDevice`; ``netlist``: the core's ECP5 netlist in
+    its place), which is started (its simulator built, on first use) before anything else,
+    announced on ``log``. With ``log``, a GEMM of
     :data:`LARGE` instructions or more also says what it does as it goes.
 
     The operands come from a torch generator seeded with ``seed``. The result is compared with
@@ -43,7 +44,7 @@ def run_gemm(cfg, m, k, n, *, device="ref", seed=0, src_idle=0.0, sink_stall=0.0
             from .devices.rtl import RtlDevice
             rtl = stack.enter_context(RtlDevice(
                 cfg, build_root=build_root, seed=seed, src_idle=src_idle, sink_stall=sink_stall,
-                simulator=simulator, icarus_std=icarus_std))
+                simulator=simulator, icarus_std=icarus_std, netlist=netlist))
             start_announced(rtl, log)
         return _run_gemm(cfg, m, k, n, rtl, seed=seed, epilogue=epilogue, log=log)
 
@@ -147,6 +148,7 @@ def _gemm_report(cfg, m, k, n, program, plain, fused, inputs, result, expected, 
         "config": cfg.label, "tag": cfg.tag, "device": device,
         "simulator": stats.get("simulator") if device == "rtl" else None,
         "icarus_std": stats.get("icarus_std") if device == "rtl" else None,
+        "netlist": stats.get("netlist") if device == "rtl" else None,
         "m": m, "k": k, "n": n, "macs": macs, "seed": seed, "machine": kernels.describe(),
         "src_idle": stats.get("src_idle") if device == "rtl" else None,
         "sink_stall": stats.get("sink_stall") if device == "rtl" else None,
@@ -191,6 +193,7 @@ def print_report(report, file=sys.stdout):
     if device == "rtl":
         device += f", {report['simulator']}" + (f" -g{report['icarus_std']}"
                                                 if report["icarus_std"] else "")
+        device += ", the core's ECP5 netlist" if report["netlist"] else ""
         device += (f" (src_idle {report['src_idle']}/256, sink_stall {report['sink_stall']}/256)")
     line("device", device)
     line("program", f"{report['instructions']} instructions, {report['data_beats']} data beats, "

@@ -184,6 +184,10 @@ class RtlDevice(Device):
     ports : dict, optional
         ``{name: int}``: values of a variant's own inputs, sent with every run; the harness is
         reset whenever they change. The attribute ``ports`` may be changed between runs.
+    netlist : bool
+        Simulate the core's ECP5 netlist instead of its RTL (gate-level: yosys's
+        ``synth_ecp5``, :mod:`bertaccel.sim.netlist`), on Verilator, in the same harness; its
+        build folder ends in ``-netlist-<key>``.
 
     Members
     -------
@@ -212,8 +216,8 @@ class RtlDevice(Device):
 
     def __init__(self, cfg, *, build_root="build/sim", seed=0, src_idle=0, sink_stall=0,
                  max_cycles=None, startup_timeout=300.0, run_timeout=None,
-                 watchdog=DEFAULT_LIMIT, simulator="verilator", icarus_std="2012", verilog=None, verilog_key=None,
-                 ports=None):
+                 watchdog=DEFAULT_LIMIT, simulator="verilator", icarus_std="2012", verilog=None,
+                 verilog_key=None, ports=None, netlist=False):
         super().__init__(cfg)
         from ...sim.build import ICARUS_STDS, SIMULATORS
         if simulator not in SIMULATORS:
@@ -240,6 +244,13 @@ class RtlDevice(Device):
         self.icarus_std = icarus_std if simulator == "icarus" else None
         if (verilog is None) != (verilog_key is None):
             raise ValueError("verilog and verilog_key go together: give both or neither")
+        if netlist:
+            if verilog is not None or simulator != "verilator":
+                raise ValueError("netlist=True simulates the core's netlist on Verilator: "
+                                 "no verilog of its own, no other simulator")
+            from ...sim.netlist import netlist_harness_verilog, netlist_key
+            verilog, verilog_key = (lambda: netlist_harness_verilog(cfg)), netlist_key()
+        self.netlist = bool(netlist)
         self._verilog, self._verilog_key = verilog, verilog_key
         self.ports = dict(ports or {})
         suffix = f"-icarus{icarus_std}" if simulator == "icarus" else ""
@@ -461,11 +472,13 @@ class RtlDevice(Device):
             "sim_cycles_per_s": cycles / reply["run_s"] if reply["run_s"] > 0 else None,
             "seed": self.seed, "src_idle": self.src_idle, "sink_stall": self.sink_stall,
             "simulator": self.simulator, "icarus_std": self.icarus_std,
+            "netlist": self.netlist,
         }
 
     def __repr__(self):
         state = "running" if self._session.alive() else "stopped"
-        sim = self.simulator + (f" -g{self.icarus_std}" if self.icarus_std else "")
+        sim = self.simulator + (f" -g{self.icarus_std}" if self.icarus_std else "") \
+            + (" netlist" if self.netlist else "")
         return (f"<RtlDevice {self.cfg.name} ({self.cfg.tag}) {sim} seed={self.seed} "
                 f"src_idle={self.src_idle} sink_stall={self.sink_stall} {state}>")
 
