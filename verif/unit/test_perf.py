@@ -144,7 +144,12 @@ def test_seqpoint_compare(tiny):
     row = report["ks"][5]["configs"]["8x8"]            # every length its own point: exact
     assert row["projected_speedup"] == pytest.approx(reference["8x8"]["speedup"], rel=1e-12)
     assert row["error"] == pytest.approx(0, abs=1e-12)
+    assert row["profiled_error"] == pytest.approx(0, abs=1e-12)
     cycles = report["cycles_by_length"]
+    one = report["ks"][1]            # one point: every input read as the representative
+    rep = one["points"][0]["length"]
+    assert one["configs"]["8x8"]["profiled_speedup"] == pytest.approx(
+        each[0] / (len(lengths) * cycles["8x8"][rep]), rel=1e-12)
     for row in report["ks"].values():              # representatives chosen on the baseline
         points = row["points"]
         assert all(p["low"] <= p["length"] <= p["high"] for p in points)
