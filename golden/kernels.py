@@ -53,8 +53,6 @@ def _int_mm(a, b):
 def _chunked(dtype, rows):
     def product(a, b):
         k = a.shape[-1]
-        if k <= rows:   # one chunk: no slices (the software device's tiles, one per MATMUL)
-            return torch.matmul(a.to(dtype), b.to(dtype)).to(torch.int32)
         out = torch.matmul(a[..., :rows].to(dtype), b[..., :rows, :].to(dtype)).to(torch.int32)
         for start in range(rows, k, rows):
             part = torch.matmul(a[..., start:start + rows].to(dtype),

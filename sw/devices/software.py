@@ -41,9 +41,9 @@ class SoftwareDevice(Device):
     Members
     -------
     spad_a : torch.Tensor
-        ``(spad_depth, rows)`` ``torch.int8``, scratchpad A.
+        ``(spad_depth, rows)`` ``torch.int8``, scratchpad A (a copy, read only).
     spad_b : torch.Tensor
-        ``(spad_depth, cols)`` ``torch.int8``, scratchpad B.
+        ``(spad_depth, cols)`` ``torch.int8``, scratchpad B (a copy, read only).
     acc : torch.Tensor
         ``(acc_depth, cols)`` ``torch.int32``, the accumulator.
     pmem : torch.Tensor
@@ -84,24 +84,28 @@ class SoftwareDevice(Device):
         self.interleave = interleave
         self.cycle_model = bool(cycle_model)
         self._cycles = None
-        self.spad_a = torch.zeros((cfg.spad_depth, cfg.rows), dtype=torch.int8)
-        self.spad_b = torch.zeros((cfg.spad_depth, cfg.cols), dtype=torch.int8)
         self.acc = torch.zeros((cfg.acc_depth, cfg.cols), dtype=torch.int32)
         self.pmem = torch.zeros((cfg.pmem_depth, cfg.cols * 8), dtype=torch.uint8)
         self.params = dict.fromkeys(isa.Param, 0)
-        # The scratchpads again as floats, written beside them, for the MATMULs: a product sums
-        # `rows` int8 products, each at most 2**14, which float32 adds exactly while rows <=
-        # F32_ROWS (golden/kernels.py), float64 beyond; no conversion per instruction.
+        # The scratchpads hold their int8 values as floats, which the MATMULs multiply without a
+        # conversion per instruction: a product sums `rows` int8 products, each at most 2**14,
+        # which float32 adds exactly while rows <= F32_ROWS (golden/kernels.py), float64 beyond.
         exact = torch.float32 if cfg.rows <= F32_ROWS else torch.float64
-        self._spad_a_exact = torch.zeros(self.spad_a.shape, dtype=exact)
-        self._spad_b_exact = torch.zeros(self.spad_b.shape, dtype=exact)
+        self._spad_a = torch.zeros((cfg.spad_depth, cfg.rows), dtype=exact)
+        self._spad_b = torch.zeros((cfg.spad_depth, cfg.cols), dtype=exact)
+
+    @property
+    def spad_a(self):
+        return self._spad_a.to(torch.int8)
+
+    @property
+    def spad_b(self):
+        return self._spad_b.to(torch.int8)
 
     def reset(self):
         """Clear the memories and the parameter registers to zero, as at power-up."""
-        self.spad_a.zero_()
-        self.spad_b.zero_()
-        self._spad_a_exact.zero_()
-        self._spad_b_exact.zero_()
+        self._spad_a.zero_()
+        self._spad_b.zero_()
         self.acc.zero_()
         self.pmem.zero_()
         self.params = dict.fromkeys(isa.Param, 0)
@@ -163,8 +167,7 @@ class SoftwareDevice(Device):
     def _execute(self, program, data_beats):
         cfg = self.cfg
         rows, cols = cfg.rows, cfg.cols
-        spad_a, spad_b, acc = self.spad_a, self.spad_b, self.acc
-        exact_a, exact_b = self._spad_a_exact, self._spad_b_exact
+        spad_a, spad_b, acc = self._spad_a, self._spad_b, self.acc
         if data_beats.dtype != torch.int8 or data_beats.dim() != 2 \
                 or data_beats.shape[1] != cfg.lanes:
             raise DeviceError(f"data_beats must be a (beats, {cfg.lanes}) torch.int8 tensor, "
@@ -179,8 +182,8 @@ class SoftwareDevice(Device):
                 m_len = instr.m_len
                 if not m_len:
                     continue
-                a = exact_a[instr.a_addr:instr.a_addr + m_len]
-                w = exact_b[instr.b_addr:instr.b_addr + rows]
+                a = spad_a[instr.a_addr:instr.a_addr + m_len]
+                w = spad_b[instr.b_addr:instr.b_addr + rows]
                 product = torch.matmul(a, w).to(torch.int32)
                 if instr.shift:       # modulo 2**32, as the hardware's 32-bit shift
                     product = torch.bitwise_left_shift(product, isa.MATMUL_SHIFT)
@@ -199,10 +202,8 @@ class SoftwareDevice(Device):
                 pos += count
                 if instr.target == isa.Target.SPAD_A:
                     spad_a[instr.addr:instr.addr + count] = beats[:, :rows]
-                    exact_a[instr.addr:instr.addr + count] = beats[:, :rows]
                 elif instr.target == isa.Target.SPAD_B:
                     spad_b[instr.addr:instr.addr + count] = beats[:, :cols]
-                    exact_b[instr.addr:instr.addr + count] = beats[:, :cols]
                 else:
                     self._load_pmem(number, instr, beats)
             elif kind is isa.Store:
@@ -266,7 +267,8 @@ class SoftwareDevice(Device):
             # Row m of strip s is spad_b[aux_addr + s*rows + m].
             index = (instr.aux_addr + torch.arange(strips).unsqueeze(0) * rows
                      + torch.arange(rows).unsqueeze(1)).reshape(-1)
-            residual = self.spad_b.index_select(0, index).reshape(rows, strips * cols)
+            residual = self._spad_b.index_select(0, index).to(torch.int8).reshape(
+                rows, strips * cols)
         try:
             y = apply_registers(instr.op, x, regs=self.params, bias=bias, p1=p1, p2=p2,
                                 residual=residual, lanes=cfg.ep_lanes)
