@@ -128,10 +128,11 @@ def _core_stub(il_text):
     return "\n".join(lines + ["endmodule", ""])
 
 
-def netlist_harness_verilog(cfg, *, log=None):
+def netlist_harness_verilog(cfg):
     """The simulation harness of ``cfg`` (:class:`bertaccel.hw.harness.SimHarness`, module
     ``bertaccel_harness``) whose core is its ECP5 netlist, with the cell models: one Verilog
-    text for :func:`bertaccel.sim.build.build`. ``log`` (a callable) hears the cell counts.
+    text for :func:`bertaccel.sim.build.build`, its first line a comment that counts the
+    netlist's cells (the build folder keeps the text).
 
     Raises
     ------
@@ -145,25 +146,25 @@ def netlist_harness_verilog(cfg, *, log=None):
         try:
             run_yosys("\n".join(_SYNTH) + "\n", files, folder,
                       f"synthesising the {cfg.name} core for the ECP5")
-            if log is not None:
-                log(_cell_counts(Path(folder, "stat.txt").read_text()))
             run_yosys("\n".join(_HARNESS) + "\n", {}, folder,
                       "writing the harness around the netlist")
         except MutateError as error:
             raise NetlistError(str(error)) from None
         harness = Path(folder, "harness.v").read_text()
         core = Path(folder, "core.v").read_text()
+        cells = _cell_counts(Path(folder, "stat.txt").read_text())
     harness = compact_zero_init(trigger_comb_at_start(harness))
-    return "\n".join([harness, core, filestream.VERILOG, cell_models()])
+    head = f"// the {cfg.name} core's ECP5 netlist: {cells}"
+    return "\n".join([head, harness, core, filestream.VERILOG, cell_models()])
 
 
 def _cell_counts(stat):
-    counts = re.findall(r"^\s+(\d+)\s+(\S+)$", stat, re.M)
+    """``7,109 LUT4, ...``: the ECP5 cells and the behavioural memories of yosys's ``stat``."""
     cells = {}
-    for count, kind in counts:
-        cells.setdefault(kind, int(count))
-    return "netlist: " + ", ".join(f"{count:,} {kind}" for kind, count in cells.items()
-                                   if not kind.startswith("$") or kind == "$mem_v2")
+    for count, kind in re.findall(r"^\s+(\d+)\s+(\S+)$", stat, re.M):
+        if re.fullmatch(r"[A-Z][A-Z0-9_]*", kind) or kind == "$mem_v2":
+            cells.setdefault("memories" if kind == "$mem_v2" else kind, int(count))
+    return ", ".join(f"{count:,} {kind}" for kind, count in sorted(cells.items()))
 
 
 def netlist_key():
