@@ -188,6 +188,10 @@ class RtlDevice(Device):
         Simulate the core's ECP5 netlist instead of its RTL (gate-level: yosys's
         ``synth_ecp5``, :mod:`bertaccel.sim.netlist`), on Verilator, in the same harness; its
         build folder ends in ``-netlist-<key>``.
+    quick_build : bool
+        Compile the simulator unoptimised (:func:`bertaccel.sim.build.build`'s ``quick``):
+        about half the build time, several times slower runs; for a few short runs (the
+        suite's gate-level test). Its build folder ends in ``-quick``.
 
     Members
     -------
@@ -217,7 +221,7 @@ class RtlDevice(Device):
     def __init__(self, cfg, *, build_root="build/sim", seed=0, src_idle=0, sink_stall=0,
                  max_cycles=None, startup_timeout=300.0, run_timeout=None,
                  watchdog=DEFAULT_LIMIT, simulator="verilator", icarus_std="2012", verilog=None,
-                 verilog_key=None, ports=None, netlist=False):
+                 verilog_key=None, ports=None, netlist=False, quick_build=False):
         super().__init__(cfg)
         from ...sim.build import ICARUS_STDS, SIMULATORS
         if simulator not in SIMULATORS:
@@ -256,6 +260,9 @@ class RtlDevice(Device):
         suffix = f"-icarus{icarus_std}" if simulator == "icarus" else ""
         if verilog_key is not None:
             suffix += f"-{verilog_key}"
+        self.quick_build = bool(quick_build)
+        if self.quick_build:
+            suffix += "-quick"
         self.build_dir = Path(build_root) / f"{_TOPLEVEL}-{cfg.tag}{suffix}"
         self.build = None
         self.log_file = None
@@ -291,7 +298,8 @@ class RtlDevice(Device):
         key_parts = (cfg.to_json(),) + ((self._verilog_key,) if self._verilog_key else ())
         self.build = build(
             design, name=_TOPLEVEL, build_dir=self.build_dir, source_key=source_key(*key_parts),
-            simulator=self.simulator, icarus_std=self.icarus_std or "2012")
+            simulator=self.simulator, icarus_std=self.icarus_std or "2012",
+            quick=self.quick_build)
 
         session.tmpdir = tempfile.mkdtemp(prefix="bertaccel-")  # short: sun_path has 108 bytes
         path = os.path.join(session.tmpdir, "sock")

@@ -179,7 +179,7 @@ def _flags(instrs, heads, layout):
 def test_controller(preset, tmp_path):
     cfg = PRESETS[preset]
     sim = build(lambda: Controller(cfg, checks={Fault.OPCODE}), name="controller",
-                build_dir=f"build/sim/controller-{cfg.tag}")
+                build_dir=f"build/sim/controller-{cfg.tag}", quick=True)
     run_cocotb(sim, MODULE, "dispatch", timeout=300,
                extra_env={"BERTACCEL_CONFIG": cfg.to_json(), "BERTACCEL_SEED": "9"},
                log_file=tmp_path / "sim.log")

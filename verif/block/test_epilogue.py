@@ -642,7 +642,7 @@ def test_epilogue(preset, sim_root, tmp_path):
     cfg = PRESETS[preset]
     sim = build(lambda: EpilogueTop(cfg), name="epilogue",
                 build_dir=sim_root / f"epilogue-{cfg.tag}",
-                source_key=_source_key(cfg))
+                source_key=_source_key(cfg), quick=True)
     run_cocotb(sim, MODULE, "epilogue_ops", timeout=300,
                extra_env={"BERTACCEL_CONFIG": cfg.to_json(),
                           "BERTACCEL_SEED": os.environ.get("BERTACCEL_SEED", "5"),

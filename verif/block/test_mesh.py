@@ -151,7 +151,8 @@ async def mesh_schedule(dut):
 @pytest.mark.parametrize("preset", ["2x2", "4x8", "8x8"])
 def test_mesh(preset, tmp_path):
     cfg = PRESETS[preset]
-    sim = build(lambda: SystolicMesh(cfg), name="mesh", build_dir=f"build/sim/mesh-{cfg.tag}")
+    sim = build(lambda: SystolicMesh(cfg), name="mesh", build_dir=f"build/sim/mesh-{cfg.tag}",
+                quick=True)
     run_cocotb(sim, MODULE, "mesh_schedule", timeout=300,
                extra_env={"BERTACCEL_CONFIG": cfg.to_json(), "BERTACCEL_SEED": "11"},
                log_file=tmp_path / "sim.log")

@@ -19,7 +19,10 @@ from verif.helpers import check_model_cycles
 
 __all__ = []
 
-CONFIGS = ["2x2", "4x4", "4x8", "8x8"]
+#: The small core with a full-width epilogue, and two whose epilogue is narrow (4 lanes over
+#: 8 columns). The 4x4 core, of the 2x2's kind, has its stages checked in the Amaranth
+#: simulator (block/test_execute_stages.py) and its programs on the software device.
+CONFIGS = ["2x2", "4x8", "8x8"]
 # (src_idle, sink_stall) out of 256: free-running, and about 30% idle / 40% backpressure.
 STALLS = {"free": (0, 0), "stalled": (77, 102)}
 

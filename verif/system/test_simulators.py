@@ -41,7 +41,9 @@ def _icarus():
         missing_tool("needs Icarus Verilog: iverilog on PATH (Debian package iverilog)")
 
 
-CONFIGS = ["2x2", "4x4"]
+#: What the simulators must agree on is the Verilog's meaning, not a size: the smallest core
+#: (Icarus takes seconds a program on it).
+CONFIGS = ["2x2"]
 PROGRAMS = ["gemm", "requant", "gelu", "softmax", "layernorm"]
 # (seed, src_idle, sink_stall): free-running, and about 30% idle / 40% backpressure.
 STALLS = {"free": (1, 0, 0), "stalled": (2, 77, 102)}
