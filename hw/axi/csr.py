@@ -224,9 +224,11 @@ def _address(name, half, what, offset):
 def _fault_address(offset):
     """FAULT_ADDR_LO and _HI."""
     what = ("For a window fault (`FAULT.CODE` PROG_WINDOW, DATA_WINDOW, OUT_WINDOW), the byte "
-            "address of the region's first word; 0 otherwise.")
+            "address of the region's first word; for a read fault (PROG_READ, DATA_READ), of "
+            "the word answered with the error; for a WRITE fault, of the first word of the "
+            "burst answered with it; 0 otherwise.")
     return tuple(Register(f"FAULT_ADDR_{half}", offset + 4 * index,
-                          f"The address of a window fault, bits {bits}.",
+                          f"The address of a window or bus fault, bits {bits}.",
                           _word(f"FAULT_ADDR_{half}", Access.RO, f"Bits {bits}. {what}"))
                  for index, (half, bits) in enumerate((("LO", "[31:0]"), ("HI", "[63:32]"))))
 

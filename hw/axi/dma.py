@@ -75,6 +75,9 @@ class ReadEngine(wiring.Component):
     o : Out(stream.Signature(beat_width))
     idle : Out(1)
         No burst is waiting to be issued or has words still to arrive.
+    at : Out(addr_width)
+        Byte address of the word ``r`` delivers next (words arrive in the order of their
+        addresses): where an error response was for.
     """
 
     def __init__(self, *, addr_width, bus_width, beat_width, max_burst=MAX_BURST,
@@ -100,6 +103,7 @@ class ReadEngine(wiring.Component):
             "r":     In(stream.Signature(data.StructLayout({"data": bus_width}))),
             "o":     Out(stream.Signature(beat_width)),
             "idle":  Out(1),
+            "at":    Out(addr_width),
         })
 
     def elaborate(self, platform):
@@ -107,7 +111,6 @@ class ReadEngine(wiring.Component):
         bus_bytes = self.bus_width // 8
         shift = log2(bus_bytes)
         depth = self.fifo_depth
-
 
         addr = Signal(self.addr_width)
         left = Signal(self.count_width + 5)  # words not yet requested
@@ -157,6 +160,8 @@ class ReadEngine(wiring.Component):
         ]
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += sent.eq(sent + 1)
+        with m.If(r_take):
+            m.d.sync += self.at.eq(self.at + bus_bytes)
 
         with m.If(issue):
             m.d.sync += [
@@ -176,6 +181,7 @@ class ReadEngine(wiring.Component):
         with m.If(self.start):
             m.d.sync += [
                 addr.eq(Cat(Const(0, shift), self.base[shift:])),
+                self.at.eq(Cat(Const(0, shift), self.base[shift:])),
                 left.eq(words_of(self.count, beat_width=self.beat_width,
                                  bus_width=self.bus_width)),
                 free.eq(depth),
@@ -220,6 +226,9 @@ class WriteEngine(wiring.Component):
         No burst is waiting to be issued, sending data, or waiting for its response.
     idle : Out(1)
         ``quiet``, and no beat is held.
+    at : Out(addr_width)
+        Byte address of the first word of the oldest burst without its response (responses
+        come in the order of the bursts): where an error response was for.
     """
 
     def __init__(self, *, addr_width, bus_width, beat_width, max_burst=MAX_BURST,
@@ -249,6 +258,7 @@ class WriteEngine(wiring.Component):
             "b":     In(stream.Signature(data.StructLayout({"resp": 2}))),
             "quiet": Out(1),
             "idle":  Out(1),
+            "at":    Out(addr_width),
         })
 
     def elaborate(self, platform):
@@ -269,6 +279,7 @@ class WriteEngine(wiring.Component):
         with m.If(self.start):
             m.d.sync += [
                 addr.eq(Cat(Const(0, shift), self.base[shift:])),
+                self.at.eq(Cat(Const(0, shift), self.base[shift:])),
                 claimed.eq(0),
                 outstanding.eq(0),
                 aw_valid.eq(0),
@@ -348,7 +359,18 @@ class WriteEngine(wiring.Component):
             claimed.eq(claimed + Mux(issue, burst, 0) - w_take),
             outstanding.eq(outstanding + issue - b_take),
         ]
+        self._responses(m, issue, burst, b_take, shift)
         return addr, claimed, outstanding, aw_valid
+
+    def _responses(self, m, issue, burst, b_take, shift):
+        """``at``: past the words of each burst as its response comes, their counts kept from
+        issue to response (never more than ``max_outstanding`` bursts)."""
+        awaiting = fifo.SyncFIFO(width=9, depth=self.max_outstanding)
+        m.submodules.awaiting = ResetInserter(self.start)(awaiting)
+        m.d.comb += [awaiting.w_en.eq(issue), awaiting.w_data.eq(burst),
+                     awaiting.r_en.eq(b_take)]
+        with m.If(b_take):
+            m.d.sync += self.at.eq(self.at + (awaiting.r_data << shift))
 
     def _send(self, m, buffer, lengths, w_take):
         """W: the words of each issued burst, in order; return whether a burst is being sent."""

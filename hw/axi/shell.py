@@ -119,7 +119,7 @@ class AxiShell(wiring.Component):
         self._write_channels(m, out_wr)
         self._windows(m, bank, run, start)
         self._watchdog(m, bank, core, (instr_rd, data_rd, out_wr), run, start, soft_reset)
-        self._faults(m, core, run)
+        self._faults(m, core, (instr_rd, data_rd, out_wr), run)
         self._run_control(m, bank, core, (instr_rd, data_rd, out_wr), run, start, soft_reset)
         self._status(m, bank, core, run)
         return m
@@ -300,9 +300,12 @@ class AxiShell(wiring.Component):
         with m.If(~dog.fired):   # what it waited for in the last cycle before it fired
             m.d.sync += run.stall.eq(now)
 
-    def _faults(self, m, core, run):
+    def _faults(self, m, core, dmas, run):
         """``run.bus_error`` (an error response on R or B) and the first fault of the run:
-        ``run.fault`` and ``run.fault_resp``, and ``run.halted`` for a fault of the shell."""
+        ``run.fault``, ``run.fault_resp``, ``run.fault_addr`` (the region's first word for a
+        window fault, the word or burst answered for a bus fault), and ``run.halted`` for a
+        fault of the shell."""
+        instr_rd, data_rd, out_wr = dmas
         axi = self._axi
         r_error = axi("rvalid") & axi("rready") & axi("rresp")[1]
         b_error = axi("bvalid") & axi("bready") & axi("bresp")[1]
@@ -317,10 +320,12 @@ class AxiShell(wiring.Component):
                              run.halted.eq(1)]
             with m.Elif(r_error):
                 m.d.sync += [run.fault.eq(Mux(axi("rid"), code["DATA_READ"], code["PROG_READ"])),
-                             run.fault_resp.eq(axi("rresp")), run.halted.eq(1)]
+                             run.fault_resp.eq(axi("rresp")),
+                             run.fault_addr.eq(Mux(axi("rid"), data_rd.at, instr_rd.at)),
+                             run.halted.eq(1)]
             with m.Elif(b_error):
                 m.d.sync += [run.fault.eq(code["WRITE"]), run.fault_resp.eq(axi("bresp")),
-                             run.halted.eq(1)]
+                             run.fault_addr.eq(out_wr.at), run.halted.eq(1)]
             with m.Elif(overrun):
                 m.d.sync += [run.fault.eq(code["OUT_OVERRUN"]), run.halted.eq(1)]
             with m.Elif(core.o_error):

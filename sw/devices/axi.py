@@ -391,7 +391,7 @@ def soft_reset_ops(max_polls):
 
 
 def _fault_text(fault):
-    """``FAULT``'s fields in words: ``"fault DATA_READ (SLVERR)"``, ``"fault
+    """``FAULT``'s fields in words: ``"fault DATA_READ (SLVERR at 0x2040)"``, ``"fault
     ILLEGAL_INSTRUCTION (ROW_LEN) at instruction 7"``."""
     name = csr.FAULT_CODES.get(fault["CODE"], f"code {fault['CODE']}")
     if name in csr.WINDOW_FAULTS.values():
@@ -405,8 +405,8 @@ def _fault_text(fault):
         check = fault["CHECK"]
         rule = legal.Fault(check).name if check in set(legal.Fault) else f"rule {check}"
         return f"fault {name} ({rule}) at instruction {fault['PC']}"
-    resp = {2: " (SLVERR)", 3: " (DECERR)"}.get(fault["RESP"], "")
-    return f"fault {name}{resp}"
+    resp = {2: "SLVERR", 3: "DECERR"}.get(fault["RESP"])
+    return f"fault {name} ({resp} at {fault['ADDR']:#x})" if resp else f"fault {name}"
 
 
 def run_ops(image, *, max_polls=100_000, check=True, write_image=True):

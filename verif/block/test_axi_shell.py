@@ -14,12 +14,14 @@ documentation, the DRAM layout of :mod:`bertaccel.sw.devices.axi`), then one Ver
   boundaries and, for the 40-bit config, above 4 GiB; a 1x1x1 GEMM (one output beat, a partial
   bus word written with strobes);
 * ``errors``: a program with an illegal instruction ends with ``STATUS.ERROR`` and ``DONE``
-  instead of hanging, ``FAULT.CHECK`` naming the rule and ``FAULT_PC`` the instruction; a run whose data is too short does not finish and is abandoned with
-  ``CTRL.SOFT_RESET``; a refused write ends with ``FAULT.CODE`` WRITE; a program with more
-  results than ``OUT_LEN`` ends with OUT_OVERRUN, nothing written past ``OUT_LEN``; refused
-  input reads end with DATA_READ and nothing written at all; DECERR on the instruction reads and
-  on the writes ends with PROG_READ and WRITE, ``FAULT.RESP`` 3; after each, the next program
-  runs bit-exact;
+  instead of hanging, ``FAULT.CHECK`` naming the rule and ``FAULT_PC`` the instruction; a run
+  whose data is too short does not finish and is abandoned with ``CTRL.SOFT_RESET``; a refused
+  write ends with ``FAULT.CODE`` WRITE; a program with more results than ``OUT_LEN`` ends with
+  OUT_OVERRUN, nothing written past ``OUT_LEN``; refused input reads end with DATA_READ and
+  nothing written at all; DECERR on the instruction reads and on the writes ends with PROG_READ
+  and WRITE, ``FAULT.RESP`` 3; every bus fault with ``FAULT_ADDR`` at the word (read) or burst
+  (write) answered with the error, also when the refusal starts at a region's fourth word;
+  after each, the next program runs bit-exact;
 * ``protection``: each region outside the DMA window (and one past the top of the address
   space) ends with its window fault and ``FAULT_ADDR``, no byte read or written; missing input
   data and a withheld write response end with WATCHDOG and ``STALL`` naming the wait; ``irq``
@@ -435,6 +437,12 @@ def _fault(code, *, resp=0, check=0, pc=0, addr=0, stall=0):
             "STALL": stall}
 
 
+def _base(image, region):
+    """The byte address ``image`` gives ``region`` (``"PROG"``, ``"DATA"`` or ``"OUT"``)."""
+    registers = image.registers()
+    return registers[f"{region}_ADDR_LO"] | registers[f"{region}_ADDR_HI"] << 32
+
+
 def _bits(register, *names):
     """The word of ``register`` with the one-bit fields ``names`` set."""
     return sum(1 << csr.register(register).field(name).lsb for name in names)
@@ -493,10 +501,11 @@ async def errors(dut):
     tb.log.info("soft reset during a run, after %d of %d instructions", taken, image.prog_len)
     await tb.run(CASES["main"])
 
-    # -- a write answered with SLVERR sets STATUS.BUS_ERROR -------------------------------------
+    # -- a write answered with SLVERR sets STATUS.BUS_ERROR; FAULT_ADDR is its burst's ------
     image, _ = tb.image(CASES["tiny"])
     tb.allow(image, write=False)
-    error = await _expect_fault(tb, image, _fault("WRITE", resp=2), refused=True)
+    error = await _expect_fault(tb, image, _fault("WRITE", resp=2, addr=_base(image, "OUT")),
+                                refused=True)
     assert error.status["BUS_ERROR"], error.status
     await tb.run(CASES["tiny"])
 
@@ -511,12 +520,23 @@ async def errors(dut):
     # -- input data answered with SLVERR: nothing is computed on it, nothing written ----------
     image, _ = tb.image(CASES["main"])
     tb.allow(image)
-    data_addr = image.registers()["DATA_ADDR_LO"] | image.registers()["DATA_ADDR_HI"] << 32
+    data_addr = _base(image, "DATA")
     tb.readable = [span for span in tb.readable if span[0] != data_addr]
     written = tb.written
-    error = await _expect_fault(tb, image, _fault("DATA_READ", resp=2), refused=True)
+    error = await _expect_fault(tb, image, _fault("DATA_READ", resp=2, addr=data_addr),
+                                refused=True)
     assert error.status["FAULT"] and error.status["BUS_ERROR"], error.status
     assert tb.written == written, f"{tb.written - written} bytes written after a refused read"
+    await tb.run(CASES["main"])
+
+    # -- ... from the fourth word on: FAULT_ADDR is the first word answered with the error -----
+    image, _ = tb.image(CASES["main"])
+    tb.allow(image)
+    word = tb.cfg.axi_data_width // 8
+    tb.readable = [(lo, data_addr + 3 * word if lo == data_addr else hi)
+                   for lo, hi in tb.readable]
+    await _expect_fault(tb, image, _fault("DATA_READ", resp=2, addr=data_addr + 3 * word),
+                        refused=True)
     await tb.run(CASES["main"])
 
     # -- DECERR on the instruction reads, then on the writes: the same faults, RESP 3 ----------
@@ -528,8 +548,10 @@ async def errors(dut):
         if region == "prog":
             tb.readable = tb.readable[1:]       # segments[0] is the program
         written = tb.written
-        error = await _expect_fault(tb, image, _fault(code, resp=AxiResp.DECERR), refused=True)
-        assert error.status["BUS_ERROR"] and "(DECERR)" in str(error), error
+        at = _base(image, region.upper())
+        error = await _expect_fault(tb, image, _fault(code, resp=AxiResp.DECERR, addr=at),
+                                    refused=True)
+        assert error.status["BUS_ERROR"] and f"(DECERR at {at:#x})" in str(error), error
         if region == "prog":
             assert tb.written == written, "results written after a refused instruction read"
         await tb.run(CASES["tiny"])
@@ -816,7 +838,8 @@ def shell_sim(request, sim_root):
     from bertaccel.hw.axi import AxiShell
     cfg = CONFIGS[request.param]
     sim = build(lambda: AxiShell(cfg), name="axi_shell",
-                build_dir=sim_root / f"axi_shell-{cfg.tag}", source_key=_source_key(cfg))
+                build_dir=sim_root / f"axi_shell-{cfg.tag}", source_key=_source_key(cfg),
+                quick=True)
     return cfg, sim
 
 
