@@ -23,6 +23,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 import torch  # noqa: E402
 
+from _record import record  # noqa: E402  (bench/ is on sys.path)
 from bertaccel.golden import accuracy  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "accuracy_ops.json"
@@ -85,13 +86,10 @@ def main(argv=None):
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
                         "transformers": transformers.__version__,
                         "threads": torch.get_num_threads()},
-        "command": " ".join(["python", "bench/accuracy_ops.py",
-                             *(sys.argv[1:] if argv is None else argv)]),
         "wall_s": time.perf_counter() - start,
     }
 
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    record(results, args.output, __file__, argv)
     if args.json:
         print(json.dumps(results, indent=2))
         return 0

@@ -13,11 +13,11 @@ against sequence length; the seq-128 breakdown by class).
 """
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
+from _record import record  # bench/ is on sys.path
 from bertaccel.hw.config import PRESETS
 from bertaccel.analysis.perf import CLASS_LABELS, CLASSES, bench_bert, compile_shape, retarget
 
@@ -100,8 +100,7 @@ def main(argv=None):
                 "shares", "stalls")})
             print(f"{name:>6} seq {seq:>3}: utilization {r['utilization']:6.1%}, preload "
                   f"stalls {r['stalls']['preload'] / r['cycles']:6.1%}", flush=True)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(doc, indent=2) + "\n")
+    record(doc, args.output, __file__, argv)
     png = args.output.with_suffix(".png")
     plot(doc, png)
     print(f"wrote {args.output} and {png} ({time.monotonic() - begin:.0f} s)")

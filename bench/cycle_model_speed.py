@@ -12,7 +12,6 @@ model computes for the same program; how long it takes is only measured here.
 """
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ def main(argv=None):
         parser.error(f"--blocks and --repeats must be at least 1, not {args.blocks} and "
                      f"{args.repeats}")
 
+    from _record import record  # bench/ is on sys.path
     from bertaccel.hw import isa
     from bertaccel.hw.config import load_config
     from bertaccel.sw.cycles import CycleModel
@@ -53,8 +53,7 @@ def main(argv=None):
     best = min(times)
     result = {"config": cfg.label, "instructions": len(instrs), "seconds": times,
               "instructions_per_s": len(instrs) / best, "cycles": report.cycles}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    record(result, args.output, __file__, argv)
     print(f"{len(instrs):,} instructions on {cfg.name} in {best:.2f} s (best of "
           f"{args.repeats}): {result['instructions_per_s']:,.0f} instructions/s; "
           f"{report.summary()}")

@@ -2,8 +2,9 @@
 the peak resident set of the real run, over shapes from 8 x 8 x 8 to 2048 x 2048 x 2048 on the
 presets, with and without epilogues; writes ``bench/results/gemm_memory.json``.
 
-Each GEMM runs in a process of its own (:func:`bertaccel.sw.checked_gemm.run_gemm` on the ref device, as
-``bertaccel gemm`` runs it); its cost is the peak ``ru_maxrss`` less the one after the imports.
+Each GEMM runs in a process of its own (:func:`bertaccel.sw.checked_gemm.run_gemm` on the ref
+device, as ``bertaccel gemm`` runs it); its cost is the peak ``ru_maxrss`` less the one after the
+imports.
 The estimate should be at least the cost (it refuses rather than runs out) and not far above it.
 
     python bench/gemm_memory.py [--quick]
@@ -13,7 +14,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gemm_memory.json"
@@ -60,6 +60,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     from bertaccel.sw.paths import check_args
     check_args(parser, files={"--output": args.output})
+    from _record import record  # bench/ is on sys.path
     from bertaccel.sw.budget import format_size
     rows = []
     for shape in QUICK if args.quick else SHAPES:
@@ -73,9 +74,9 @@ def main(argv=None):
               f"measured {format_size(row['measured']):>10}, estimate "
               f"{format_size(row['estimate']):>10}: {row['ratio']:.2f}x", flush=True)
     ratios = [row["ratio"] for row in rows]
-    doc = {"schema": "bertaccel-gemm-memory/1", "date": time.strftime("%Y-%m-%d"),
-           "ratio_min": min(ratios), "ratio_max": max(ratios), "runs": rows}
-    args.output.write_text(json.dumps(doc, indent=2) + "\n")
+    doc = {"schema": "bertaccel-gemm-memory/1", "ratio_min": min(ratios),
+           "ratio_max": max(ratios), "runs": rows}
+    record(doc, args.output, __file__, argv)     # its "date" is the stamp's
     print(f"estimate / measured from {min(ratios):.2f} to {max(ratios):.2f}; wrote {args.output}")
     return 0
 

@@ -120,9 +120,9 @@ def main(argv=None):
     if bad:
         parser.error(f"fractions must be in (0, 1], not {bad[0]!r}")
     log = (lambda text: print(text, file=sys.stderr)) if args.json else print
+    from _record import record  # bench/ is on sys.path
     result = {"configs": {name: _config(name, args.fractions, log) for name in args.configs}}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    record(result, args.output, __file__, argv)
     if args.json:
         print(json.dumps(result, indent=2))
     return 0

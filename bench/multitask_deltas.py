@@ -30,6 +30,7 @@ import time
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 import torch  # noqa: E402
+from _record import record  # noqa: E402  (bench/ is on sys.path)
 from bertaccel.golden import bert_ref  # noqa: E402
 from bertaccel.golden.tasks import TASKS, labels, load_task  # noqa: E402
 from bertaccel.sw.multitask import deltas as D  # noqa: E402
@@ -364,12 +365,9 @@ def main(argv=None):
         "tasks": tasks, "summary": summarize(tasks),
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
                         "threads": torch.get_num_threads()},
-        "command": " ".join(["python", "bench/multitask_deltas.py",
-                             *(sys.argv[1:] if argv is None else argv)]),
         "wall_s": round(time.perf_counter() - start, 1),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=1) + "\n")
+    record(report, args.output, __file__, argv)
     plot(report, args.output.with_suffix(".png"))
     print(f"per-task budget for {STORAGE_TARGET}x at {n} tasks: "
           f"{report['budget_bytes_per_task'] / 1e3:.0f} kB (int8 model {model / 1e6:.2f} MB)")

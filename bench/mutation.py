@@ -25,8 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _record import record  # noqa: E402
 
 from bertaccel.cluster.connect import connect  # noqa: E402
-from bertaccel.cluster.mutation import (format_mutation, machine, mutation_run,  # noqa: E402
-                                        plan_mutants)
+from bertaccel.cluster.mutation import format_mutation, mutation_run, plan_mutants  # noqa: E402
 from bertaccel.hw.config import PRESETS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +107,6 @@ def main(argv=None):
         report = mutation_run(plan, build_root=args.build_root, indices=indices,
                               equivalent=EQUIVALENT, gaps=gap, log=log)
     report["cluster"] = where
-    report["machine"] = machine()
     report["workers"] = where["cpus"]
     if indices is None:
         record(report, RESULTS, __file__, argv)

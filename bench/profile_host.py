@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from _record import record  # bench/ is on sys.path
 from bertaccel.analysis.profile import (OP_CLASSES, SCHEMA, ProfileError, accel_bar,
                                         accelerator_side, busy_warning, format_table,
                                         load_accel_breakdown, plot_shares, profile, report_bars,
@@ -102,8 +103,7 @@ def main(argv=None):
         print(f"bench: error: {error}", file=sys.stderr)
         return 2
 
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(doc, indent=2) + "\n")
+    record(doc, args.output, __file__, argv)
     plot(doc, args.png)
     for report in doc["profiles"]:
         print(format_table(report))

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from _record import record  # bench/ is on sys.path
 from bertaccel import Encoder
 from bertaccel.golden import bert_ref, kernels
 from bertaccel.golden.corpus import corpus_sentences
@@ -221,7 +222,7 @@ def main(argv=None):
             "rows_written": memory[2]},
         "cli": cli,
     }
-    Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+    record(report, args.output, __file__, argv)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -4,15 +4,14 @@
 
     python bench/seqpoint.py [--model minilm] [--config 8x8] [--texts stdlib] [--k 10]
 
-What ``bertaccel seqpoint`` runs (:mod:`bertaccel.analysis.seqpoint`): every docstring of the stdlib
-modules of the accuracy set (376 texts with CPython 3.11) tokenised with all-MiniLM-L6-v2's
+What ``bertaccel seqpoint`` runs (:mod:`bertaccel.analysis.seqpoint`): every docstring of the
+stdlib modules of the accuracy set (376 texts with CPython 3.11) tokenised with all-MiniLM-L6-v2's
 tokenizer, each input timed on its own by the cycle model, against the projection from k
 representative lengths. Writes ``bench/results/seqpoint.json`` and ``seqpoint.png`` (the length
 histogram with the k = 3 points, and the error against k).
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -62,6 +61,7 @@ def main(argv=None):
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()
 
+    from _record import record  # bench/ is on sys.path
     from bertaccel.hw.config import load_config
     from bertaccel.analysis.seqpoint import format_report, seqpoint_text_set
 
@@ -70,8 +70,7 @@ def main(argv=None):
         args.model, load_config(args.config), args.texts, ks=range(1, args.k + 1),
         log=lambda text: print(f"bench: {text}", file=sys.stderr))
     report["lengths"] = lengths
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    record(report, args.output, __file__, argv)
     png = args.output.with_suffix(".png")
     plot(report, lengths, png)
     print(format_report(report))

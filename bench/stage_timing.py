@@ -126,6 +126,7 @@ def main(argv=None):
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+    from _record import record  # bench/ is on sys.path
 
     def log(text):
         print(text, flush=True)
@@ -143,8 +144,7 @@ def main(argv=None):
             f"timed in {seqpoint['timed_lengths_wall_s']:.1f} s wall; "
             f"{seqpoint['reference_cycles']:,} cycles)")
     log(f"load average {result['load_average'][0]:.1f} on {os.cpu_count()} CPUs")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    record(result, args.output, __file__, argv)
     log(f"wrote {args.output}")
     return 0
 

@@ -25,12 +25,12 @@ once per seed of ``--datapath-seeds``. Writes
 """
 
 import argparse
-import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from _record import record  # bench/ is on sys.path
 from bertaccel.hw.config import PRESETS
 from bertaccel.fpga.errors import DoesNotFit, NotRouted
 from bertaccel.fpga.reports import not_routed_report
@@ -139,11 +139,9 @@ def main(argv=None):
     meshes = [report for future in meshes if (report := future.result())]
     datapaths = [report for future in datapaths if (report := future.result())]
 
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"target": tgt.name, "part": tgt.part, "seed": args.seed,
-                                       "freq_mhz": args.freq, "reports": reports,
-                                       "meshes": meshes, "datapaths": datapaths},
-                                      indent=2) + "\n")
+    record({"target": tgt.name, "part": tgt.part, "seed": args.seed, "freq_mhz": args.freq,
+            "reports": reports, "meshes": meshes, "datapaths": datapaths},
+           args.output, __file__, argv)
     heading = (f"{tgt.name} ({tgt.part}, speed grade {tgt.part.split('-')[-1][0]}), "
                f"nextpnr seed {args.seed}, clock constraint {args.freq:g} MHz")
     table = format_table(reports, seed=args.seed)

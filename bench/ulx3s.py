@@ -34,6 +34,9 @@ from bertaccel.fpga.synth import RAM_COPY_GROUP
 from bertaccel.fpga.tools import tool_versions
 from bertaccel.fpga.ulx3s import ULX3STop
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when a test imports it
+from _record import record  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results"
 BOARDS = ("12F", "25F", "45F", "85F")
 
@@ -160,8 +163,7 @@ def main(argv=None):
         "ram_output_registers": json.loads((build_dir / "ramreg.json").read_text()),
     }
     output = RESULTS / f"ulx3s-{cfg.name}-{args.board}.json"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(summary, indent=2) + "\n")
+    record(summary, output, __file__, argv)
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -33,12 +33,9 @@ compared; the GEMMs write everything they read, so their outputs are compared to
 """
 
 import dataclasses
-import os
-import platform
 import random
 import time
 
-import numpy as np
 import torch
 
 from .tasks import DEFAULT_RETRIES, Failure, run_tasks
@@ -46,7 +43,7 @@ from .tasks import DEFAULT_RETRIES, Failure, run_tasks
 __all__ = ["SCHEMA", "SCOPE", "STALLS", "GEMMS", "Case", "MutantPlan", "selection",
            "hand_programs", "plan_mutants", "golden_run", "check_mutant", "mutation_run",
            "prove_mutant", "PROVED",
-           "mutant_id", "summarize", "format_mutation", "machine"]
+           "mutant_id", "summarize", "format_mutation"]
 
 SCHEMA = "bertaccel-mutation/1"
 #: The modules that are mutated: the core and everything below it.
@@ -69,6 +66,9 @@ GEMMS = [(5, 6, 4, None, "random"), (3, 4, 6, "requant", "random"), (4, 2, 4, "g
 #: Random GEMMs for each epilogue, and the largest m, k and n they are drawn from.
 RANDOM_GEMMS = 4
 RANDOM_LIMITS = (17, 70, 17)
+#: Random GEMMs for each epilogue whose parameters reach the epilogue's range limits
+#: (``operands="edge"`` of :func:`bertaccel.sw.epilogue.random_gemm`).
+EDGE_GEMMS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,77 +113,20 @@ class MutantPlan:
 
 # -- the selection --------------------------------------------------------------------------------
 
-def _raw_program(cfg, instrs):
-    """``instrs`` as a program with one flat input ``x`` (every LOAD beat) and output ``y``."""
-    from ..sw.program import Program
-
-    n_in = sum(i.count for i in instrs if isinstance(i, _isa().Load))
-    n_out = sum(i.count for i in instrs if isinstance(i, _isa().Store))
-    return Program(cfg, instrs, inputs={"x": (max(n_in, 1) * cfg.lanes,)},
-                   outputs={"y": (n_out * cfg.cols,)},
-                   pack_index=np.arange(n_in * cfg.lanes).reshape(n_in, cfg.lanes),
-                   unpack_index=np.arange(n_out * cfg.cols).reshape(n_out, cfg.cols))
-
-
-def _isa():
-    from ..hw import isa
-    return isa
-
-
-def _load(count, **flags):
-    return _isa().Load(target=_isa().Target.SPAD_A, addr=0, count=count, **flags)
-
-
-def _matmul(m_len, **flags):
-    return _isa().Matmul(a_addr=0, b_addr=0, acc_addr=0, m_len=m_len, accumulate=False,
-                         **flags)
-
-
-def _store(rows, strips=1, op=None, **flags):
-    op = _isa().EpOp.RAW if op is None else op
-    return _isa().Store(acc_addr=0, rows=rows, strips=strips, stride=rows, op=op, **flags)
-
-
-def _two_pass_sets(cfg, strips):
-    isa = _isa()
-    return [isa.Set(index=isa.Param.ROW_LEN, value=strips * cfg.cols),
-            isa.Set(index=isa.Param.SHIFT1, value=8)]
+#: The programs of :func:`bertaccel.sw.hand_programs.hand_programs` every mutant runs.
+HAND_PROGRAMS = ("loads", "matmuls_short", "matmuls_long", "matmuls_mixed", "store_set_store",
+                 "chain_x3", "dispatch_blocked", "serial", "softmax_5x2", "layernorm_2x9",
+                 "barrier", "tokens_full", "exec_to_load_full", "exec_to_store_full")
 
 
 def hand_programs(cfg):
-    """``{name: instructions}``: short programs whose timing turns on one latency or limit or
-    another (queues, tokens up to their limit of 255, the preload, the drain, two-pass stores);
-    the same programs as the suite's ``verif/tb/programs.py``."""
-    isa = _isa()
-    r = cfg.rows
-    soft, norm = isa.EpOp.SOFTMAX, isa.EpOp.LAYERNORM
-    chain = [_load(2 * r, push_next=True), _matmul(3, pop_prev=True, push_next=True),
-             _store(3, pop_prev=True)]
-    pops = [_store(0, pop_prev=True), _matmul(1, push_next=True)] * 3
-    return {
-        "loads": [_load(5), _load(0), _load(3)],
-        "matmuls_short": [_matmul(3)] * 5,
-        "matmuls_long": [_matmul(2 * r + 5)] * 4,
-        "matmuls_mixed": [_matmul(1), _matmul(r + 3), _matmul(0), _matmul(r), _matmul(2),
-                          _matmul(0)],
-        "store_set_store": [_store(4, 2), isa.Set(index=isa.Param.MUL0, value=3), _store(4)],
-        "chain_x3": chain * 3,
-        "dispatch_blocked": [_load(40, push_next=True)] * (cfg.queue_depth + 3)
-        + [_matmul(2, pop_prev=True)] * (cfg.queue_depth + 3),
-        "serial": [_load(r, push_next=True), _matmul(5, pop_prev=True, push_prev=True),
-                   _load(r, pop_next=True, push_next=True), _matmul(5, pop_prev=True)],
-        "softmax_5x2": _two_pass_sets(cfg, 2) + [_store(5, 2, soft), _store(2, 2, soft)],
-        "layernorm_2x9": _two_pass_sets(cfg, 9) + [_store(2, 9, norm),
-                                                   _store(1, 1, isa.EpOp.GELU)],
-        "barrier": [_store(0, push_prev=True), _matmul(0, pop_next=True, push_prev=True),
-                    _load(0, pop_next=True)],
-        "tokens_full": [_load(0, push_next=True)] * 255 + [_matmul(0, pop_prev=True)] * 255,
-        "exec_to_load_full": [_load(300 * r)] + [_matmul(0, push_prev=True)] * 255
-        + [_load(0, pop_next=True), _matmul(1, push_prev=True)] * 3
-        + [_load(0, pop_next=True)] * 255,
-        "exec_to_store_full": [_store(cfg.acc_depth)] * (300 * r // cfg.acc_depth + 1)
-        + [_matmul(0, push_next=True)] * 255 + pops + [_store(0, pop_prev=True)] * 255,
-    }
+    """``{name: instructions}``: the :data:`HAND_PROGRAMS`, short programs whose timing turns
+    on one latency or limit or another (queues, tokens up to their limit of 255, the preload,
+    the drain, two-pass stores)."""
+    from ..sw.hand_programs import hand_programs as every
+
+    programs = every(cfg)
+    return {name: programs[name] for name in HAND_PROGRAMS}
 
 
 def _gemm_case(cfg, m, k, n, op, operands, gen):
@@ -196,17 +139,23 @@ def _gemm_case(cfg, m, k, n, op, operands, gen):
 
 
 def selection(cfg, seed=5):
-    """The fixed programs every mutant runs, in order: the :data:`GEMMS` (outputs compared),
-    then the :func:`hand_programs` (cycles and beat counts compared)."""
+    """The fixed programs every mutant runs, in order: the :data:`GEMMS`, the random ones and
+    the edge-case ones (outputs compared), then the :func:`hand_programs` (cycles and beat
+    counts compared)."""
+    from ..sw.hand_programs import raw_program
+
     gen = torch.Generator().manual_seed(seed)
     rng = random.Random(seed)
     shapes = list(GEMMS)
     for op in EPILOGUES:
         shapes += [(*(rng.randint(1, top) for top in RANDOM_LIMITS), op, "random")
                    for _ in range(RANDOM_GEMMS)]
+    for op in EPILOGUES[1:]:
+        shapes += [(*(rng.randint(1, top) for top in RANDOM_LIMITS), op, "edge")
+                   for _ in range(EDGE_GEMMS)]
     cases = [_gemm_case(cfg, *gemm, gen) for gemm in shapes]
     for name, instrs in hand_programs(cfg).items():
-        program = _raw_program(cfg, instrs)
+        program = raw_program(cfg, instrs)
         size = max(program.n_data_beats, 1) * cfg.lanes
         x = torch.randint(-128, 128, (size,), generator=gen, dtype=torch.int8)
         cases.append(Case(name, program, {"x": x}, False))
@@ -473,16 +422,3 @@ def format_mutation(report):
                  + f" of non-equivalent mutants, in {report['wall_s']:.0f} s")
     return "\n".join(lines)
 
-
-def machine():
-    """The CPU model (``/proc/cpuinfo``) and core count of this machine."""
-    model = platform.processor() or None
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version()}

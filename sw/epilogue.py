@@ -49,7 +49,7 @@ from ..hw.isa import PMEM_SHIFT_BITS, PMEM_WORD_BITS, EpOp, Param, is_two_pass, 
 
 __all__ = ["Requant", "Gelu", "Softmax", "LayerNorm", "Tail", "Lowered", "ScaleError", "lower",
            "apply_registers", "apply_integer", "apply_float", "pmem_bytes", "random_epilogue",
-           "random_gemm", "EPILOGUES"]
+           "random_gemm", "EDGE_SPREAD", "EPILOGUES"]
 
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -570,7 +570,11 @@ def apply_float(epilogue, c, r=None):
     return y.clamp(-128, 127)
 
 
-def random_epilogue(name, *, k, n, generator):
+#: Octaves the scales of an ``"edge"`` GEMM's epilogue spread over (:func:`random_gemm`).
+EDGE_SPREAD = 6
+
+
+def random_epilogue(name, *, k, n, generator, spread=0):
     """An epilogue ``name`` (a key of :data:`EPILOGUES`) with realistic random parameters for a
     GEMM of random int8 operands of depth ``k`` and ``n`` columns, drawn from ``generator``.
 
@@ -578,7 +582,10 @@ def random_epilogue(name, *, k, n, generator):
     ``5461 * sqrt(k)``; the scales put the epilogue's input in the range a BERT layer sees
     (GELU inputs of a few units, softmax logits of a few units with the last tenth of the
     columns masked as padding, LayerNorm sums of about one unit with an int8 residual of the
-    same size, per-column bias, gamma and beta).
+    same size, per-column bias, gamma and beta). With ``spread`` (octaves) every scale and
+    bias is also multiplied by ``2**u``, ``u`` uniform in ``[-spread, spread]`` (a draw per
+    column for the per-column ones), so that values reach the epilogue's range limits:
+    saturation, shifts of many sizes, the ends of the tables.
     """
     if name not in EPILOGUES:
         raise ValueError(f"unknown epilogue {name!r}; epilogues are {', '.join(EPILOGUES)}")
@@ -590,26 +597,38 @@ def random_epilogue(name, *, k, n, generator):
     def normal(scale, size=n):
         return scale * torch.randn(size, generator=generator, dtype=torch.float64)
 
+    def wide(size=()):
+        if not spread:
+            return torch.ones(size, dtype=torch.float64)
+        return 2.0 ** uniform(-spread, spread, size)
+
     if name == "requant":
         out_scale = 4.0 / 127
-        bias = torch.round(normal(0.2 * std)).to(torch.int64)
-        return Requant(scale=(1.0 / std) / out_scale, bias=bias,
-                       per_channel_scale=uniform(0.5, 1.5))
+        bias = torch.round(normal(0.2 * std) * wide(n)).to(torch.int64)
+        return Requant(scale=float((1.0 / std) / out_scale * wide()), bias=bias,
+                       per_channel_scale=uniform(0.5, 1.5) * wide(n))
     if name == "gelu":
-        return Gelu(in_scale=2.0 / std, out_scale=8.0 / 127, bias=normal(0.2))
+        return Gelu(in_scale=float(2.0 / std * wide()), out_scale=float(8.0 / 127 * wide()),
+                    bias=normal(0.2) * wide(n))
     if name == "softmax":
         mask = torch.zeros(n, dtype=torch.bool)
         if n >= 4:
             mask[n - n // 10:] = True
-        return Softmax(in_scale=3.0 / std, mask=mask)
-    return LayerNorm(in_scale=1.0 / std, gamma=uniform(0.5, 1.5), beta=normal(0.2),
-                     out_scale=5.0 / 127, eps=1e-12, residual_scale=1.0 / 74, bias=normal(0.1))
+        return Softmax(in_scale=float(3.0 / std * wide()), mask=mask)
+    in_scale, gamma, beta = float(1.0 / std * wide()), uniform(0.5, 1.5) * wide(n), normal(0.2)
+    out_scale = float(5.0 / 127 * wide())
+    # beta is held in output LSBs, below 128 of them.
+    beta = (beta * wide(n)).clamp(-100 * out_scale, 100 * out_scale)
+    return LayerNorm(in_scale=in_scale, gamma=gamma, beta=beta, out_scale=out_scale, eps=1e-12,
+                     residual_scale=float(1.0 / 74 * wide()), bias=normal(0.1) * wide(n))
 
 
 def random_gemm(m, k, n, op, *, generator, operands="random"):
     """``(inputs, epilogue)`` of a GEMM of ``m x k x n``: int8 ``a`` and ``b`` (uniform, or
     every element -128 with ``operands="min"``), :func:`random_epilogue` of ``op`` (``None``:
-    raw), and for LayerNorm its residual ``r``; drawn from ``generator`` in that order."""
+    raw; with ``operands="edge"`` uniform operands and the epilogue's scales spread over
+    :data:`EDGE_SPREAD` octaves), and for LayerNorm its residual ``r``; drawn from
+    ``generator`` in that order."""
     if operands == "min":
         a = torch.full((m, k), -128, dtype=torch.int8)
         b = torch.full((k, n), -128, dtype=torch.int8)
@@ -617,7 +636,9 @@ def random_gemm(m, k, n, op, *, generator, operands="random"):
         a = torch.randint(-128, 128, (m, k), generator=generator, dtype=torch.int8)
         b = torch.randint(-128, 128, (k, n), generator=generator, dtype=torch.int8)
     inputs = {"a": a, "b": b}
-    epilogue = None if op is None else random_epilogue(op, k=k, n=n, generator=generator)
+    spread = EDGE_SPREAD if operands == "edge" else 0
+    epilogue = None if op is None else random_epilogue(op, k=k, n=n, generator=generator,
+                                                       spread=spread)
     if op == "layernorm":
         inputs["r"] = torch.randint(-128, 128, (m, n), generator=generator, dtype=torch.int8)
     return inputs, epilogue

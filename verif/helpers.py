@@ -10,6 +10,7 @@ import torch
 from bertaccel.hw import isa
 from bertaccel.sw.bert import compile_bert
 from bertaccel.sw.cycles import CycleModel
+from bertaccel.sw.hand_programs import load, matmul, store, two_pass_sets
 
 __all__ = ["REQUIRE_TOOLS", "missing_tool", "check_model_cycles", "check_outputs", "load",
            "matmul", "store", "two_pass_sets", "pass_order", "token_batch", "random_float_bert",
@@ -76,27 +77,6 @@ def check_outputs(result, reference, *, what=""):
 
 # Instructions for hand-written programs: every operand at address 0, so that only the counts
 # and the token flags shape the timing.
-
-def load(count, **flags):
-    """A LOAD of ``count`` beats into scratchpad A at row 0."""
-    return isa.Load(target=isa.Target.SPAD_A, addr=0, count=count, **flags)
-
-
-def matmul(m_len, **flags):
-    """A MATMUL of ``m_len`` operand rows from row 0 of both scratchpads into accumulator row 0."""
-    return isa.Matmul(a_addr=0, b_addr=0, acc_addr=0, m_len=m_len, accumulate=False, **flags)
-
-
-def store(rows, strips=1, op=isa.EpOp.RAW, **flags):
-    """A STORE of ``rows`` x ``strips`` accumulator rows from row 0 through the epilogue ``op``."""
-    return isa.Store(acc_addr=0, rows=rows, strips=strips, stride=rows, op=op, **flags)
-
-
-def two_pass_sets(cfg, strips):
-    """SETs that make a SOFTMAX / LAYERNORM STORE of ``strips`` strips legal."""
-    return [isa.Set(index=isa.Param.ROW_LEN, value=strips * cfg.cols),
-            isa.Set(index=isa.Param.SHIFT1, value=8)]
-
 
 def pass_order(rows, two_pass):
     """``(row, second)`` in the order the store unit sends a STORE's rows to the epilogue:
