@@ -5,7 +5,7 @@
     python bench/illegal.py [--json] [--configs 2x2,4x8,8x8] [--programs 80] [--seed 1]
 
 For each config, ``--programs`` compiled programs with one instruction broken or one illegal
-instruction inserted (:func:`verif.illegal.illegal_cases`, aimed at every rule of
+instruction inserted (:func:`bertaccel.sw.illegal_programs.illegal_cases`, aimed at every rule of
 :mod:`bertaccel.hw.legal`) run on the RTL (Verilator, half free-running, half with idle cycles
 and backpressure) and on the software device; each must raise ``IllegalProgram`` with the same
 fault and index on both, and a legal run after every eighth fault must be bit-exact. Prints a
@@ -35,7 +35,7 @@ from bertaccel.hw.config import PRESETS  # noqa: E402
 from bertaccel.sw.devices.base import IllegalProgram  # noqa: E402
 from bertaccel.sw.devices.rtl import RtlDevice  # noqa: E402
 from bertaccel.sw.devices.software import SoftwareDevice  # noqa: E402
-from verif.illegal import illegal_cases  # noqa: E402
+from bertaccel.sw.illegal_programs import illegal_cases  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "illegal.json"
 STALLS = ((0, 0), (77, 102))

@@ -69,16 +69,25 @@ RANDOM_LIMITS = (17, 70, 17)
 #: Random GEMMs for each epilogue whose parameters reach the epilogue's range limits
 #: (``operands="edge"`` of :func:`bertaccel.sw.epilogue.random_gemm`).
 EDGE_GEMMS = 3
+#: Illegal programs, aimed at every rule of the checker in turn
+#: (:func:`bertaccel.sw.illegal_programs.illegal_cases`).
+ILLEGAL_PROGRAMS = 24
+#: Cycles an illegal program is given as its reference (the fault ends it far sooner; a
+#: mutant past twice this and 1,000 has timed out).
+ILLEGAL_CYCLES = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """A program of the selection, its inputs, and whether its outputs are compared."""
+    """A program of the selection, its inputs, and whether its outputs are compared; an
+    illegal program has its packed data stream in ``beats`` instead, and its fault and the
+    index of the instruction are compared."""
 
     name: str
     program: object
     inputs: dict
     exact: bool
+    beats: object = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,9 +149,10 @@ def _gemm_case(cfg, m, k, n, op, operands, gen):
 
 def selection(cfg, seed=5):
     """The fixed programs every mutant runs, in order: the :data:`GEMMS`, the random ones and
-    the edge-case ones (outputs compared), then the :func:`hand_programs` (cycles and beat
-    counts compared)."""
+    the edge-case ones (outputs compared), the :func:`hand_programs` (cycles and beat counts
+    compared), then :data:`ILLEGAL_PROGRAMS` illegal ones (fault and index compared)."""
     from ..sw.hand_programs import raw_program
+    from ..sw.illegal_programs import illegal_cases
 
     gen = torch.Generator().manual_seed(seed)
     rng = random.Random(seed)
@@ -159,6 +169,9 @@ def selection(cfg, seed=5):
         size = max(program.n_data_beats, 1) * cfg.lanes
         x = torch.randint(-128, 128, (size,), generator=gen, dtype=torch.int8)
         cases.append(Case(name, program, {"x": x}, False))
+    illegal, _ = illegal_cases(cfg, ILLEGAL_PROGRAMS, seed)
+    cases += [Case(f"illegal_{number}_{fault.name.lower()}", program, {}, False, beats)
+              for number, (fault, program, beats) in enumerate(illegal)]
     return cases
 
 
@@ -221,6 +234,8 @@ def _outcome(device, case, index, ref):
     device.ports = {CTRL: index}
     device.max_cycles = 2 * ref["cycles"] + 1000
     device.run_timeout = 120.0
+    if case.beats is not None:
+        return _illegal_outcome(device, case, ref)
     try:
         result = device.run(case.program, **case.inputs)
     except DeviceError as error:
@@ -236,6 +251,32 @@ def _outcome(device, case, index, ref):
                 return "killed", f"output {name}: {bad} of {want.numel()} values differ"
     if result.cycles != ref["cycles"]:
         return "killed", f"{result.cycles} cycles, not {ref['cycles']}"
+    return None
+
+
+def _fault(device, case):
+    """``(fault, index)`` of the illegal ``case`` on ``device``, or None if it ran to the end;
+    a run past its cycles raises DeviceError."""
+    from ..sw.devices.base import IllegalProgram
+
+    try:
+        device.execute(case.program, case.beats)
+    except IllegalProgram as error:
+        return int(error.fault), error.index
+    return None
+
+
+def _illegal_outcome(device, case, ref):
+    """:func:`_outcome` of an illegal program: the same fault at the same instruction."""
+    from ..sw.devices.base import DeviceError
+
+    try:
+        got = _fault(device, case)
+    except DeviceError as error:
+        status = "timed_out" if "not done after" in str(error) else "killed"
+        return status, str(error).splitlines()[0]
+    if got != ref["fault"]:
+        return "killed", f"fault {got}, not {ref['fault']}"
     return None
 
 
@@ -281,6 +322,13 @@ def golden_run(plan, cases, *, build_root):
         device.max_cycles = device.run_timeout = None
         refs[stall] = {}
         for case in cases:
+            if case.beats is not None:
+                fault = _fault(device, case)
+                soft = _fault(SoftwareDevice(cfg), case)
+                assert fault == soft, \
+                    f"the unmutated design faults {fault} on {case.name}, the software {soft}"
+                refs[stall][case.name] = {"fault": fault, "cycles": ILLEGAL_CYCLES}
+                continue
             result = device.run(case.program, **case.inputs)
             want = model.run(case.program).cycles
             if case.exact:

@@ -24,7 +24,8 @@ simulator build runs every mutant, and a testbench picks one per run (the RTL de
 The design goes through ``proc`` (every process becomes cells, so every decision is a mux
 that a mutant can reach) and ``memory_collect``, as Amaranth's own Verilog back end does, and
 out through ``write_verilog``; memory initialisers are not mutated (a mutant's select cannot
-reach a constant table). The file source and sink of the simulation harness are Verilog that
+reach a constant table), nor the ports of memories (``memory_collect`` needs a port's reset
+constant; what drives a port's address, data and enable is mutated where it is made). The file source and sink of the simulation harness are Verilog that
 yosys does not read (``$fopen``); they are declared as black boxes and their text is appended
 (``extra``).
 
@@ -263,7 +264,9 @@ def list_mutants(rtlil_text, *, count, seed=1, scope=None, min_per_module=2, ext
     if not modules:
         raise MutateError(f"no module {scope!r} in the design")
     opts = f"-seed {seed} " + " ".join(f"-{k} {v}" for k, v in (filters or {}).items())
-    unmemory = "t:$meminit* %d"      # a select cannot reach a constant memory initialiser
+    # A select cannot reach a constant memory initialiser, and a port's reset must stay
+    # constant for memory_collect.
+    unmemory = "t:$meminit* %d t:$memrd* %d t:$memwr* %d"
     script = _prelude(top, bool(extra))
     script.append(f"mutate -list {count} {opts} -o all.txt {scope} {scope}.* %u {unmemory}")
     for number, module in enumerate(modules):

@@ -39,6 +39,10 @@ which the simulator imports through pytest's ``pythonpath``.
 
 Fixtures
 --------
+``functional_coverage``
+    Session-wide and automatic: every program an RTL device runs to completion is sampled into
+    the coverpoints of ``verif/funcov.py``, and each worker writes its hits to
+    ``build/coverage/functional/`` at the end; ``python -m verif.funcov`` prints them.
 ``sim_root``
     The folder for simulation builds, ``<repo>/build/sim`` whatever the working directory; build
     folders inside it are named ``<design>-<cfg.tag>``::
@@ -82,6 +86,43 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(tier)
         if tier in SLOW_TIERS:
             item.add_marker("slow")
+
+
+def pytest_sessionstart(session):
+    """The functional coverage of this run starts empty (in the controller, before any
+    worker writes: see :func:`functional_coverage`)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from verif import funcov
+
+    for path in (session.config.rootpath / funcov.FOLDER).glob("*.json"):
+        path.unlink()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def functional_coverage(request):
+    """Sample every program an RTL device runs to completion into the coverpoints of
+    ``verif/funcov.py``; write this worker's hits when the session ends."""
+    import os
+    from collections import Counter
+
+    from bertaccel.sw.devices.rtl import RtlDevice
+    from verif import funcov
+
+    hits = {point: Counter() for point in funcov.bins()}
+    run = RtlDevice.run
+
+    def sampled(self, program, **inputs):
+        result = run(self, program, **inputs)
+        funcov.sample(hits, self.cfg, program.instrs, funcov.stall_mode(self))
+        return result
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(RtlDevice, "run", sampled)
+    yield hits
+    patch.undo()
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    funcov.write(hits, request.config.rootpath / funcov.FOLDER / f"{worker}.json")
 
 
 @pytest.fixture(autouse=True, scope="session")

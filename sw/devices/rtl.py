@@ -412,8 +412,12 @@ class RtlDevice(Device):
                               f"{reply['data_used']} of {n_data} data beats); "
                               f"log: {self.log_file}")
         if reply["error"]:
-            raise IllegalProgram(program, legal.Fault(reply["fault"]), reply["fault_pc"],
-                                 where=where)
+            fault, pc = reply["fault"], reply["fault_pc"]
+            if fault not in set(legal.Fault) - {legal.Fault.NONE} or pc >= n_instr:
+                raise DeviceError(f"{where}: the core stopped with an error naming no rule of "
+                                  f"hw/legal.py (fault code {fault}, instruction {pc}): the "
+                                  f"gateware is broken; log: {self.log_file}")
+            raise IllegalProgram(program, legal.Fault(fault), pc, where=where)
         if reply["stuck"]:
             raise DeviceError(f"{where}: stuck: no progress for {self.watchdog} cycles; "
                               f"{wait_text(reply['wait'])} ({reply['data_used']} of {n_data} "

@@ -1,7 +1,7 @@
 """Illegal programs on the RTL and the software device: the same fault, the same instruction.
 
 Random compiled programs (GEMMs with each epilogue) each get one instruction broken or one
-illegal instruction inserted (:func:`verif.illegal.break_program`), aimed at every rule of
+illegal instruction inserted (:func:`bertaccel.sw.illegal_programs.break_program`), aimed at every rule of
 :mod:`bertaccel.hw.legal`. The core's checker (:mod:`bertaccel.hw.checker`) and the software
 device's :func:`~bertaccel.hw.legal.first_fault` must raise :class:`IllegalProgram` naming the
 same :class:`~bertaccel.hw.legal.Fault` and index, free-running and stalled; after each fault
@@ -17,7 +17,7 @@ from bertaccel.hw.config import PRESETS
 from bertaccel.sw.devices.base import IllegalProgram
 from bertaccel.sw.devices.software import SoftwareDevice
 
-from verif.illegal import illegal_cases
+from bertaccel.sw.illegal_programs import illegal_cases
 
 
 N_PROGRAMS = 96

@@ -14,7 +14,7 @@ from bertaccel.sw import SoftwareDevice, compile_gemm
 from bertaccel.sw import epilogue as ep_mod
 from bertaccel.sw.devices.base import IllegalProgram
 from verif.helpers import missing_tool
-from verif.illegal import illegal_cases
+from bertaccel.sw.illegal_programs import illegal_cases
 
 CFG = PRESETS["2x2"]
 STALLS = {"free": {}, "stalled": {"seed": 5, "src_idle": 77, "sink_stall": 102}}

@@ -15,7 +15,7 @@ from amaranth import Signal
 from bertaccel.hw import isa, legal
 from bertaccel.hw.config import PRESETS
 
-from verif.illegal import illegal_cases
+from bertaccel.sw.illegal_programs import illegal_cases
 
 
 def _scalar_first_fault(cfg, words):

@@ -4,7 +4,7 @@
 random) so that it fails the rule of one :class:`~bertaccel.hw.legal.Fault`, or inserts one
 that does; :func:`illegal_cases` aims at each rule in turn. The RTL and the software device
 must then name the same fault at the same index (``verif/system/test_illegal_rtl.py``,
-``bench/illegal.py``).
+``bench/illegal.py``, and every mutant of :mod:`bertaccel.cluster.mutation`).
 """
 
 import dataclasses
@@ -12,11 +12,11 @@ import random
 
 import torch
 
-from bertaccel.hw import isa, legal
-from bertaccel.hw.legal import Fault
-from bertaccel.sw import epilogue as ep_mod
-from bertaccel.sw.program import Program
-from bertaccel.sw.tiler.emit import compile_gemm
+from ..hw import isa, legal
+from ..hw.legal import Fault
+from . import epilogue as ep_mod
+from .program import Program
+from .tiler.emit import compile_gemm
 
 __all__ = ["break_program", "BREAKERS", "bases", "illegal_cases"]
 
