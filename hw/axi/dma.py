@@ -32,6 +32,19 @@ def words_of(count, *, beat_width, bus_width):
     return (count + per_word - 1) >> log2(per_word)
 
 
+def _engine_params(engine, addr_width, bus_width, beat_width, max_burst, fifo_depth):
+    """Check an engine's burst and FIFO sizes (``fifo_depth`` None: two bursts) and keep them
+    and its widths as its attributes."""
+    fifo_depth = 2 * max_burst if fifo_depth is None else fifo_depth
+    if not (1 <= max_burst <= 256 and max_burst & (max_burst - 1) == 0):
+        raise ValueError(f"max_burst must be a power of two from 1 to 256, not {max_burst!r}")
+    if fifo_depth < max_burst:
+        raise ValueError(f"fifo_depth must be at least max_burst ({max_burst}), "
+                         f"not {fifo_depth!r}")
+    engine.addr_width, engine.bus_width, engine.beat_width = addr_width, bus_width, beat_width
+    engine.max_burst, engine.fifo_depth = max_burst, fifo_depth
+
+
 def _to_4k(addr, bus_bytes):
     """Bus words from ``addr`` (word aligned) to the next 4 KiB boundary."""
     return (Const(0x1000, 13) - addr[:12]) >> log2(bus_bytes)
@@ -82,17 +95,7 @@ class ReadEngine(wiring.Component):
 
     def __init__(self, *, addr_width, bus_width, beat_width, max_burst=MAX_BURST,
                  fifo_depth=None, count_width=32):
-        fifo_depth = 2 * max_burst if fifo_depth is None else fifo_depth
-        if not (1 <= max_burst <= 256 and max_burst & (max_burst - 1) == 0):
-            raise ValueError(f"max_burst must be a power of two from 1 to 256, not {max_burst!r}")
-        if fifo_depth < max_burst:
-            raise ValueError(f"fifo_depth must be at least max_burst ({max_burst}), "
-                             f"not {fifo_depth!r}")
-        self.addr_width = addr_width
-        self.bus_width = bus_width
-        self.beat_width = beat_width
-        self.max_burst = max_burst
-        self.fifo_depth = fifo_depth
+        _engine_params(self, addr_width, bus_width, beat_width, max_burst, fifo_depth)
         self.count_width = count_width
         super().__init__({
             "start": In(1),
@@ -233,17 +236,7 @@ class WriteEngine(wiring.Component):
 
     def __init__(self, *, addr_width, bus_width, beat_width, max_burst=MAX_BURST,
                  fifo_depth=None, max_outstanding=16):
-        fifo_depth = 2 * max_burst if fifo_depth is None else fifo_depth
-        if not (1 <= max_burst <= 256 and max_burst & (max_burst - 1) == 0):
-            raise ValueError(f"max_burst must be a power of two from 1 to 256, not {max_burst!r}")
-        if fifo_depth < max_burst:
-            raise ValueError(f"fifo_depth must be at least max_burst ({max_burst}), "
-                             f"not {fifo_depth!r}")
-        self.addr_width = addr_width
-        self.bus_width = bus_width
-        self.beat_width = beat_width
-        self.max_burst = max_burst
-        self.fifo_depth = fifo_depth
+        _engine_params(self, addr_width, bus_width, beat_width, max_burst, fifo_depth)
         self.max_outstanding = max_outstanding
         self.word_layout = data.StructLayout({"data": bus_width, "strb": bus_width // 8})
         super().__init__({
