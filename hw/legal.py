@@ -51,7 +51,7 @@ class Fault(enum.IntEnum):
     ROW_LEN = 15      # SOFTMAX/LAYERNORM: ROW_LEN not from 1 to strips * cols
     SET_INDEX = 16    # SET: index not an isa.Param
     SET_VALUE = 17    # SET: value wider than its register
-    NO_UNIT = 18      # a dependency flag names a unit that does not exist
+    NO_UNIT = 18      # a dependency flag names a unit that does not exist (any flag of a SET)
     TOKEN_EMPTY = 19  # a pop of an empty channel, in program order
     TOKEN_FULL = 20   # a push past isa.TOKEN_MAX, in program order
 
@@ -67,7 +67,8 @@ CHANNELS = {
                         "push_next": "e2s"},
     isa.Opcode.STORE:  {"pop_prev": "e2s", "push_prev": "s2e", "pop_next": None,
                         "push_next": None},
-    isa.Opcode.SET:    {"pop_prev": "e2s", "push_prev": "s2e", "pop_next": None,
+    # A SET takes no tokens: it waits until the store unit and the epilogue are empty.
+    isa.Opcode.SET:    {"pop_prev": None, "push_prev": None, "pop_next": None,
                         "push_next": None},
 }
 

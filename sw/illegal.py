@@ -91,6 +91,9 @@ def _tokens(fault, instr, state):
         if not getattr(instr, flag):
             continue
         if fault is Fault.NO_UNIT and channel is None:
+            if isinstance(instr, isa.Set):
+                return (f"{flag} is set, but a SET takes no tokens (it waits until the store "
+                        f"unit and the epilogue are empty)")
             return (f"{flag} is set, but the {isa.unit_of(instr)} unit has no "
                     f"{flag.split('_')[1]} unit")
         count = getattr(state, channel) if channel else None

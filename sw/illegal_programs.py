@@ -97,6 +97,9 @@ def _set(rng, cfg, instr):
 
 def _flags(rng, cfg, instr):
     unit = isa.unit_of(instr)
+    if isinstance(instr, isa.Set):       # a SET takes no tokens at all
+        flag = rng.choice(["pop_prev", "pop_next", "push_prev", "push_next"])
+        return Fault.NO_UNIT, dataclasses.replace(instr, **{flag: True})
     if unit == "load" or (unit == "store" and rng.random() < 0.5):
         flag = "pop_prev" if unit == "load" else "push_next"
         return Fault.NO_UNIT, dataclasses.replace(instr, **{flag: True})

@@ -10,12 +10,14 @@ state or the products: checked against the signals each rule's Amaranth expressi
 
 import random
 
+import pytest
 from amaranth import Signal
 
 from bertaccel.hw import isa, legal
 from bertaccel.hw.config import PRESETS
-
+from bertaccel.sw.hand_programs import raw_program
 from bertaccel.sw.illegal_programs import illegal_cases
+from bertaccel.sw.program import ProgramError
 
 
 def _scalar_first_fault(cfg, words):
@@ -83,3 +85,14 @@ def test_the_timing_classes_are_what_each_rule_reads():
     faults = [fault for fault, _, _ in listed]
     late = [fault in legal.READ_PRODUCTS for fault in faults]
     assert late == sorted(late), "the rules of the products come last"
+
+
+@pytest.mark.parametrize("flag", ["pop_prev", "pop_next", "push_prev", "push_next"])
+def test_a_set_takes_no_tokens(flag):
+    """The store unit takes a SET once it and the epilogue are empty, whatever its flags: a
+    flag on a SET is NO_UNIT, in words that say so."""
+    cfg = PRESETS["2x2"]
+    program = raw_program(cfg, [isa.Set(index=isa.Param.MUL0, value=1, **{flag: True})])
+    assert legal.first_fault(cfg, program.words())[:2] == (legal.Fault.NO_UNIT, 0)
+    with pytest.raises(ProgramError, match=f"{flag} is set, but a SET takes no tokens"):
+        program.validate()
