@@ -114,7 +114,7 @@ def functional_coverage(request):
 
     def sampled(self, program, **inputs):
         result = run(self, program, **inputs)
-        funcov.sample(hits, self.cfg, program.instrs, funcov.stall_mode(self))
+        funcov.sample(hits, self.cfg, program, funcov.stall_mode(self))
         return result
 
     patch = pytest.MonkeyPatch()

@@ -13,7 +13,10 @@ layouts of :mod:`bertaccel.hw.isa` and the channels of :mod:`bertaccel.hw.legal`
 * ``address edge``: the first and the last row of scratchpad A, scratchpad B and the
   accumulator, each reached by an instruction;
 * ``token channel``: each channel's program-order count back at zero after a pop, and at its
-  limit of :data:`~bertaccel.hw.isa.TOKEN_MAX`.
+  limit of :data:`~bertaccel.hw.isa.TOKEN_MAX`;
+* ``wait``: each kind of wait the cycle model counts in a free-running run (which takes exactly
+  the model's cycles, so its waits are the core's): an instruction queue full with the
+  dispatch blocked, each unit waiting for a token, a SET waiting for the epilogue to drain.
 
 Each worker writes its hits to ``build/coverage/functional/<worker>.json`` when the session
 ends; ``python -m verif.funcov`` merges them and prints every coverpoint's bins and hits.
@@ -26,6 +29,7 @@ from pathlib import Path
 
 from bertaccel.hw import isa
 from bertaccel.hw.legal import CHANNELS
+from bertaccel.sw.cycles import CycleModel
 
 __all__ = ["STALLS", "FOLDER", "bins", "stall_mode", "sample", "write", "merged", "report",
            "main"]
@@ -38,6 +42,13 @@ FOLDER = Path("build") / "coverage" / "functional"
 _OPS = {"LOAD": isa.Load, "MATMUL": isa.Matmul, "STORE": isa.Store, "SET": isa.Set}
 _MEMORIES = ("scratchpad A", "scratchpad B", "accumulator")
 _TOKENS = ("l2e", "e2l", "e2s", "s2e")
+#: The cycle model's waits (``CycleReport.stalls``), by the names the report gives them.
+_WAITS = {"dispatch_blocked": "a queue full, dispatch blocked",
+          "load_on_e2l": "load unit waits for an e2l token",
+          "exec_on_l2e": "execute unit waits for an l2e token",
+          "exec_on_s2e": "execute unit waits for an s2e token",
+          "store_on_e2s": "store unit waits for an e2s token",
+          "set_on_drain": "a SET waits for the epilogue to drain"}
 
 
 def bins():
@@ -55,6 +66,7 @@ def bins():
         "SET index": [p.name for p in isa.Param],
         "address edge": [f"{mem} {end} row" for mem in _MEMORIES for end in ("first", "last")],
         "token channel": [f"{ch} {at}" for ch in _TOKENS for at in ("back at 0", "at limit")],
+        "wait": list(_WAITS.values()),
     }
 
 
@@ -113,9 +125,14 @@ def _instruction_hits(cfg, instr, mode, hits):
             hits["address edge"][f"{memory} last row"] += 1
 
 
-def sample(hits, cfg, instrs, mode):
-    """Add the hits of a program's ``instrs``, run on ``cfg`` in stall ``mode``, to ``hits``
+def sample(hits, cfg, program, mode):
+    """Add the hits of ``program``, run on ``cfg`` in stall ``mode``, to ``hits``
     (``{coverpoint: Counter}``)."""
+    instrs = program.instrs
+    if mode == STALLS[(False, False)]:
+        for name, cycles in CycleModel(cfg).run(program).stalls.items():
+            if cycles:
+                hits["wait"][_WAITS[name]] += 1
     count = dict.fromkeys(_TOKENS, 0)
     for instr in instrs:
         _instruction_hits(cfg, instr, mode, hits)

@@ -48,11 +48,11 @@ from bertaccel.hw.epilogue.front import Front
 from bertaccel.hw.epilogue.intake import Intake
 from bertaccel.hw.epilogue.outlet import Outlet
 from bertaccel.hw.epilogue.stats import RowStats
-from bertaccel.hw.isa import EpOp
+from bertaccel.hw.isa import TWO_PASS, EpOp
 from bertaccel.hw.memory import rom
-from bertaccel.hw.queue import Queue
 
 from verif.helpers import pass_order
+from verif.tb.models import IntakeModel
 
 __all__ = []
 
@@ -64,7 +64,6 @@ SEED = int(os.environ.get("BERTACCEL_SEED", "1"))
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
 T_PAD = -(1 << 23)          # SOFTMAX's t in a pad lane
 ONE = 1 << intops.SOFTMAX_FRAC      # SOFTMAX's t of 1 (log2 units)
-TWO_PASS = (EpOp.SOFTMAX, EpOp.LAYERNORM)
 
 
 def make_rng(test, preset):
@@ -925,72 +924,6 @@ def random_beat(rng, cfg):
             "op": rng.choice([EpOp.SOFTMAX, EpOp.LAYERNORM] * 3 + list(EpOp)),
             "second": rng.getrandbits(1), "last": rng.getrandbits(1),
             "lane_valid": rng.getrandbits(cols)}
-
-
-def sub_beat(cfg, beat, j, slot):
-    """Sub-beat ``j`` of ``beat`` as stage IN holds it: ``{"ctl": ..., "lanes": ...}``."""
-    sch, lanes = Schedule.of(cfg), cfg.ep_lanes
-    part = slice(j * lanes, (j + 1) * lanes)
-    lane_valid = (beat["lane_valid"] >> (j * lanes)) & ((1 << lanes) - 1)
-    ctl = {"op": beat["op"], "second": beat["second"],
-           "last": beat["last"] & (j == sch.ratio - 1), "lane_valid": lane_valid, "slot": slot}
-    if sch.ratio > 1:
-        ctl["sub"] = j
-    return {"ctl": ctl, "lanes": {**beat, "acc": beat["acc"][part], "pm": beat["pm"][part],
-                                  "res": beat["res"][part], "lane_valid": lane_valid}}
-
-
-class IntakeModel:
-    """What the intake must do. Its queue shows a beat written in cycle W at the head from
-    cycle W + ``Queue.LATENCY``, and the next one the cycle after a take at the earliest, and has room while
-    fewer than ``QUEUE_DEPTH - 1`` beats wait behind the head. The head is taken while the
-    input is open (``ratio`` cycles after the last take), a beat that will produce an output
-    only on credit, and a second pass of a two-pass op no earlier than ``gap`` cycles after
-    its slot's last first pass; slots are taken in turn by first passes and by second passes."""
-
-    def __init__(self, cfg):
-        self.cfg, self.sch = cfg, Schedule.of(cfg)
-        self.queued = []                         # (beat, cycle written), oldest first
-        self.last_take = -2                      # cycle of the last take
-        self.slot = {False: 0, True: 0}          # next slot of first / second passes
-        self.earliest = [0, 0]                   # first cycle a second pass may read a slot
-        self.open = 0                            # first cycle the input is open
-        self.stage_in = {}                       # cycle -> sub-beat in stage IN
-
-    def head(self, t):
-        """The beat at the queue's head in cycle ``t``, or None."""
-        visible = self.queued and self.queued[0][1] + Queue.LATENCY
-        if self.queued and max(visible, self.last_take + 1) <= t:
-            return self.queued[0][0]
-        return None
-
-    def room(self, t):
-        behind = len(self.queued) - (self.head(t) is not None)
-        return behind < Intake.QUEUE_DEPTH - 1
-
-    def waits(self, t, beat):
-        """``beat`` is a second pass whose slot is not final yet."""
-        return (beat["op"] in TWO_PASS and bool(beat["second"])
-                and t < self.earliest[self.slot[True]])
-
-    def takes(self, t, credit):
-        """Whether the head (there is one) is taken in cycle ``t``."""
-        beat = self.head(t)
-        return t >= self.open and (not beat["second"] or credit) and not self.waits(t, beat)
-
-    def take(self, t):
-        beat, _ = self.queued.pop(0)
-        second, two_pass = bool(beat["second"]), beat["op"] in TWO_PASS
-        slot = self.slot[second]
-        for j in range(self.sch.ratio):
-            self.stage_in[t + 1 + j] = sub_beat(self.cfg, beat, j, slot)
-        if two_pass and beat["last"]:
-            if not second:
-                self.earliest[slot] = t + self.sch.gap[beat["op"]]
-            self.slot[second] ^= 1
-        self.open = t + self.sch.ratio
-        self.last_take = t
-        return beat
 
 
 @pytest.mark.parametrize("preset", CONFIGS)

@@ -20,46 +20,11 @@ from cocotb.triggers import FallingEdge, ReadOnly
 
 from bertaccel.hw.pe import ProcessingElement
 from bertaccel.sim.build import build, run_cocotb
+from verif.tb.models import PeModel
 
 __all__ = []
 
 MODULE = "verif.block.test_pe"
-
-
-def _wrap(value, width):
-    value &= (1 << width) - 1
-    return value - (1 << width) if value >> (width - 1) else value
-
-
-class PeModel:
-    """The PE's registers, advanced one clock edge at a time."""
-
-    def __init__(self, acc_width, *, top=False):
-        self.acc_width = acc_width
-        self.top = top
-        self.w = [0, 0]
-        self.weight = 0             # the weight of the next operand's bank
-        self.a = self.b = 0         # the multiplier's operand registers
-        self.product_dsp = self.product = 0
-        self.o_a = self.o_bank = self.psum = 0
-        self.o_w = self.o_w_en = self.o_w_bank = 0
-
-    @property
-    def o_psum(self):
-        return self.product if self.top else self.psum
-
-    def clock(self, i_a, i_bank, i_psum, i_w, i_w_en, i_w_bank):
-        # Every register takes its new value from the old state at the same edge.
-        if not self.top:
-            self.psum = _wrap(i_psum + self.product, self.acc_width)
-        self.product = self.product_dsp
-        self.product_dsp = self.a * self.b
-        self.a, self.b = i_a, self.weight
-        self.weight = i_w if i_w_en and i_w_bank == i_bank else self.w[i_bank]
-        self.o_a, self.o_bank = i_a, i_bank
-        self.o_w, self.o_w_en, self.o_w_bank = i_w, i_w_en, i_w_bank
-        if i_w_en:
-            self.w[i_w_bank] = i_w
 
 
 @cocotb.test()

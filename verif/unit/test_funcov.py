@@ -4,7 +4,7 @@ from collections import Counter
 
 from bertaccel.hw import isa
 from bertaccel.hw.config import PRESETS
-from bertaccel.sw.hand_programs import hand_programs, load, matmul, store
+from bertaccel.sw.hand_programs import hand_programs, load, matmul, raw_program, store
 from verif import funcov
 
 __all__ = []
@@ -14,7 +14,7 @@ CFG = PRESETS["2x2"]
 
 def _hits(instrs, mode="free"):
     hits = {point: Counter() for point in funcov.bins()}
-    funcov.sample(hits, CFG, instrs, mode)
+    funcov.sample(hits, CFG, raw_program(CFG, instrs), mode)
     return hits
 
 
@@ -23,6 +23,12 @@ def test_tokens_to_their_limit_and_back():
     assert hits["token channel"] == {"l2e at limit": 1, "l2e back at 0": 1}
     assert hits["opcode x stall"] == {"LOAD / backpressure": 255, "MATMUL / backpressure": 255}
     assert hits["dependency flag"] == {"LOAD push_next": 255, "MATMUL pop_prev": 255}
+    assert hits["wait"] == {}    # the cycle model is asked of free-running runs only
+
+
+def test_waits_of_a_free_run():
+    hits = _hits(hand_programs(CFG)["dispatch_blocked"])
+    assert hits["wait"]["a queue full, dispatch blocked"] == 1
 
 
 def test_fields_and_address_edges():
