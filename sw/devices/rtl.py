@@ -190,7 +190,7 @@ class RtlDevice(Device):
         build folder ends in ``-netlist-<key>``.
     quick_build : bool
         Compile the simulator unoptimised (:func:`bertaccel.sim.build.build`'s ``quick``):
-        about half the build time, several times slower runs; for a few short runs (the
+        about half the build time, runs about ten times slower; for a few short runs (the
         suite's gate-level test). Its build folder ends in ``-quick``.
 
     Members
