@@ -50,6 +50,10 @@ GAPS = (
      "a bit of an instruction queue (its storage, its second slot, a copy of its room or "
      "fill state): an instruction field value or a fill and drain pattern the selection "
      "never makes; random instruction fields and queue-full runs under stalls"),
+    (lambda module, src: ".checker" in module,
+     "a bit of the instruction checker's range sums, held instruction or program counter that "
+     "the illegal programs never reach (fields near 2**16, programs past 1,024 instructions): "
+     "illegal programs with fields over their whole range"),
     (lambda module, src: module.rsplit(".", 1)[-1] in ("l2e", "e2l", "e2s", "s2e"),
      "a token channel's room or count bit: a channel filled to its limit in the direction "
      "and stall setting the selection does not (tokens_full fills load-to-execute only)"),
