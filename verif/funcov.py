@@ -16,7 +16,12 @@ layouts of :mod:`bertaccel.hw.isa` and the channels of :mod:`bertaccel.hw.legal`
   limit of :data:`~bertaccel.hw.isa.TOKEN_MAX`;
 * ``wait``: each kind of wait the cycle model counts in a free-running run (which takes exactly
   the model's cycles, so its waits are the core's): an instruction queue full with the
-  dispatch blocked, each unit waiting for a token, a SET waiting for the epilogue to drain.
+  dispatch blocked, each unit waiting for a token, a SET waiting for the epilogue to drain;
+* ``AXI shell``: what the shell's cocotb testbench saw on its buses (``verif/block/
+  test_axi_shell.py`` counts :data:`AXI_SHELL` and writes them to the same folder): bursts of
+  one word, of ``max_burst`` words and up to a 4 KiB boundary, both read IDs, every error
+  response, every fault, a soft reset in the middle of a run, runs back to back, START while
+  busy, CSR writes to read-only registers and accesses at unmapped offsets.
 
 Each worker writes its hits to ``build/coverage/functional/<worker>.json`` when the session
 ends; ``python -m verif.funcov`` merges them and prints every coverpoint's bins and hits.
@@ -28,10 +33,11 @@ from collections import Counter
 from pathlib import Path
 
 from bertaccel.hw import isa
+from bertaccel.hw.axi import csr
 from bertaccel.hw.legal import CHANNELS
 from bertaccel.sw.cycles import CycleModel
 
-__all__ = ["STALLS", "FOLDER", "bins", "stall_mode", "sample", "write", "merged", "report",
+__all__ = ["STALLS", "FOLDER", "AXI_SHELL", "bins", "stall_mode", "sample", "write", "merged", "report",
            "main"]
 
 #: The stall modes of a device: ``(src_idle > 0, sink_stall > 0)`` -> name.
@@ -51,6 +57,17 @@ _WAITS = {"dispatch_blocked": "a queue full, dispatch blocked",
           "set_on_drain": "a SET waits for the epilogue to drain"}
 
 
+#: The AXI shell's bins, as its testbench counts them.
+AXI_SHELL = tuple(
+    [f"{kind} burst {what}" for kind in ("read", "write")
+     for what in ("of 1 word", "of max_burst words", "up to a 4 KiB boundary")]
+    + ["instruction read (ARID 0)", "data read (ARID 1)"]
+    + [f"{resp} on {ch}" for ch in ("R", "B") for resp in ("SLVERR", "DECERR")]
+    + [f"fault {name}" for code, name in csr.FAULT_CODES.items() if code]
+    + ["soft reset with a run in flight", "back-to-back runs", "START while BUSY",
+       "CSR write to a read-only register", "CSR access at an unmapped offset"])
+
+
 def bins():
     """``{coverpoint: [bin, ...]}``: every bin the suite must hit."""
     stalls = list(STALLS.values())
@@ -67,6 +84,7 @@ def bins():
         "address edge": [f"{mem} {end} row" for mem in _MEMORIES for end in ("first", "last")],
         "token channel": [f"{ch} {at}" for ch in _TOKENS for at in ("back at 0", "at limit")],
         "wait": list(_WAITS.values()),
+        "AXI shell": list(AXI_SHELL),
     }
 
 

@@ -39,6 +39,7 @@ outputs always come from :class:`~bertaccel.sw.SoftwareDevice`.
 
 import dataclasses
 import itertools
+from collections import Counter
 import json
 import logging
 import os
@@ -62,11 +63,15 @@ from bertaccel.sw.devices import axi as axi_host
 from bertaccel.sw.tiler import compile_gemm
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, RisingEdge, Timer
+from verif.funcov import FOLDER as FUNCOV_FOLDER
 
 __all__ = []
 
 MODULE = "verif.block.test_axi_shell"
 PERIOD_NS = 10
+#: Functional coverage: hits of :data:`verif.funcov.AXI_SHELL` in this simulation, written by
+#: the last cocotb test to the file that ``BERTACCEL_FUNCOV`` names.
+SEEN = Counter()
 
 #: The configs the shell is built for, chosen so that every gearbox ratio occurs:
 #: 2x2 on a 128-bit bus: 8 input beats a word, instructions 1:1, 2 output beats a word (the
@@ -192,6 +197,13 @@ class AxiShellTb:
                 assert beats <= MAX_BURST, f"a {beats}-word {kind} burst (max {MAX_BURST})"
                 assert int(getattr(item, f"{channel}size")) == word.bit_length() - 1
                 self.bursts[kind] += 1
+                end = int(getattr(item, f"{channel}addr")) + beats * word
+                SEEN[f"{kind} burst of 1 word"] += beats == 1
+                SEEN[f"{kind} burst of max_burst words"] += beats == MAX_BURST
+                SEEN[f"{kind} burst up to a 4 KiB boundary"] += end % 0x1000 == 0
+                if kind == "read":
+                    SEEN[("instruction read (ARID 0)", "data read (ARID 1)")[
+                        int(item.arid)]] += 1
             return check
 
         ar._recv = _tap(ar._recv, on_request("read", "ar"))
@@ -203,6 +215,7 @@ class AxiShellTb:
         async def refused(item):
             if getattr(item, field) == AxiResp.SLVERR:
                 setattr(item, field, self.refusal)
+                SEEN[f"{AxiResp(self.refusal).name} on {field[0].upper()}"] += 1
             await send(item)
         return refused
 
@@ -379,6 +392,7 @@ async def registers(dut):
             flipped = (~before & 0xFFFF_FFFF).to_bytes(4, "little")
             written = await tb.csr.write(reg.offset, flipped)
             assert written.resp == AxiResp.SLVERR, f"a write to {reg.name} answered {written.resp}"
+            SEEN["CSR write to a read-only register"] += 1
             after = await tb.read(reg.name)
             if reg.name != "CYCLES_HI":  # latched by the CYCLES_LO read, still 0 here
                 assert after == before, f"{reg.name} changed on a write"
@@ -388,6 +402,7 @@ async def registers(dut):
         written = await tb.csr.write(offset, b"\xff" * 4)
         read = await tb.csr.read(offset, 4)
         assert written.resp == read.resp == AxiResp.SLVERR, (offset, written.resp, read.resp)
+        SEEN["CSR access at an unmapped offset"] += 1
         assert read.data == bytes(4)
     for name, value in values.items():  # unmapped writes touched nothing
         if name != "PROG_LEN":
@@ -428,6 +443,7 @@ async def back_to_back(dut):
     for case, where in zip(cases, places):
         await tb.run(case, **where)
     assert tb.bursts["read"] and tb.bursts["write"]
+    SEEN["back-to-back runs"] += len(cases) - 1
 
 
 def _fault(code, *, resp=0, check=0, pc=0, addr=0, stall=0):
@@ -497,6 +513,7 @@ async def errors(dut):
     assert axi_host.field_value("STATUS", await tb.read("STATUS"), "BUSY")
     taken = await tb.read("PROG_COUNT")
     await _soft_reset(tb)
+    SEEN["soft reset with a run in flight"] += 1
     assert await tb.read("STATUS") == 0
     tb.log.info("soft reset during a run, after %d of %d instructions", taken, image.prog_len)
     await tb.run(CASES["main"])
@@ -573,6 +590,7 @@ async def _expect_fault(tb, image, fault, *, max_polls=2_000, refused=False):
         if fault["STALL"] is None:      # the caller checks the bits it expects
             got["STALL"] = None
         assert got == fault, (error.fault, fault)
+        SEEN[f"fault {csr.FAULT_CODES[fault['CODE']]}"] += 1
         tb.log.info("%s", error)
     else:
         raise AssertionError(f"the run did not end with {fault}")
@@ -699,11 +717,21 @@ async def protection(dut):
     await _until(tb, "STATUS", "START_IGNORED")
     await _until(tb, "STATUS", "DONE")
     assert axi_host.field_value("STATUS", await tb.read("STATUS"), "START_IGNORED")
+    SEEN["START while BUSY"] += 1
     raw = bytes(tb.dram.read(image.out_addr, image.out_size))
     for name, tensor in expected.items():
         assert torch.equal(image.outputs(raw)[name], tensor), name
     await tb.run(CASES["main"])   # the driver's START clears it
     assert not axi_host.field_value("STATUS", await tb.read("STATUS"), "START_IGNORED")
+
+
+@cocotb.test()
+async def write_functional_coverage(dut):
+    """Last: write what the tests above saw (:data:`SEEN`) where ``BERTACCEL_FUNCOV`` says."""
+    path = os.environ.get("BERTACCEL_FUNCOV")
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps({"AXI shell": dict(SEEN)}, indent=1, sort_keys=True))
 
 
 @cocotb.test(skip="BERTACCEL_AXI_MEASURE" not in os.environ)
@@ -843,8 +871,10 @@ def shell_sim(request, sim_root):
     return cfg, sim
 
 
-def test_shell_rtl(shell_sim, tmp_path):
+def test_shell_rtl(shell_sim, tmp_path, request):
     cfg, sim = shell_sim
     seed = int(os.environ.get("BERTACCEL_SEED", "11"))  # logged by the testbench; replayable
+    funcov = request.config.rootpath / FUNCOV_FOLDER / f"axi_shell-{cfg.tag}.json"
     run_cocotb(sim, MODULE, timeout=300, log_file=tmp_path / "sim.log",
-               extra_env={"BERTACCEL_CONFIG": cfg.to_json(), "BERTACCEL_SEED": str(seed)})
+               extra_env={"BERTACCEL_CONFIG": cfg.to_json(), "BERTACCEL_SEED": str(seed),
+                          "BERTACCEL_FUNCOV": str(funcov)})
