@@ -528,10 +528,9 @@ def build(design, *, name, build_dir, toplevel=None, build_args=(), source_key=N
         ``"2012"`` (``iverilog -g2012``: SystemVerilog event semantics, cocotb's default) or
         ``"2005"`` (``-g2005``); Icarus builds only.
     quick : bool
-        Compile the model's C++ unoptimised (Verilator builds): about half the compile time
-        and a simulator about ten times slower (the 8x8 harness: 12 k cycles/s against 113 k),
-        for one whose runs are short (a cocotb testbench, whose time goes to Python; a
-        gate-level netlist under test).
+        Compile the model's C++ unoptimised (Verilator): about half the compile time, runs
+        ten times slower (8x8 harness: 12 k cycles/s, not 113 k); for short runs (cocotb, whose
+        time goes to Python; the gate-level netlist under test).
 
     Returns
     -------
