@@ -10,14 +10,13 @@ them, so ``SynthTop(cfg, "handshakes")`` places and routes in about a minute on 
 (``verif/block/test_timing.py``), where the store unit with its real epilogue takes several.
 """
 
-from amaranth import Cat, Module, Signal, signed
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth import Cat, Module, Signal
+from amaranth.lib import wiring
 
 from ..hw.epilogue.intake import Intake
 from ..hw.epilogue.outlet import Outlet
 from ..hw.epilogue.schedule import Schedule, beat_layout, ctl_layout, row_layout
-from ..hw.isa import ParamsLayout
+from ..hw.epilogue.unit import ports
 from ..hw.pipeline import delay, delay_line
 
 __all__ = ["EpilogueHandshakes"]
@@ -45,13 +44,7 @@ class EpilogueHandshakes(wiring.Component):
 
     def __init__(self, cfg):
         self._cfg = cfg
-        super().__init__({
-            "i_beat": In(stream.Signature(beat_layout(cfg))),
-            "o_data": Out(stream.Signature(data.ArrayLayout(signed(cfg.acc_width), cfg.cols))),
-            "params": In(ParamsLayout),
-            "o_taken": Out(1),
-            "o_busy": Out(1),
-        })
+        super().__init__(ports(cfg))
 
     def elaborate(self, platform):
         cfg = self._cfg

@@ -65,7 +65,19 @@ from .outlet import Outlet
 from .schedule import Schedule, beat_layout
 from .stats import RowStats
 
-__all__ = ["Epilogue"]
+__all__ = ["Epilogue", "ports"]
+
+
+def ports(cfg):
+    """The epilogue's ports for ``cfg`` (its Members below): what the store unit connects to,
+    and what a stand-in for the epilogue must have."""
+    return {
+        "i_beat": In(stream.Signature(beat_layout(cfg))),
+        "o_data": Out(stream.Signature(data.ArrayLayout(signed(cfg.acc_width), cfg.cols))),
+        "params": In(ParamsLayout),
+        "o_taken": Out(1),
+        "o_busy": Out(1),
+    }
 
 
 class Epilogue(wiring.Component):
@@ -93,13 +105,7 @@ class Epilogue(wiring.Component):
     def __init__(self, cfg):
         self._cfg = cfg
         self.schedule = Schedule.of(cfg)
-        super().__init__({
-            "i_beat": In(stream.Signature(beat_layout(cfg))),
-            "o_data": Out(stream.Signature(data.ArrayLayout(signed(cfg.acc_width), cfg.cols))),
-            "params": In(ParamsLayout),
-            "o_taken": Out(1),
-            "o_busy": Out(1),
-        })
+        super().__init__(ports(cfg))
 
     def elaborate(self, platform):
         cfg = self._cfg
