@@ -1,4 +1,4 @@
-"""Functional coverage: what the suite has seen the whole core do, by instruction.
+"""Functional coverage: what the suite has seen the whole core and the AXI shell do.
 
 Every program that an RTL device of the suite runs to completion is sampled (the session fixture
 in ``verif/conftest.py``), with the device's stall mode: free-running, idle input cycles,
@@ -24,7 +24,8 @@ layouts of :mod:`bertaccel.hw.isa` and the channels of :mod:`bertaccel.hw.legal`
   busy, CSR writes to read-only registers and accesses at unmapped offsets.
 
 Each worker writes its hits to ``build/coverage/functional/<worker>.json`` when the session
-ends; ``python -m verif.funcov`` merges them and prints every coverpoint's bins and hits.
+ends (each shell simulation to ``axi_shell-<tag>.json``); ``python -m verif.funcov`` merges
+them and prints every coverpoint's bins and hits.
 """
 
 import json
@@ -37,8 +38,8 @@ from bertaccel.hw.axi import csr
 from bertaccel.hw.legal import CHANNELS
 from bertaccel.sw.cycles import CycleModel
 
-__all__ = ["STALLS", "FOLDER", "AXI_SHELL", "bins", "stall_mode", "sample", "write", "merged", "report",
-           "main"]
+__all__ = ["STALLS", "FOLDER", "AXI_SHELL", "bins", "stall_mode", "sample", "write", "merged",
+           "report", "main"]
 
 #: The stall modes of a device: ``(src_idle > 0, sink_stall > 0)`` -> name.
 STALLS = {(False, False): "free", (True, False): "idle source",
