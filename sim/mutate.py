@@ -25,8 +25,8 @@ The design goes through ``proc`` (every process becomes cells, so every decision
 that a mutant can reach) and ``memory_collect``, as Amaranth's own Verilog back end does, and
 out through ``write_verilog``; memory initialisers are not mutated (a mutant's select cannot
 reach a constant table), nor the ports of memories (``memory_collect`` needs a port's reset
-constant; what drives a port's address, data and enable is mutated where it is made). The file source and sink of the simulation harness are Verilog that
-yosys does not read (``$fopen``); they are declared as black boxes and their text is appended
+constant; what drives a port's address, data and enable is mutated where it is made). The
+file source and sink of the simulation harness are Verilog that yosys does not read (``$fopen``); they are declared as black boxes and their text is appended
 (``extra``).
 
 :func:`prove_equivalent` tries to prove a mutant harmless: its module against the module with
