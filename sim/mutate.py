@@ -26,8 +26,8 @@ that a mutant can reach) and ``memory_collect``, as Amaranth's own Verilog back 
 out through ``write_verilog``; memory initialisers are not mutated (a mutant's select cannot
 reach a constant table), nor the ports of memories (``memory_collect`` needs a port's reset
 constant; what drives a port's address, data and enable is mutated where it is made). The
-file source and sink of the simulation harness are Verilog that yosys does not read (``$fopen``); they are declared as black boxes and their text is appended
-(``extra``).
+file source and sink of the simulation harness are Verilog that yosys does not read
+(``$fopen``); they are declared as black boxes and their text is appended (``extra``).
 
 :func:`prove_equivalent` tries to prove a mutant harmless: its module against the module with
 the mutant, every input free, by yosys's ``equiv_make``, ``equiv_simple`` and
