@@ -30,7 +30,6 @@ from _record import record  # noqa: E402
 
 import torch  # noqa: E402
 
-from bertaccel.golden.kernels import describe  # noqa: E402
 from bertaccel.hw.config import PRESETS  # noqa: E402
 from bertaccel.sw.devices.base import IllegalProgram  # noqa: E402
 from bertaccel.sw.devices.rtl import RtlDevice  # noqa: E402
@@ -88,7 +87,7 @@ def main(argv=None):
         parser.exit(2, f"illegal.py: error: unknown config {unknown[0]!r}\n" if unknown
                     else "illegal.py: error: --programs must be at least 1\n")
     rows = [run_config(name, args.programs, args.seed) for name in names]
-    report = {"machine": describe(), "rows": rows,
+    report = {"rows": rows,
               "all_agree": all(row["agree"] == row["programs"] for row in rows)}
     record(report, RESULTS, __file__, argv)
     if args.json:

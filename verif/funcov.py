@@ -46,7 +46,6 @@ STALLS = {(False, False): "free", (True, False): "idle source",
           (False, True): "backpressure", (True, True): "idle and backpressure"}
 #: Where the workers write their hits, below the repository.
 FOLDER = Path("build") / "coverage" / "functional"
-_OPS = {"LOAD": isa.Load, "MATMUL": isa.Matmul, "STORE": isa.Store, "SET": isa.Set}
 _MEMORIES = ("scratchpad A", "scratchpad B", "accumulator")
 _TOKENS = ("l2e", "e2l", "e2s", "s2e")
 #: The cycle model's waits (``CycleReport.stalls``), by the names the report gives them.
@@ -73,7 +72,7 @@ def bins():
     """``{coverpoint: [bin, ...]}``: every bin the suite must hit."""
     stalls = list(STALLS.values())
     return {
-        "opcode x stall": [f"{op} / {s}" for op in _OPS for s in stalls],
+        "opcode x stall": [f"{op.name} / {s}" for op in isa.Opcode for s in stalls],
         "STORE op x stall": [f"{op.name} / {s}" for op in isa.EpOp for s in stalls],
         "LOAD target x stall": [f"{t.name} / {s}" for t in isa.Target for s in stalls],
         "dependency flag": [f"{op.name} {flag}" for op, flags in CHANNELS.items()
@@ -121,11 +120,7 @@ def _edges(cfg, instr):
 
 
 def _instruction_hits(cfg, instr, mode, hits):
-    op = instr.opcode.name
-    hits["opcode x stall"][f"{op} / {mode}"] += 1
-    for flag, channel in CHANNELS[instr.opcode].items():
-        if channel and getattr(instr, flag):
-            hits["dependency flag"][f"{op} {flag}"] += 1
+    hits["opcode x stall"][f"{instr.opcode.name} / {mode}"] += 1
     if isinstance(instr, isa.Load):
         hits["LOAD target x stall"][f"{instr.target.name} / {mode}"] += 1
     elif isinstance(instr, isa.Matmul):
@@ -147,17 +142,17 @@ def _instruction_hits(cfg, instr, mode, hits):
 def sample(hits, cfg, program, mode):
     """Add the hits of ``program``, run on ``cfg`` in stall ``mode``, to ``hits``
     (``{coverpoint: Counter}``)."""
-    instrs = program.instrs
     if mode == STALLS[(False, False)]:
         for name, cycles in CycleModel(cfg).run(program).stalls.items():
             if cycles:
                 hits["wait"][_WAITS[name]] += 1
     count = dict.fromkeys(_TOKENS, 0)
-    for instr in instrs:
+    for instr in program.instrs:
         _instruction_hits(cfg, instr, mode, hits)
         for flag, channel in CHANNELS[instr.opcode].items():
             if not (channel and getattr(instr, flag)):
                 continue
+            hits["dependency flag"][f"{instr.opcode.name} {flag}"] += 1
             count[channel] += 1 if flag.startswith("push") else -1
             if count[channel] == 0:
                 hits["token channel"][f"{channel} back at 0"] += 1

@@ -39,7 +39,6 @@ outputs always come from :class:`~bertaccel.sw.SoftwareDevice`.
 
 import dataclasses
 import itertools
-from collections import Counter
 import json
 import logging
 import os
@@ -47,6 +46,7 @@ import random
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,7 +63,7 @@ from bertaccel.sw.devices import axi as axi_host
 from bertaccel.sw.tiler import compile_gemm
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, RisingEdge, Timer
-from verif.funcov import FOLDER as FUNCOV_FOLDER
+from verif import funcov
 
 __all__ = []
 
@@ -730,8 +730,7 @@ async def write_functional_coverage(dut):
     """Last: write what the tests above saw (:data:`SEEN`) where ``BERTACCEL_FUNCOV`` says."""
     path = os.environ.get("BERTACCEL_FUNCOV")
     if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps({"AXI shell": dict(SEEN)}, indent=1, sort_keys=True))
+        funcov.write({"AXI shell": SEEN}, Path(path))
 
 
 @cocotb.test(skip="BERTACCEL_AXI_MEASURE" not in os.environ)
@@ -874,7 +873,7 @@ def shell_sim(request, sim_root):
 def test_shell_rtl(shell_sim, tmp_path, request):
     cfg, sim = shell_sim
     seed = int(os.environ.get("BERTACCEL_SEED", "11"))  # logged by the testbench; replayable
-    funcov = request.config.rootpath / FUNCOV_FOLDER / f"axi_shell-{cfg.tag}.json"
+    hits = request.config.rootpath / funcov.FOLDER / f"axi_shell-{cfg.tag}.json"
     run_cocotb(sim, MODULE, timeout=300, log_file=tmp_path / "sim.log",
                extra_env={"BERTACCEL_CONFIG": cfg.to_json(), "BERTACCEL_SEED": str(seed),
-                          "BERTACCEL_FUNCOV": str(funcov)})
+                          "BERTACCEL_FUNCOV": str(hits)})

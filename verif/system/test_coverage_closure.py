@@ -4,8 +4,8 @@ The rest of the suite runs its programs free-running or with idle input cycles a
 backpressure together; here a GEMM with each epilogue runs with only one of the two, and a
 hand-written program reaches the corners the compiler never emits: scratchpad rows at the end
 of the memory, MATMULs with ``shift`` (accumulating and not), and the store-to-execute
-channel filled to its limit. Each run is bit-exact with the software
-device and keeps the cycle model's relation.
+channel filled to its limit. Each run is bit-exact with the software device and keeps the
+cycle model's relation.
 """
 
 import pytest

@@ -2,10 +2,11 @@
 
 Random compiled programs (GEMMs with each epilogue) each get one instruction broken or one
 illegal instruction inserted (:func:`bertaccel.sw.illegal_programs.break_program`), aimed at
-every rule of :mod:`bertaccel.hw.legal`. The core's checker (:mod:`bertaccel.hw.checker`) and the software
-device's :func:`~bertaccel.hw.legal.first_fault` must raise :class:`IllegalProgram` naming the
-same :class:`~bertaccel.hw.legal.Fault` and index, free-running and stalled; after each fault
-the next legal run is bit-exact. ``python bench/illegal.py`` runs more over 2x2, 4x8 and 8x8.
+every rule of :mod:`bertaccel.hw.legal`. The core's checker (:mod:`bertaccel.hw.checker`) and
+the software device's :func:`~bertaccel.hw.legal.first_fault` must raise
+:class:`IllegalProgram` naming the same :class:`~bertaccel.hw.legal.Fault` and index,
+free-running and stalled; after each fault the next legal run is bit-exact. ``python
+bench/illegal.py`` runs more over 2x2, 4x8 and 8x8.
 """
 
 import pytest

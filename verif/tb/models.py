@@ -65,10 +65,11 @@ def sub_beat(cfg, beat, j, slot):
 class IntakeModel:
     """What the intake must do. Its queue shows a beat written in cycle W at the head from
     cycle W + ``Queue.LATENCY``, and the next one the cycle after a take at the earliest, and
-    has room while fewer than ``QUEUE_DEPTH - 1`` beats wait behind the head. The head is taken while the
-    input is open (``ratio`` cycles after the last take), a beat that will produce an output
-    only on credit, and a second pass of a two-pass op no earlier than ``gap`` cycles after
-    its slot's last first pass; slots are taken in turn by first passes and by second passes."""
+    has room while fewer than ``QUEUE_DEPTH - 1`` beats wait behind the head. The head is
+    taken while the input is open (``ratio`` cycles after the last take), a beat that will
+    produce an output only on credit, and a second pass of a two-pass op no earlier than
+    ``gap`` cycles after its slot's last first pass; slots are taken in turn by first passes
+    and by second passes."""
 
     def __init__(self, cfg):
         self.cfg, self.sch = cfg, Schedule.of(cfg)
