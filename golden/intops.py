@@ -69,8 +69,8 @@ MUL_BITS = 16
 SHIFT_MAX = 63
 #: Longest softmax or LayerNorm row the hardware takes.
 MAX_ROW = 1024
-#: Largest LayerNorm ``gshift``: ``beta << (gshift - 8)`` must stay far inside int64.
-GSHIFT_MAX = 48
+#: Largest LayerNorm ``gshift``: any the 6-bit SHIFT1 register holds.
+GSHIFT_MAX = 63
 
 #: Fraction bits of the softmax's logit ``t`` (log2 units): its steps of 2**-12 change an
 #: exponential by at most 8.5e-5 of itself, which keeps the 12-bit output within a fraction of

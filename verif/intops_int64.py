@@ -173,5 +173,8 @@ def layernorm(x, *, bias=0, residual=None, xmul, rmul=0, vshift, gamma, beta, gs
     j = torch.where(d > 0, j, torch.zeros_like(j))
     z = rshift_round((row_len * v - s1.unsqueeze(1)) * rsq.unsqueeze(1), (11 + j).unsqueeze(1))
     g, b = _vector(gamma, n, "gamma"), _vector(beta, n, "beta")
-    y = _clamp(rshift_round(z * g + (b << (gshift - 8)), gshift), 8)
+    if gshift <= 48:
+        y = _clamp(rshift_round(z * g + (b << (gshift - 8)), gshift), 8)
+    else:   # b << (gshift - 8) would leave int64: floor(z * g / 2**(gshift - 8)) carries it
+        y = _clamp(((z * g >> (gshift - 8)) + b + 128) >> 8, 8)
     return torch.where(valid, y, torch.zeros_like(y)).to(torch.int32)

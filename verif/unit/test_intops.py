@@ -508,9 +508,14 @@ def test_layernorm_bad_arguments():
 
 
 def test_layernorm_large_gshift():
-    # Fixed: gshift is limited to GSHIFT_MAX (48), where beta << (gshift - 8) cannot overflow.
+    # Every gshift the 6-bit SHIFT1 register holds: beta * 2**(gshift - 8) passes int64 at
+    # 57 and float64's integers far sooner, and the result is still exact.
     x = rows([[1000, -1000, 500, -500]])
-    with pytest.raises(ValueError, match="gshift must be from 8 to 48"):
-        layernorm(x, xmul=1, vshift=0, gamma=1, beta=2 ** 15 - 1, gshift=57, eps_n2=0)
-    y = layernorm(x, xmul=1, vshift=0, gamma=1, beta=2 ** 15 - 1, gshift=48, eps_n2=0)
-    assert y.tolist() == [[127] * 4]                # beta = 128 LSB; gamma is negligible
+    with pytest.raises(ValueError, match="gshift must be from 8 to 63"):
+        layernorm(x, xmul=1, vshift=0, gamma=1, beta=2 ** 15 - 1, gshift=64, eps_n2=0)
+    for gshift in (48, 57, 63):
+        y = layernorm(x, xmul=1, vshift=0, gamma=1, beta=2 ** 15 - 1, gshift=gshift, eps_n2=0)
+        assert y.tolist() == [[127] * 4]            # beta = 128 LSB; gamma is negligible
+        y = layernorm(x, xmul=1, vshift=0, gamma=-(2 ** 15), beta=-(2 ** 15), gshift=gshift,
+                      eps_n2=0)
+        assert y.tolist() == [[-128] * 4]
