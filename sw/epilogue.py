@@ -455,6 +455,10 @@ def _signed16(values):
     return torch.where(values >= 1 << 15, values - (1 << 16), values)
 
 
+#: GELU's ``omul`` is the low bits of MUL1, a register as wide as LAYERNORM's ``rmul``.
+_MUL_MASK = (1 << intops.MUL_BITS) - 1
+
+
 def apply_registers(op, x, *, regs, bias, p1, p2, residual=None, lanes):
     """The epilogue ``op`` as the machine applies it: :mod:`bertaccel.golden.intops` called with
     the store unit's parameter registers and the PMEM fields of the columns. Every software path
@@ -489,7 +493,7 @@ def apply_registers(op, x, *, regs, bias, p1, p2, residual=None, lanes):
         return intops.requant(x, bias=bias, mul=mul, shift=shift)
     if op == EpOp.GELU:
         return intops.gelu(x, bias=bias, gmul=reg(Param.MUL0), gshift=reg(Param.SHIFT0),
-                           omul=reg(Param.MUL1), oshift=reg(Param.SHIFT1))
+                           omul=reg(Param.MUL1) & _MUL_MASK, oshift=reg(Param.SHIFT1))
     if op == EpOp.SOFTMAX:
         return intops.softmax(x, mask=bias, mul=reg(Param.MUL0), shift=reg(Param.SHIFT0),
                               cols=lanes, row_len=reg(Param.ROW_LEN))

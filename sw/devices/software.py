@@ -65,7 +65,8 @@ class SoftwareDevice(Device):
     row ``m`` of strip ``s`` from scratchpad-B row ``aux_addr + s*rows + m``, and applies the op of
     :mod:`bertaccel.golden.intops` with the registers: REQUANT ``mul = MUL0, shift = SHIFT0``, or
     per column ``mul = p1, shift = p2 & 63`` when ``FLAGS`` bit 0 is set, ``bias``; GELU
-    ``gmul, gshift, omul, oshift = MUL0, SHIFT0, MUL1, SHIFT1``, ``bias``; SOFTMAX ``mul, shift =
+    ``gmul, gshift, omul, oshift = MUL0, SHIFT0, MUL1, SHIFT1`` (``omul`` the low 16 bits of
+    MUL1, which is 32 bits for LAYERNORM's ``rmul``), ``bias``; SOFTMAX ``mul, shift =
     MUL0, SHIFT0``, ``mask = bias``, ``row_len = ROW_LEN``, beats of ``cols`` columns; LAYERNORM
     ``xmul, vshift, rmul, gshift = MUL0, SHIFT0, MUL1, SHIFT1``, ``row_len = ROW_LEN``,
     ``eps_n2 = EPS``, ``bias``, ``gamma = int16(p1)``, ``beta = int16(p2)``. The results leave
