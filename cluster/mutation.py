@@ -69,6 +69,9 @@ RANDOM_LIMITS = (17, 70, 17)
 #: Random GEMMs for each epilogue whose parameters reach the epilogue's range limits
 #: (``operands="edge"`` of :func:`bertaccel.sw.epilogue.random_gemm`).
 EDGE_GEMMS = 3
+#: Random legal programs, every field over its legal range (outputs compared)
+#: (:func:`bertaccel.sw.random_programs.random_program`).
+RANDOM_PROGRAMS = 16
 #: Illegal programs, aimed at every rule of the checker in turn
 #: (:func:`bertaccel.sw.illegal_programs.illegal_cases`).
 ILLEGAL_PROGRAMS = 24
@@ -150,9 +153,11 @@ def _gemm_case(cfg, m, k, n, op, operands, gen):
 def selection(cfg, seed=5):
     """The fixed programs every mutant runs, in order: the :data:`GEMMS`, the random ones and
     the edge-case ones (outputs compared), the :func:`hand_programs` (cycles and beat counts
-    compared), then :data:`ILLEGAL_PROGRAMS` illegal ones (fault and index compared)."""
+    compared), :data:`RANDOM_PROGRAMS` random legal ones (outputs compared), then
+    :data:`ILLEGAL_PROGRAMS` illegal ones (fault and index compared)."""
     from ..sw.hand_programs import raw_program
     from ..sw.illegal_programs import illegal_cases
+    from ..sw.random_programs import random_program
 
     gen = torch.Generator().manual_seed(seed)
     rng = random.Random(seed)
@@ -169,6 +174,10 @@ def selection(cfg, seed=5):
         size = max(program.n_data_beats, 1) * cfg.lanes
         x = torch.randint(-128, 128, (size,), generator=gen, dtype=torch.int8)
         cases.append(Case(name, program, {"x": x}, False))
+    for number in range(RANDOM_PROGRAMS):
+        program = random_program(cfg, 1000 * seed + number)
+        x = torch.randint(-128, 128, program.inputs["x"], generator=gen, dtype=torch.int8)
+        cases.append(Case(f"random_program_{number}", program, {"x": x}, True))
     illegal, _ = illegal_cases(cfg, ILLEGAL_PROGRAMS, seed)
     cases += [Case(f"illegal_{number}_{fault.name.lower()}", program, {}, False, beats)
               for number, (fault, program, beats) in enumerate(illegal)]
