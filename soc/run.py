@@ -1,0 +1,115 @@
+"""One program through the whole SoC: build (cached), firmware, run, and the results.
+
+:func:`run_program` is what ``bertaccel soc`` and ``verif/system/test_soc.py`` call: it lays
+the program and its inputs out (:func:`bertaccel.sw.devices.axi.layout`), builds the SoC's
+model for the program's config (:func:`bertaccel.soc.build.build_soc`, cached), compiles the
+firmware with the image linked in, runs it, and returns the outputs decoded from what the
+firmware printed, with the ``CYCLES`` it read. :func:`run_gemm` does it for a random GEMM and
+compares with the software device.
+"""
+
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..sw.devices import axi as axi_host
+from .build import SocError, build_soc, run_soc
+from .firmware import checksum, compile_firmware, parse_report
+
+__all__ = ["SocRun", "run_program", "run_gemm"]
+
+
+@dataclass
+class SocRun:
+    """What :func:`run_program` returns.
+
+    Members
+    -------
+    outputs : dict of str to torch.Tensor
+        The program's outputs, from the output area the firmware printed.
+    cycles : int
+        ``CYCLES`` as the firmware read it: ``CTRL.START`` to ``STATUS.DONE``, every memory
+        access through the SoC's interconnect included.
+    report : Report
+        Everything the firmware printed, parsed (:class:`bertaccel.soc.firmware.Report`).
+    image : DramImage
+    build_s, firmware_s, run_s : float
+        Seconds for the model's build (0 from the cache), the firmware's compile, the run.
+    """
+    outputs: dict
+    cycles: int
+    report: object
+    image: object
+    build_s: float
+    firmware_s: float
+    run_s: float
+
+
+def run_program(program, *, folder, timeout=300, log=print, **inputs):
+    """Run ``program`` with ``inputs`` (int8 tensors by input name) on the SoC.
+
+    Parameters
+    ----------
+    program : Program
+    folder : path
+        The build folder of the config's model (``build/sim/soc-<cfg.tag>`` by convention;
+        :func:`~bertaccel.soc.build.build_soc`), the firmware in its ``firmware/``.
+    timeout : float
+        Seconds the model may run.
+    log : callable
+        Progress of the build, one line at a time.
+
+    Raises
+    ------
+    SocError
+        A step failed, the firmware ended with ``end error ...`` (the reason, and the fault
+        registers it printed), or what it printed does not hold together (the checksum, the
+        counters).
+    """
+    cfg = program.cfg
+    image = axi_host.layout(program, align=64, **inputs)
+    build = build_soc(cfg, Path(folder), log=log)
+    start = time.monotonic()
+    firmware = compile_firmware(build, image, build.folder / "firmware")
+    compiled = time.monotonic()
+    report = parse_report(run_soc(build, firmware, timeout=timeout))
+    ran = time.monotonic()
+    if not report.ok:
+        facts = ", ".join(f"{name} {value:#x}" for name, value in report.facts.items())
+        raise SocError(f"the firmware reported {report.error or 'no end'}"
+                       + (f" ({facts})" if facts else ""))
+    facts = report.facts
+    if len(report.output) != image.out_size or checksum(report.output) != facts["checksum"]:
+        raise SocError(f"the firmware printed {len(report.output)} output bytes with checksum "
+                       f"{checksum(report.output):#010x}; it says {image.out_size} and "
+                       f"{facts.get('checksum', 0):#010x}")
+    counts = (facts["out_count"], facts["data_count"], facts["prog_count"])
+    if counts != (image.out_len, image.data_len, image.prog_len):
+        raise SocError(f"the shell counted {counts} output beats, input beats and "
+                       f"instructions; the program has "
+                       f"{(image.out_len, image.data_len, image.prog_len)}")
+    return SocRun(outputs=report.outputs(image), cycles=facts["cycles"], report=report,
+                  image=image, build_s=build.seconds, firmware_s=compiled - start,
+                  run_s=ran - compiled)
+
+
+def _int8(rng, rows, cols):
+    return torch.tensor([[rng.randrange(-128, 128) for _ in range(cols)] for _ in range(rows)],
+                        dtype=torch.int8)
+
+
+def run_gemm(cfg, m, k, n, *, seed=1, folder, timeout=300, log=print):
+    """A random ``m x k`` by ``k x n`` int8 GEMM (``seed``) compiled for ``cfg``, run on the SoC
+    and on the software device. Returns ``(soc_run, reference)``, the latter the software
+    device's :class:`~bertaccel.sw.devices.base.RunResult`."""
+    from ..sw import SoftwareDevice
+    from ..sw.tiler import compile_gemm
+
+    rng = random.Random(seed)
+    program = compile_gemm(cfg, m, k, n)
+    inputs = {"a": _int8(rng, m, k), "b": _int8(rng, k, n)}
+    soc = run_program(program, folder=folder, timeout=timeout, log=log, **inputs)
+    return soc, SoftwareDevice(cfg).run(program, **inputs)
