@@ -1,16 +1,17 @@
 """The accelerator in a system-on-chip: C firmware on a RISC-V CPU drives the AXI4 shell.
 
 The SoC (:mod:`bertaccel.soc`: LiteX, a VexRiscv CPU, ROM, SRAM, main RAM, UART, timer and
-the 2x2 shell on the bus) is built once under Verilator (about a minute and a half on 2 cores,
-then cached in ``build/sim/soc-<tag>``). For each GEMM, the firmware is compiled with the
-program and its input data linked in and the register map's generated header, and run: it
-checks the identity registers, programs the regions and the DMA window, starts the run, waits
-for the interrupt, checks the error and fault bits and prints ``CYCLES``, the counters and the
-output area over the UART. The outputs printed must equal the software device's bit for bit;
-the run must have ended with the interrupt (not the polling fallback); the counters must be the
-program's; and ``CYCLES`` can only be at least the cycle model's free-running figure for the
-core, since every memory access goes through the SoC's 32-bit interconnect one word at a time
-(the figures are printed side by side and recorded as properties of the test).
+the 2x2 shell on the bus) is built once under Verilator (about 35 s on 2 cores, then cached in
+``build/sim/soc-<tag>``; the whole file takes about 45 s from a clean folder). For each GEMM,
+the firmware is compiled with the program and its input data linked in and the register map's
+generated header, and run: it checks the identity registers, programs the regions and the DMA
+window, starts the run, waits for the interrupt, checks the error and fault bits and prints
+``CYCLES``, the counters and the output area over the UART. The outputs printed must equal the
+software device's bit for bit; the run must have ended with the interrupt (not the polling
+fallback); the counters must be the program's; and ``CYCLES`` can only be at least the cycle
+model's free-running figure for the core, since every memory access goes through the SoC's
+32-bit interconnect one word at a time (the figures are printed side by side and recorded as
+properties of the test).
 
 Skipped when a tool is missing (LiteX, the VexRiscv Verilog, the RISC-V compiler, libevent and
 json-c headers; :func:`bertaccel.soc.build.missing_tools` names it), failed instead under
