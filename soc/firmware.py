@@ -41,11 +41,12 @@ def _c_bytes(name, data):
 
 def image_header(image):
     """The text of ``image.h`` for ``image`` (a :class:`~bertaccel.sw.devices.axi.DramImage`):
-    its regions' lengths and bytes; where they lie is the linker's choice."""
+    its regions' lengths and the bytes of its segments (a test may have patched them); where
+    they lie is the linker's choice."""
     cfg = image.cfg
-    prog = axi_host.instr_bytes(image.program)
-    data = b"".join(segment for addr, segment in image.segments if addr == image.data_addr
-                    and image.data_len)
+    segments = dict(image.segments)
+    prog = segments[image.prog_addr]
+    data = segments.get(image.data_addr, b"") if image.data_len else b""
     return "\n".join([
         "/* The accelerator's program and input data for the firmware (main.c), written by",
         " * bertaccel.soc.firmware.image_header. */",

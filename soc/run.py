@@ -1,10 +1,11 @@
 """One program through the whole SoC: build (cached), firmware, run, and the results.
 
 :func:`run_program` is what ``bertaccel soc`` and ``verif/system/test_soc.py`` call: it lays
-the program and its inputs out (:func:`bertaccel.sw.devices.axi.layout`), builds the SoC's
-model for the program's config (:func:`bertaccel.soc.build.build_soc`, cached), compiles the
-firmware with the image linked in, runs it, and returns the outputs decoded from what the
-firmware printed, with the ``CYCLES`` it read. :func:`run_gemm` does it for a random GEMM and
+the program and its inputs out (:func:`bertaccel.sw.devices.axi.layout`), and
+:func:`run_image` builds the SoC's model for the program's config
+(:func:`bertaccel.soc.build.build_soc`, cached), compiles the firmware with the image linked
+in, runs it, and returns the outputs decoded from what the firmware printed, with the
+``CYCLES`` it read. :func:`run_gemm` does it for a random GEMM and
 compares with the software device.
 """
 
@@ -19,20 +20,21 @@ from ..sw.devices import axi as axi_host
 from .build import SocError, build_soc, run_soc
 from .firmware import checksum, compile_firmware, parse_report
 
-__all__ = ["SocRun", "run_program", "run_gemm"]
+__all__ = ["SocRun", "run_program", "run_image", "run_gemm"]
 
 
 @dataclass
 class SocRun:
-    """What :func:`run_program` returns.
+    """What :func:`run_image` returns.
 
     Members
     -------
     outputs : dict of str to torch.Tensor
-        The program's outputs, from the output area the firmware printed.
-    cycles : int
+        The program's outputs, from the output area the firmware printed; empty for a run that
+        did not end with ``end ok``.
+    cycles : int or None
         ``CYCLES`` as the firmware read it: ``CTRL.START`` to ``STATUS.DONE``, every memory
-        access through the SoC's interconnect included.
+        access through the SoC's interconnect included (None after a fault).
     report : Report
         Everything the firmware printed, parsed (:class:`bertaccel.soc.firmware.Report`).
     image : DramImage
@@ -49,11 +51,19 @@ class SocRun:
 
 
 def run_program(program, *, folder, timeout=300, log=print, **inputs):
-    """Run ``program`` with ``inputs`` (int8 tensors by input name) on the SoC.
+    """Run ``program`` with ``inputs`` (int8 tensors by input name) on the SoC: its
+    :func:`~bertaccel.sw.devices.axi.layout`, then :func:`run_image`."""
+    image = axi_host.layout(program, align=64, **inputs)
+    return run_image(image, folder=folder, timeout=timeout, log=log)
+
+
+def run_image(image, *, folder, timeout=300, log=print, check=True):
+    """Run ``image`` (a :class:`~bertaccel.sw.devices.axi.DramImage`) on the SoC.
 
     Parameters
     ----------
-    program : Program
+    image : DramImage
+        Its segments are linked into the firmware as they are (a test may patch them).
     folder : path
         The build folder of the config's model (``build/sim/soc-<cfg.tag>`` by convention;
         :func:`~bertaccel.soc.build.build_soc`), the firmware in its ``firmware/``.
@@ -61,26 +71,38 @@ def run_program(program, *, folder, timeout=300, log=print, **inputs):
         Seconds the model may run.
     log : callable
         Progress of the build, one line at a time.
+    check : bool
+        Raise if the firmware did not end with ``end ok``; with False, such a run is returned
+        with no outputs, its report saying why (``report.error``, ``report.facts``).
 
     Raises
     ------
     SocError
-        A step failed, the firmware ended with ``end error ...`` (the reason, and the fault
-        registers it printed), or what it printed does not hold together (the checksum, the
-        counters).
+        A step failed; with ``check``, the firmware ended with ``end error ...`` (the message
+        has the reason and the fault registers it printed); what it printed does not hold
+        together (the checksum, the counters).
     """
-    cfg = program.cfg
-    image = axi_host.layout(program, align=64, **inputs)
-    build = build_soc(cfg, Path(folder), log=log)
+    build = build_soc(image.cfg, Path(folder), log=log)
     start = time.monotonic()
     firmware = compile_firmware(build, image, build.folder / "firmware")
     compiled = time.monotonic()
     report = parse_report(run_soc(build, firmware, timeout=timeout))
     ran = time.monotonic()
+    run = SocRun(outputs={}, cycles=report.facts.get("cycles"), report=report, image=image,
+                 build_s=build.seconds, firmware_s=compiled - start, run_s=ran - compiled)
     if not report.ok:
+        if not check:
+            return run
         facts = ", ".join(f"{name} {value:#x}" for name, value in report.facts.items())
         raise SocError(f"the firmware reported {report.error or 'no end'}"
                        + (f" ({facts})" if facts else ""))
+    _check_report(report, image)
+    run.outputs = report.outputs(image)
+    return run
+
+
+def _check_report(report, image):
+    """Raise :class:`SocError` unless what the firmware printed holds together."""
     facts = report.facts
     if len(report.output) != image.out_size or checksum(report.output) != facts["checksum"]:
         raise SocError(f"the firmware printed {len(report.output)} output bytes with checksum "
@@ -91,9 +113,6 @@ def run_program(program, *, folder, timeout=300, log=print, **inputs):
         raise SocError(f"the shell counted {counts} output beats, input beats and "
                        f"instructions; the program has "
                        f"{(image.out_len, image.data_len, image.prog_len)}")
-    return SocRun(outputs=report.outputs(image), cycles=facts["cycles"], report=report,
-                  image=image, build_s=build.seconds, firmware_s=compiled - start,
-                  run_s=ran - compiled)
 
 
 def _int8(rng, rows, cols):

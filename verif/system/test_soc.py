@@ -13,15 +13,24 @@ model's free-running figure for the core, since every memory access goes through
 32-bit interconnect one word at a time (the figures are printed side by side and recorded as
 properties of the test).
 
+A program with an illegal instruction in its middle ends with the firmware reporting the fault
+the shell recorded: ``FAULT.CODE`` ILLEGAL_INSTRUCTION, the rule, and the instruction's index.
+
 Skipped when a tool is missing (LiteX, the VexRiscv Verilog, the RISC-V compiler, libevent and
 json-c headers; :func:`bertaccel.soc.build.missing_tools` names it), failed instead under
 ``BERTACCEL_REQUIRE_TOOLS=1``.
 """
 
 import pytest
+import torch
 
+from bertaccel.hw.axi import csr
 from bertaccel.hw.config import preset
+from bertaccel.hw.legal import Fault
+from bertaccel.soc.run import run_gemm, run_image
 from bertaccel.sw.cycles import CycleModel
+from bertaccel.sw.devices import axi as axi_host
+from bertaccel.sw.tiler import compile_gemm
 from verif.helpers import check_outputs, missing_tool
 
 __all__ = []
@@ -42,8 +51,6 @@ def _tools():
 
 @pytest.mark.parametrize("case", CASES)
 def test_gemm_through_firmware(case, sim_root, record_property):
-    from bertaccel.soc.run import run_gemm
-
     cfg = preset("2x2")
     m, k, n = CASES[case]
     soc, reference = run_gemm(cfg, m, k, n, seed=sum(CASES[case]),
@@ -57,3 +64,26 @@ def test_gemm_through_firmware(case, sim_root, record_property):
     record_property("cycles_model", model)
     print(f"{what}: CYCLES {soc.cycles} (the cycle model's core: {model}); build "
           f"{soc.build_s:.0f} s, firmware {soc.firmware_s:.1f} s, run {soc.run_s:.1f} s")
+
+
+def test_illegal_instruction_reported(sim_root):
+    cfg = preset("2x2")
+    m, k, n = CASES["tall"]
+    gen = torch.Generator().manual_seed(7)
+    inputs = {"a": torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8),
+              "b": torch.randint(-128, 128, (k, n), generator=gen, dtype=torch.int8)}
+    image = axi_host.layout(compile_gemm(cfg, m, k, n), align=64, **inputs)
+    # An all-zero word in the middle of the program: no such opcode.
+    addr, prog = image.segments[0]
+    bad = image.prog_len // 2
+    size = axi_host.INSTR_BYTES
+    image.segments[0] = (addr, prog[:bad * size] + bytes(size) + prog[(bad + 1) * size:])
+    run = run_image(image, folder=sim_root / f"soc-{cfg.tag}", check=False)
+    report = run.report
+    assert not report.ok and report.error.startswith("fault"), report.text
+    fault, status = report.facts["fault"], report.facts["status"]
+    assert csr.FAULT_CODES[axi_host.field_value("FAULT", fault, "CODE")] \
+        == "ILLEGAL_INSTRUCTION", report.text
+    assert axi_host.field_value("FAULT", fault, "CHECK") == Fault.OPCODE, report.text
+    assert axi_host.field_value("STATUS", status, "ERROR"), report.text
+    assert report.facts["fault_pc"] == bad, report.text
