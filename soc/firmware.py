@@ -18,8 +18,8 @@ from pathlib import Path
 from ..sw.devices import axi as axi_host
 from .build import SocError
 
-__all__ = ["FIRMWARE_DIR", "MARCH", "Report", "image_header", "compile_firmware",
-           "parse_report", "checksum"]
+__all__ = ["FIRMWARE_DIR", "MARCH", "Report", "image_header", "check_image",
+           "compile_firmware", "parse_report", "checksum"]
 
 #: The firmware's sources.
 FIRMWARE_DIR = Path(__file__).resolve().parent / "firmware"
@@ -28,6 +28,8 @@ FIRMWARE_DIR = Path(__file__).resolve().parent / "firmware"
 MARCH = ("-march=rv32im_zicsr", "-mabi=ilp32")
 #: Alignment of the image's regions in memory (a multiple of every AXI data width).
 ALIGN = 64
+#: Bytes of the ROM and of main RAM kept for the firmware's own code, data and stack.
+FIRMWARE_RESERVE = 0x2000
 _GCC = "riscv64-unknown-elf-gcc"
 _OBJCOPY = "riscv64-unknown-elf-objcopy"
 
@@ -61,6 +63,22 @@ def image_header(image):
         _c_bytes("image_prog", prog),
         _c_bytes("image_data", data),
         "#endif /* IMAGE_H */", ""])
+
+
+def check_image(image):
+    """Raise ``ValueError`` (the message says by how much) if ``image`` cannot be linked into
+    the firmware: its program and data are copied from the ROM into main RAM, where the output
+    area lies too (:data:`bertaccel.soc.system.ROM_SIZE`, ``MAIN_RAM_SIZE``), beside
+    :data:`FIRMWARE_RESERVE` bytes of the firmware's own."""
+    from .system import MAIN_RAM_SIZE, ROM_SIZE
+
+    segments = sum(-(-len(data) // ALIGN) * ALIGN for _, data in image.segments)
+    for memory, size, need in (("ROM", ROM_SIZE, segments),
+                               ("main RAM", MAIN_RAM_SIZE, segments + image.out_size)):
+        if need + FIRMWARE_RESERVE > size:
+            raise ValueError(f"the program needs {need:,} bytes of the SoC's {size:,}-byte "
+                             f"{memory}, which keeps {FIRMWARE_RESERVE:,} for the firmware; "
+                             f"use a smaller GEMM")
 
 
 def _litex_includes():

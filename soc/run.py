@@ -1,15 +1,13 @@
 """One program through the whole SoC: build (cached), firmware, run, and the results.
 
-:func:`run_program` is what ``bertaccel soc`` and ``verif/system/test_soc.py`` call: it lays
-the program and its inputs out (:func:`bertaccel.sw.devices.axi.layout`), and
-:func:`run_image` builds the SoC's model for the program's config
-(:func:`bertaccel.soc.build.build_soc`, cached), compiles the firmware with the image linked
-in, runs it, and returns the outputs decoded from what the firmware printed, with the
-``CYCLES`` it read. :func:`run_gemm` does it for a random GEMM and
-compares with the software device.
+:func:`run_image` is what ``bertaccel soc`` and ``verif/system/test_soc.py`` call: it builds
+the SoC's model for the image's config (:func:`bertaccel.soc.build.build_soc`, cached),
+compiles the firmware with the image linked in, runs it, and returns the outputs decoded from
+what the firmware printed, with the ``CYCLES`` it read. :func:`run_program` lays a program and
+its inputs out first (:func:`bertaccel.sw.devices.axi.layout`); :func:`gemm_image` makes the
+image of a random GEMM, and :func:`run_gemm` runs it on the SoC and on the software device.
 """
 
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +18,7 @@ from ..sw.devices import axi as axi_host
 from .build import SocError, build_soc, run_soc
 from .firmware import checksum, compile_firmware, parse_report
 
-__all__ = ["SocRun", "run_program", "run_image", "run_gemm"]
+__all__ = ["SocRun", "run_program", "run_image", "gemm_image", "run_gemm"]
 
 
 @dataclass
@@ -115,20 +113,23 @@ def _check_report(report, image):
                        f"{(image.out_len, image.data_len, image.prog_len)}")
 
 
-def _int8(rng, rows, cols):
-    return torch.tensor([[rng.randrange(-128, 128) for _ in range(cols)] for _ in range(rows)],
-                        dtype=torch.int8)
+def gemm_image(cfg, m, k, n, *, seed=1):
+    """A random ``m x k`` by ``k x n`` int8 GEMM (``seed``) compiled for ``cfg`` and laid out:
+    ``(image, inputs)``."""
+    from ..sw.tiler import compile_gemm
+
+    gen = torch.Generator().manual_seed(seed)
+    inputs = {"a": torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8),
+              "b": torch.randint(-128, 128, (k, n), generator=gen, dtype=torch.int8)}
+    return axi_host.layout(compile_gemm(cfg, m, k, n), align=64, **inputs), inputs
 
 
 def run_gemm(cfg, m, k, n, *, seed=1, folder, timeout=300, log=print):
-    """A random ``m x k`` by ``k x n`` int8 GEMM (``seed``) compiled for ``cfg``, run on the SoC
-    and on the software device. Returns ``(soc_run, reference)``, the latter the software
-    device's :class:`~bertaccel.sw.devices.base.RunResult`."""
+    """:func:`gemm_image` run on the SoC and on the software device: ``(soc_run,
+    reference)``, the latter the software device's
+    :class:`~bertaccel.sw.devices.base.RunResult`."""
     from ..sw import SoftwareDevice
-    from ..sw.tiler import compile_gemm
 
-    rng = random.Random(seed)
-    program = compile_gemm(cfg, m, k, n)
-    inputs = {"a": _int8(rng, m, k), "b": _int8(rng, k, n)}
-    soc = run_program(program, folder=folder, timeout=timeout, log=log, **inputs)
-    return soc, SoftwareDevice(cfg).run(program, **inputs)
+    image, inputs = gemm_image(cfg, m, k, n, seed=seed)
+    soc = run_image(image, folder=folder, timeout=timeout, log=log)
+    return soc, SoftwareDevice(cfg).run(image.program, **inputs)
