@@ -12,6 +12,7 @@ the firmware ends the simulation, returning what it printed on the UART.
 
 import fcntl
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -140,29 +141,42 @@ def build_soc(cfg, folder, *, log=print):
         return SocBuild(cfg=cfg, folder=folder.resolve(), seconds=time.monotonic() - start)
 
 
-def _verilate(cfg, verilog, folder, log):
+def _sim_config():
+    """LiteX's simulation config: the clock and the UART on the model's stdout."""
     from litex.build.sim.config import SimConfig
-    from litex.soc.integration.builder import Builder
 
-    from .system import SYS_CLK_HZ, AccelSoC
+    from .system import SYS_CLK_HZ
 
-    soc = AccelSoC(cfg, verilog)
-    builder = Builder(soc, output_dir=str(folder), compile_software=False,
-                      compile_gateware=True)
     config = SimConfig()
     config.add_clocker("sys_clk", freq_hz=SYS_CLK_HZ)
     config.add_module("serial2console", "serial")
+    return config
+
+
+def _verilate(cfg, verilog, folder, log):
+    from litex.soc.integration.builder import Builder
+
+    from .system import AccelSoC
+
+    log(f"building the SoC in {folder} (Verilator, one job)")
+    # LiteX logs the whole SoC at INFO (some 190 lines); its warnings and errors still show.
+    logging.disable(logging.INFO)
+    try:
+        soc = AccelSoC(cfg, verilog)
+        builder = Builder(soc, output_dir=str(folder), compile_software=False,
+                          compile_gateware=True)
+        # run=False only writes the Verilog, the C++ harness and build_sim.sh; the script is
+        # run below, with its environment and its output under control.
+        builder.build(sim_config=_sim_config(), run=False, jobs=1, threads=1, opt_level="O0")
+    finally:
+        logging.disable(logging.NOTSET)
+    _own_makefile(folder / "gateware")
     env = {name: value for name, value in os.environ.items()
            if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
     env["PATH"] = f"{verilator_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
     # One compile job, unoptimised; the precompiled header as Verilator's make sets it up breaks
     # with some compilers, so it is included as a plain header.
     env["MAKEFLAGS"] = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0 CFG_CXXFLAGS_PCH_I=-include"
-    log(f"building the SoC in {folder} (Verilator, one job)")
-    # run=False only writes the Verilog, the C++ harness and build_sim.sh; the script is run
-    # here, with its environment and its output under control.
-    builder.build(sim_config=config, run=False, jobs=1, threads=1, opt_level="O0")
-    _own_makefile(folder / "gateware")
     result = subprocess.run(["bash", "build_sim.sh"], cwd=folder / "gateware", env=env,
                             capture_output=True, text=True, check=False)
     (folder / "gateware" / "build_sim.log").write_text(result.stdout + result.stderr)
