@@ -76,6 +76,7 @@ class SocBuild:
 
     @property
     def gateware(self):
+        """LiteX's gateware folder: ``sim.v``, the memories' ``.init`` files, the model."""
         return self.folder / "gateware"
 
     @property
@@ -90,6 +91,7 @@ class SocBuild:
 
     @property
     def model(self):
+        """The Verilated model's executable (run in :attr:`gateware`)."""
         return self.gateware / "obj_dir" / "Vsim"
 
     def rom_file(self):
