@@ -7,6 +7,7 @@
     bertaccel gemm --config 8x8 --m 128 --k 64 --n 128 --device rtl --epilogue softmax --json
     bertaccel demo                                     # Verilog, then a GEMM on ref and rtl
     bertaccel synth --config 8x8 --target ecp5-85k [--json]   # yosys + nextpnr: resources, Fmax
+    bertaccel soc --config 2x2 --m 9 --k 21 --n 11 [--uart] [--json]  # C firmware on a RISC-V SoC
     bertaccel run --model minilm --text "..." [--device ref|rtl] [--json]  # BERT embedding
     bertaccel bench bert --shape bert-base --seq 128 --batch 1 --config 16x16 [--json]
     bertaccel profile --model minilm [--config 8x8] [--png P] [--json]  # host vs accelerator
@@ -52,6 +53,7 @@ from .profile import Profile
 from .regress import Regress
 from .run import Run
 from .seqpoint import Seqpoint
+from .soc import Soc
 from .sweep import Sweep
 from .synth import Synth
 from .verilog import Verilog
@@ -59,8 +61,8 @@ from .verilog import Verilog
 __all__ = ["APPLETS", "main", "parser"]
 
 #: Every command, in the order ``bertaccel --help`` lists them.
-APPLETS = (Verilog, Gemm, Demo, Synth, Run, Bench, Eval, Seqpoint, Sweep, Regress, Multitask,
-           Profile)
+APPLETS = (Verilog, Gemm, Demo, Synth, Soc, Run, Bench, Eval, Seqpoint, Sweep, Regress,
+           Multitask, Profile)
 
 
 def parser():

@@ -39,7 +39,7 @@ from .synth import TARGETS
 __all__ = [
     "Constant", "CORE_MODULE", "SHELL_MODULE", "ECP5_TARGET", "WAIVERS_NAME",
     "write_core", "write_ip",
-    "shell_ports", "interface", "interface_markdown",
+    "shell_ports", "litex_field", "interface", "interface_markdown",
     "csr_constants", "csr_header", "csr_python", "fusesoc_core",
 ]
 
@@ -184,7 +184,7 @@ def interface(cfg, shell):
     }
 
 
-def _litex_field(signal):
+def litex_field(signal):
     """``"AWADDR"`` -> ``"aw.addr"``: the field of LiteX's AXI interfaces."""
     lower = signal.lower()
     channel = lower[:2] if lower[:2] in ("aw", "ar") else lower[:1]
@@ -229,7 +229,7 @@ def interface_markdown(desc):
         signals = next(b for b in desc["interfaces"] if b["name"] == bus)["signals"]
         for signal, port in signals.items():
             kind = "i" if by_name[port]["direction"] == "input" else "o"
-            lines.append(f"    {kind}_{port}={var}.{_litex_field(signal)},")
+            lines.append(f"    {kind}_{port}={var}.{litex_field(signal)},")
     lines += ["    o_irq=irq,", ")", "```", ""]
     return "\n".join(lines)
 

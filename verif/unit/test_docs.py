@@ -21,10 +21,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-TOP = ("hw", "sw", "cli", "analysis", "fpga", "cluster", "sim", "golden", "verif", "bench",
-       "docs", "build", ".ci")
+TOP = ("hw", "sw", "cli", "analysis", "fpga", "cluster", "sim", "golden", "soc", "verif",
+       "bench", "docs", "build", ".ci")
 DOCS = ["README.md", "verif/README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
-PYTHON = ("hw", "sw", "cli", "analysis", "fpga", "cluster", "sim", "golden", "verif")
+PYTHON = ("hw", "sw", "cli", "analysis", "fpga", "cluster", "sim", "golden", "soc", "verif")
 
 # A path: a top-level folder, a slash, then path characters. Not after a word, a dot or a slash
 # (`bertaccel.hw`, a URL's `github.com/x/hw/`); the character after it tells a glob or a

@@ -20,12 +20,12 @@ TIERS = ("unit", "block", "formal", "system")
 #: Source folder of each product package.
 PACKAGES = {"hw": "bertaccel.hw", "sw": "bertaccel.sw", "golden": "bertaccel.golden",
             "sim": "bertaccel.sim", "analysis": "bertaccel.analysis", "fpga": "bertaccel.fpga",
-            "cluster": "bertaccel.cluster", "cli": "bertaccel.cli"}
+            "cluster": "bertaccel.cluster", "soc": "bertaccel.soc", "cli": "bertaccel.cli"}
 #: The layers, lowest first: a package imports from its own and from lower layers only. The
 #: top package ``bertaccel`` (sw/_pkg) is the facade on ``sw``; peers in a layer do not import
 #: each other.
 LAYERS = (("golden",), ("hw",), ("sim",), ("sw",), ("bertaccel",), ("analysis", "fpga"),
-          ("cluster",), ("cli",))
+          ("cluster", "soc"), ("cli",))
 #: The longest a product module may be (one job per file) ...
 MAX_FILE_LINES = 700
 #: ... and a function or method, docstring included.

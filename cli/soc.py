@@ -1,0 +1,76 @@
+"""``bertaccel soc``: a random GEMM run by C firmware on the RISC-V SoC, in Verilator."""
+
+import json
+
+from . import common
+from .common import UsageError
+
+__all__ = ["Soc"]
+
+
+class Soc:
+    """Build the SoC of a config (cached), run a random GEMM through its firmware, and check
+    the outputs it printed against the software device, bit for bit."""
+
+    name = "soc"
+    help = ("run a random int8 GEMM on the accelerator from C firmware on a RISC-V CPU in a "
+            "LiteX SoC (Verilator), checked against the software device")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--config", default="2x2", help="a preset or a .json (2x2)")
+        parser.add_argument("--m", type=int, default=9)
+        parser.add_argument("--k", type=int, default=21)
+        parser.add_argument("--n", type=int, default=11)
+        parser.add_argument("--seed", type=int, default=1, help="seeds the operands (1)")
+        parser.add_argument("--build-dir", default="build/sim",
+                            help="the model is built in DIR/soc-<tag> (build/sim)")
+        parser.add_argument("--uart", action="store_true",
+                            help="also print what the firmware printed on the UART")
+        parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+    def run(self, args):
+        import sys
+
+        from ..soc.build import missing_tools
+        from ..soc.firmware import check_image
+        from ..soc.run import gemm_image, run_image
+        from ..sw import SoftwareDevice
+        from ..sw.cycles import CycleModel
+
+        cfg = common.config(args.config)
+        m, k, n = (common.dimension(name, getattr(args, name)) for name in "mkn")
+        missing = missing_tools()
+        if missing:
+            raise UsageError("the SoC needs " + ", ".join(missing))
+        folder = common.build_root(args.build_dir) / f"soc-{cfg.tag}"
+        image, inputs = gemm_image(cfg, m, k, n, seed=args.seed)
+        try:
+            check_image(image)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        log = common.stderr_log(args) or (lambda text: None)
+        soc = run_image(image, folder=folder, log=log)
+        reference = SoftwareDevice(cfg).run(image.program, **inputs)
+        exact = soc.outputs.keys() == reference.outputs.keys() and all(
+            soc.outputs[name].equal(want) for name, want in reference.outputs.items())
+        model = CycleModel(cfg).run(image.program).cycles
+        result = {"config": cfg.name, "tag": cfg.tag, "m": m, "k": k, "n": n,
+                  "seed": args.seed, "bit_exact": exact, "cycles": soc.cycles,
+                  "model_cycles": model, "wake": soc.report.wake,
+                  "checksum": soc.report.facts["checksum"], "build_s": round(soc.build_s, 1),
+                  "firmware_s": round(soc.firmware_s, 2), "run_s": round(soc.run_s, 2)}
+        if args.uart and not args.json:
+            print(soc.report.text, end="")
+        if args.json:
+            print(json.dumps(result))
+        else:
+            verdict = "bit-exact with" if exact else "DIFFERENT from"
+            print(f"{cfg.name} SoC: gemm {m}x{k}x{n} (seed {args.seed}) {verdict} the software "
+                  f"device; CYCLES {soc.cycles} (the cycle model's core: {model}), woken by "
+                  f"{soc.report.wake}; checksum {result['checksum']:#010x}; build "
+                  f"{soc.build_s:.0f} s, firmware {soc.firmware_s:.1f} s, run {soc.run_s:.1f} s")
+        if not exact:
+            print(f"bertaccel: error: the outputs of gemm {m}x{k}x{n} on the {cfg.name} SoC "
+                  f"differ from the software device's", file=sys.stderr)
+            return 1
+        return 0
