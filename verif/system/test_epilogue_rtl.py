@@ -6,9 +6,9 @@ output backpressure. The devices come from the session-scoped ``rtl_device`` fix
 shared with other tests of the same config and settings. Seeds are printed; rerun one test with
 ``pytest verif/system/test_epilogue_rtl.py -k <id> -s`` to replay it.
 
-``test_attention_of_512_keys`` runs attention in the 12-bit format: Q K^T fused with SOFTMAX
-over rows of 512 keys, then P V with the probabilities' two digit planes, on the 2x2 array (with
-an accumulator deep enough for such rows) and on 8x8, free-running and stalled.
+``test_attention_of_long_rows`` runs attention in the 12-bit format: Q K^T fused with SOFTMAX
+over rows of 256 keys on the 2x2 array (the longest row its accumulator holds) and of 512 on
+8x8, then P V with the probabilities' two digit planes, free-running and stalled.
 
 ``test_batched_gemm`` runs batches of three GEMMs compiled as one (attention's heads), each op,
 free-running and stalled: every member bit for bit with golden on its own operands.
@@ -171,24 +171,24 @@ def test_tail_epilogue(devices, stall):
         _check(cfg, devs[stall], program, {"a": a, "b": b})
 
 
-#: Configs for attention rows of 512 keys: the 2x2 array with an accumulator that holds a row of
-#: 256 strips (its preset's holds 128), and the 8x8 preset.
-ATTENTION_CONFIGS = {"2x2": dataclasses.replace(PRESETS["2x2"], acc_depth=1024),
-                     "8x8": PRESETS["8x8"]}
+#: ``{config: keys}`` of attention's long rows: as many as the 2x2 preset's accumulator holds
+#: in one row (128 strips of 2), and 512 on 8x8.
+ATTENTION_KEYS = {"2x2": 256, "8x8": 512}
 
 
 @pytest.mark.parametrize("stall", list(STALLS))
-@pytest.mark.parametrize("name", list(ATTENTION_CONFIGS))
-def test_attention_of_512_keys(rtl_device, name, stall):
-    """Q K^T fused with SOFTMAX over 512 keys (the last tenth masked as padding), then P V
-    fused with REQUANT with P as its two digit planes, ``[P_high | P_low] @ [V; V]`` with 512
-    high rows: each bit for bit with the software device and golden."""
-    cfg = ATTENTION_CONFIGS[name]
+@pytest.mark.parametrize("name", list(ATTENTION_KEYS))
+def test_attention_of_long_rows(rtl_device, name, stall):
+    """Q K^T fused with SOFTMAX over rows of 256 or 512 keys (the last tenth masked as
+    padding), then P V fused with REQUANT with P as its two digit planes,
+    ``[P_high | P_low] @ [V; V]`` with as many high rows: each bit for bit with the software
+    device and golden."""
+    cfg = PRESETS[name]
     device = rtl_device(cfg, seed=3, src_idle=STALLS[stall][0], sink_stall=STALLS[stall][1])
-    seed = 700 + list(ATTENTION_CONFIGS).index(name)
+    seed = 700 + list(ATTENTION_KEYS).index(name)
     print(f"seed {seed}")
     gen = torch.Generator().manual_seed(seed)
-    m, d, keys = cfg.rows + 3, 16, 512
+    m, d, keys = cfg.rows + 3, 16, ATTENTION_KEYS[name]
     q = torch.randint(-128, 128, (m, d), generator=gen, dtype=torch.int8)
     k_t = torch.randint(-128, 128, (d, keys), generator=gen, dtype=torch.int8)
     softmax = ep_mod.random_epilogue("softmax", k=d, n=keys, generator=gen)

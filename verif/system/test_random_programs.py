@@ -1,6 +1,6 @@
 """Random legal programs (:mod:`bertaccel.sw.random_programs`) on the RTL: every field of every
 instruction over its legal range, SETs of every register with values of every width, on the
-2x2 core and the non-square 4x8, free-running and with idle input cycles and output
+2x2, the non-square 4x8 and the 8x8 cores, free-running and with idle input cycles and output
 backpressure. Each run's outputs equal the software device's bit for bit and its cycles keep the
 cycle model's relation (exactly the model's when free-running)."""
 
@@ -17,7 +17,7 @@ __all__ = []
 #: ``{name: (stall seed, src_idle, sink_stall)}``.
 STALLS = {"free": (0, 0, 0), "stalled": (7, 77, 102)}
 #: Programs a config and stall setting runs, and the first one's seed.
-PROGRAMS = {"2x2": (24, 1000), "4x8": (8, 2000)}
+PROGRAMS = {"2x2": (64, 1000), "4x8": (24, 2000), "8x8": (12, 3000)}
 
 
 @pytest.mark.parametrize("stall", list(STALLS))
