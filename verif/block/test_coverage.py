@@ -108,7 +108,7 @@ def test_source_locations_only_when_asked():
 def test_coverage_report(sim_root, tmp_path, monkeypatch):
     monkeypatch.setenv(coverage.ENV, "1")
     monkeypatch.setenv(coverage.DIR_ENV, str(tmp_path / "cov"))
-    sim = build(Toy, name="toy", build_dir=sim_root / "coverage_toy")
+    sim = build(Toy, name="toy", build_dir=sim_root / "coverage_toy", quick=True)
     assert sim.coverage and sim.build_dir.name == "coverage_toy-cov"
     stamp = json.loads((sim.build_dir / ".bertaccel-build.json").read_text())
     assert stamp["flags"]["coverage"] and "--coverage-toggle" in stamp["flags"]["args"]
