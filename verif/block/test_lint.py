@@ -4,7 +4,8 @@ The waivers are in ``hw/lint.vlt``, each with its reason (docs/fpga.md lists the
 else Verilator reports fails the test. yosys must read the same file, elaborate it and pass
 ``check -assert`` (no multiple drivers, no combinational loops, nothing undriven). A small
 config keeps this quick; the Verilog is the same generator's at every size, except the logic of an
-epilogue narrower than the array, which a 2x4 core with two epilogue lanes brings in.
+epilogue narrower than the array, which a 2x4 core with two epilogue lanes brings in (on its
+own, and inside the UART bridge).
 """
 
 import dataclasses
@@ -25,11 +26,15 @@ __all__ = []
 
 WAIVERS = Path(hw.__file__).resolve().parent / "lint.vlt"
 
+def _narrow(cfg):
+    """``cfg`` with 4 columns and 2 epilogue lanes: an epilogue narrower than the array."""
+    return dataclasses.replace(cfg, cols=4, epilogue_lanes=2)
+
+
 DESIGNS = {
     "bertaccel_core": lambda cfg: BertAccelCore(cfg),
-    "bertaccel_core_narrow_epilogue": lambda cfg: BertAccelCore(
-        dataclasses.replace(cfg, cols=4, epilogue_lanes=2)),
-    "bertaccel_uart_bridge": lambda cfg: UartBridge(cfg, divisor=217),
+    "bertaccel_core_narrow_epilogue": lambda cfg: BertAccelCore(_narrow(cfg)),
+    "bertaccel_uart_bridge": lambda cfg: UartBridge(_narrow(cfg), divisor=217),
 }
 
 
@@ -53,10 +58,10 @@ def test_verilator_lint(verilog):
         f"verilator -Wall on {path.name} (waivers: {WAIVERS}):\n{report[-4000:]}"
 
 
-#: The designs yosys reads: the UART bridge's Verilog holds the whole core
-#: (``bertaccel_uart_bridge.core``, the same modules), so the core on its own is Verilator's
-#: alone; yosys's reader takes half a minute a core.
-YOSYS_DESIGNS = sorted(set(DESIGNS) - {"bertaccel_core"})
+#: The design yosys reads: the UART bridge, whose Verilog holds the whole core with the narrow
+#: epilogue (``bertaccel_uart_bridge.core``, the same modules), so the cores on their own are
+#: Verilator's alone; yosys's reader takes half a minute a core.
+YOSYS_DESIGNS = ["bertaccel_uart_bridge"]
 
 
 @pytest.mark.parametrize("verilog", YOSYS_DESIGNS, indirect=True)
