@@ -39,7 +39,8 @@ class SocError(SimulationError):
 def missing_tools():
     """The names of the tools a SoC build needs that are not installed: ``[]`` when none."""
     missing = []
-    for module in ("litex", "migen", "pythondata_cpu_vexriscv", "pythondata_misc_tapcfg"):
+    for module in ("litex", "migen", "pythondata_cpu_vexriscv", "pythondata_misc_tapcfg",
+                   "pythondata_software_picolibc", "pythondata_software_compiler_rt"):
         try:
             __import__(module)
         except ImportError:
