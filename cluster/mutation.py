@@ -128,7 +128,8 @@ class MutantPlan:
 #: The programs of :func:`bertaccel.sw.hand_programs.hand_programs` every mutant runs.
 HAND_PROGRAMS = ("loads", "matmuls_short", "matmuls_long", "matmuls_mixed", "store_set_store",
                  "chain_x3", "dispatch_blocked", "serial", "softmax_5x2", "layernorm_2x9",
-                 "barrier", "tokens_full", "exec_to_load_full", "exec_to_store_full")
+                 "barrier", "tokens_full", "exec_to_load_full", "exec_to_store_full",
+                 "store_to_exec_full")
 
 
 def hand_programs(cfg):

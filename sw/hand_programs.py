@@ -87,4 +87,8 @@ def hand_programs(cfg):
         + [matmul(0, push_next=True)] * 255
         + [store(0, pop_prev=True), matmul(1, push_next=True)] * 3
         + [store(0, pop_prev=True)] * 255,
+        "store_to_exec_full": [matmul(cfg.acc_depth)] * (300 * r // cfg.acc_depth + 1)
+        + [store(0, push_prev=True)] * 255
+        + [matmul(0, pop_next=True), store(1, push_prev=True)] * 3
+        + [matmul(0, pop_next=True)] * 255,
     }
