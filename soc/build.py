@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..fpga.ip import SHELL_MODULE, csr_header
 from ..hw.axi import AxiShell
 from ..hw.verilog import convert, source_key
@@ -96,9 +98,16 @@ class SocBuild:
 
     def rom_file(self):
         """The ``$readmemh`` file of the ROM, which the model reads when it starts."""
-        files = sorted(self.gateware.glob("*rom*.init"))
+        return self._init_file("rom")
+
+    def main_ram_file(self):
+        """The ``$readmemh`` file of main RAM, which the model reads when it starts."""
+        return self._init_file("main_ram")
+
+    def _init_file(self, memory):
+        files = sorted(self.gateware.glob(f"*{memory}*.init"))
         if len(files) != 1:
-            raise SocError(f"expected one ROM init file in {self.gateware}, found "
+            raise SocError(f"expected one {memory} init file in {self.gateware}, found "
                            f"{[f.name for f in files]}")
         return files[0]
 
@@ -223,27 +232,38 @@ def _own_makefile(gateware):
     script.write_text(lines)
 
 
-def run_soc(build, firmware, *, timeout=300):
+def _readmemh(data, size, memory, *, fill=True):
+    """The text of a ``$readmemh`` file of 32-bit words holding ``data`` for a ``size``-byte
+    memory: with ``fill``, zeros to its end; without, the words past the file keep the model's
+    initial zeros (a short file costs the model's start less)."""
+    if len(data) > size:
+        raise SocError(f"{len(data):,} bytes do not fit the {size:,}-byte {memory}")
+    padded = data + bytes(-len(data) % 4)
+    words = np.frombuffer(padded, dtype="<u4")
+    text = "".join(f"{word:08x}\n" for word in words.tolist())
+    return text + ("00000000\n" * (size // 4 - len(words)) if fill else "")
+
+
+def run_soc(build, firmware, *, main_ram=b"", timeout=300):
     """Run the model of ``build`` with ``firmware`` (bytes of a flat binary for the ROM) and
+    main RAM holding ``main_ram`` (bytes from its start; past them, the model's initial
+    values: zeros under Verilator) at the start, and
     return what it printed on the UART (text).
 
     Raises
     ------
     SocError
-        The firmware does not fit the ROM, the model failed, or it did not end within
-        ``timeout`` seconds.
+        The firmware does not fit the ROM, ``main_ram`` main RAM, the model failed, or it did
+        not end within ``timeout`` seconds.
     """
-    from .system import ROM_SIZE
+    from .system import MAIN_RAM_SIZE, ROM_SIZE
 
-    if len(firmware) > ROM_SIZE:
-        raise SocError(f"the firmware is {len(firmware)} bytes, more than the {ROM_SIZE}-byte "
-                       f"ROM")
-    padded = firmware + bytes(-len(firmware) % 4)
-    words = [int.from_bytes(padded[i:i + 4], "little") for i in range(0, len(padded), 4)]
-    words += [0] * (ROM_SIZE // 4 - len(words))
+    rom = _readmemh(firmware, ROM_SIZE, "ROM (the firmware)")
+    ram = _readmemh(main_ram or bytes(4), MAIN_RAM_SIZE, "main RAM", fill=False)
     with open(build.folder / _LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        build.rom_file().write_text("".join(f"{word:08x}\n" for word in words))
+        build.rom_file().write_text(rom)
+        build.main_ram_file().write_text(ram)
         try:
             result = subprocess.run([str(build.model)], cwd=build.gateware,
                                     stdin=subprocess.DEVNULL, capture_output=True,
