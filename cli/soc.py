@@ -37,6 +37,9 @@ class Soc:
         parser.add_argument("--seq", type=int, default=8,
                             help="with --model: tokens of the sentence, padded or truncated "
                                  "(8)")
+        parser.add_argument("--optimize", action="store_true",
+                            help="build the model with -O2 in DIR/soc-<tag>-O2: a longer build, "
+                                 "a run several times faster (for --model)")
         common.add_cache_options(parser)
         parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
@@ -44,6 +47,8 @@ class Soc:
         if args.model is not None:
             from .soc_layer import run_layer
             return run_layer(args)
+        if args.optimize:
+            raise UsageError("--optimize applies to --model only")
         return self._gemm(args)
 
     def _gemm(self, args):

@@ -38,7 +38,8 @@ def run_layer(args):
     missing = missing_tools()
     if missing:
         raise UsageError("the SoC needs " + ", ".join(missing))
-    folder = common.build_root(args.build_dir) / f"soc-{cfg.tag}"
+    folder = common.build_root(args.build_dir) / (f"soc-{cfg.tag}"
+                                                  + ("-O2" if args.optimize else ""))
     log = common.stderr_log(args) or (lambda text: None)
     torch.set_num_threads(1)
     try:
@@ -52,7 +53,8 @@ def run_layer(args):
             raise UsageError(f"--seq {args.seq} is more than the {cfg.name} config takes for "
                              f"{args.model} ({bert.max_seq})")
         batch = _batch(bert, args.seq)
-        soc, reference = run_bert_layer(bert, args.layer - 1, batch, folder=folder, log=log)
+        soc, reference = run_bert_layer(bert, args.layer - 1, batch, folder=folder,
+                                        optimize=args.optimize, log=log)
     except (BertError, CacheError, ValueError) as error:   # ValueError: too large an image
         raise UsageError(str(error)) from None
     exact = torch.equal(soc.output, reference)

