@@ -1,4 +1,5 @@
-"""``bertaccel soc``: a random GEMM run by C firmware on the RISC-V SoC, in Verilator."""
+"""``bertaccel soc``: a random GEMM, or a BERT encoder layer, run by C firmware on the RISC-V
+SoC, in Verilator."""
 
 import json
 
@@ -9,12 +10,14 @@ __all__ = ["Soc"]
 
 
 class Soc:
-    """Build the SoC of a config (cached), run a random GEMM through its firmware, and check
-    the outputs it printed against the software device, bit for bit."""
+    """Build the SoC of a config (cached), run a random GEMM (or, with ``--model``, one encoder
+    layer) through its firmware, and check the outputs it printed against the software device,
+    bit for bit."""
 
     name = "soc"
-    help = ("run a random int8 GEMM on the accelerator from C firmware on a RISC-V CPU in a "
-            "LiteX SoC (Verilator), checked against the software device")
+    help = ("run a random int8 GEMM, or one BERT encoder layer, on the accelerator from C "
+            "firmware on a RISC-V CPU in a LiteX SoC (Verilator), checked against the software "
+            "device")
 
     def add_arguments(self, parser):
         parser.add_argument("--config", default="2x2", help="a preset or a .json (2x2)")
@@ -26,9 +29,29 @@ class Soc:
                             help="the model is built in DIR/soc-<tag> (build/sim)")
         parser.add_argument("--uart", action="store_true",
                             help="also print what the firmware printed on the UART")
+        parser.add_argument("--model", default=None,
+                            help="run one encoder layer of this model instead of a GEMM: "
+                                 "'minilm' (all-MiniLM-L6-v2, offline) or a local model folder")
+        parser.add_argument("--layer", type=int, default=1,
+                            help="with --model: the layer, from 1 (1)")
+        parser.add_argument("--seq", type=int, default=8,
+                            help="with --model: tokens of the sentence, padded or truncated "
+                                 "(8)")
+        parser.add_argument("--optimize", action="store_true",
+                            help="build the model with -O2 in DIR/soc-<tag>-O2: a longer build, "
+                                 "a run several times faster (for --model)")
+        common.add_cache_options(parser)
         parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
     def run(self, args):
+        if args.model is not None:
+            from .soc_layer import run_layer
+            return run_layer(args)
+        if args.optimize:
+            raise UsageError("--optimize applies to --model only")
+        return self._gemm(args)
+
+    def _gemm(self, args):
         import sys
 
         from ..soc.build import missing_tools

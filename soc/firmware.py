@@ -19,7 +19,8 @@ from ..sw.devices import axi as axi_host
 from .build import SocError
 
 __all__ = ["FIRMWARE_DIR", "MARCH", "Report", "image_header", "check_image",
-           "compile_firmware", "parse_report", "checksum"]
+           "compile_firmware", "compile_layer_firmware", "layer_header", "parse_report",
+           "checksum"]
 
 #: The firmware's sources.
 FIRMWARE_DIR = Path(__file__).resolve().parent / "firmware"
@@ -94,9 +95,48 @@ def compile_firmware(build, image, folder):
 
     Raises :class:`~bertaccel.soc.build.SocError` with the compiler's message if it fails.
     """
+    return _compile(build, folder, "main.c", {"image.h": image_header(image)})
+
+
+def compile_layer_firmware(build, layer, folder):
+    """Compile the layer firmware (``layer.c``) for ``layer`` (a
+    :class:`~bertaccel.soc.layer.LayerImage`) against ``build`` in ``folder``; return the flat
+    binary (bytes). Its image goes into main RAM (``run_soc(main_ram=...)``)."""
+    return _compile(build, folder, "layer.c", {"layer.h": layer_header(layer)})
+
+
+def layer_header(layer):
+    """The text of ``layer.h`` for ``layer`` (a :class:`~bertaccel.soc.layer.LayerImage`):
+    where its input, and each stage's program, input stream, output area and move table lie
+    in main RAM, and the DMA window of each stage."""
+    rows = []
+    for stage in layer.stages:
+        image = stage["image"]
+        first, last = image.span()
+        # Wait for the interrupt for 64 times the cycle model's count and a million cycles.
+        ticks = min(64 * stage["model_cycles"] + 1_000_000, 0xFFFF_FFFF)
+        rows.append(f'\t{{"{stage["name"]}", {image.prog_addr:#x}u, {image.data_addr:#x}u, '
+                    f'{image.out_addr:#x}u, {stage["moves"]:#x}u,\n\t {image.prog_len}u, '
+                    f'{image.data_len}u, {image.out_len}u, {stage["n_moves"]}u, {first:#x}u, '
+                    f'{last:#x}u, {ticks}u}},')
+    return "\n".join([
+        "/* An encoder layer's image in main RAM for the layer firmware (layer.c), written by",
+        " * bertaccel.soc.firmware.layer_header. */",
+        "#ifndef LAYER_H", "#define LAYER_H", "",
+        f'#define LAYER_TAG "{layer.cfg.tag}"',
+        f"#define LAYER_IMAGE_BASE {layer.base:#x}u",
+        f"#define LAYER_X_ADDR {layer.x_addr:#x}u",
+        f"#define LAYER_STAGES {len(layer.stages)}",
+        f"#define LAYER_OUT_BYTES {layer.last.out_size}u", "",
+        "static const struct layer_stage layer_stages[LAYER_STAGES] = {", *rows, "};", "",
+        "#endif /* LAYER_H */", ""])
+
+
+def _compile(build, folder, source, headers):
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "image.h").write_text(image_header(image))
+    for name, text in headers.items():
+        (folder / name).write_text(text)
     crt0 = _litex_includes()[1] / "crt0.S"
     elf, binary = folder / "firmware.elf", folder / "firmware.bin"
     includes = [build.include, *_litex_includes(), folder, build.header.parent]
@@ -105,7 +145,7 @@ def compile_firmware(build, image, folder):
                f'-DBERTACCEL_CSR_H="{build.header.name}"',
                *(f"-I{path}" for path in includes), f"-L{build.include}",
                "-T", str(FIRMWARE_DIR / "linker.ld"), "-Wl,--gc-sections",
-               str(crt0), str(FIRMWARE_DIR / "main.c"), "-o", str(elf)]
+               str(crt0), str(FIRMWARE_DIR / source), "-o", str(elf)]
     for step in (command, [_OBJCOPY, "-O", "binary", str(elf), str(binary)]):
         if shutil.which(step[0]) is None:
             raise SocError(f"{step[0]} is not on PATH (Debian: gcc-riscv64-unknown-elf)")
@@ -147,8 +187,8 @@ class Report:
         return image.outputs(self.output)
 
 
-_FACT = re.compile(r"(?P<name>[a-z_]+) (?P<value>0x[0-9a-f]+|\d+)")
-_OUT = re.compile(r"out (?P<offset>[0-9a-f]{4})(?P<bytes>( [0-9a-f]{2})+)")
+_FACT = re.compile(r"(?P<name>[a-z][a-z0-9_]*) (?P<value>0x[0-9a-f]+|\d+)")
+_OUT = re.compile(r"out (?P<offset>[0-9a-f]{4}|[0-9a-f]{8})(?P<bytes>( [0-9a-f]{2})+)")
 
 
 def parse_report(text):

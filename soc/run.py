@@ -16,9 +16,10 @@ import torch
 
 from ..sw.devices import axi as axi_host
 from .build import SocError, build_soc, run_soc
-from .firmware import checksum, compile_firmware, parse_report
+from .firmware import FIRMWARE_RESERVE, checksum, compile_firmware, parse_report
 
-__all__ = ["SocRun", "run_program", "run_image", "gemm_image", "run_gemm"]
+__all__ = ["SocRun", "SocLayerRun", "run_program", "run_image", "gemm_image", "run_gemm",
+           "run_layer_image", "run_bert_layer"]
 
 
 @dataclass
@@ -133,3 +134,96 @@ def run_gemm(cfg, m, k, n, *, seed=1, folder, timeout=300, log=print):
     image, inputs = gemm_image(cfg, m, k, n, seed=seed)
     soc = run_image(image, folder=folder, timeout=timeout, log=log)
     return soc, SoftwareDevice(cfg).run(image.program, **inputs)
+
+
+@dataclass
+class SocLayerRun:
+    """What :func:`run_layer_image` returns.
+
+    Members
+    -------
+    output : torch.Tensor
+        The layer's int8 output ``(B*L, hidden)``, from the last output area the firmware
+        printed.
+    cycles : dict of str to int
+        ``CYCLES`` of each stage as the firmware read it.
+    model_cycles : dict of str to int
+        The cycle model's count for each stage's program (the core alone).
+    report : Report
+    layer : LayerImage
+    build_s, firmware_s, run_s : float
+    """
+    output: object
+    cycles: dict
+    model_cycles: dict
+    report: object
+    layer: object
+    build_s: float
+    firmware_s: float
+    run_s: float
+
+
+def run_layer_image(layer, *, folder, optimize=False, timeout=3600, log=print):
+    """Run ``layer`` (a :class:`~bertaccel.soc.layer.LayerImage`) on the SoC with the layer
+    firmware: build (cached), compile, load the image into main RAM, run, and check what the
+    firmware printed (the end, the checksum, every stage's counters). Raises ``ValueError``
+    if the image does not fit main RAM (before any build), :class:`SocError` if a step
+    fails. ``optimize``: build the model with ``-O2`` (:func:`~bertaccel.soc.build.build_soc`).
+    """
+    from .firmware import compile_layer_firmware
+    from .system import MAIN_RAM_ORIGIN, MAIN_RAM_SIZE
+
+    main_ram = bytes(layer.base - MAIN_RAM_ORIGIN) + layer.blob
+    if len(main_ram) > MAIN_RAM_SIZE:    # before the build
+        raise ValueError(f"the layer's image ends {len(main_ram):,} bytes into the SoC's "
+                         f"{MAIN_RAM_SIZE:,}-byte main RAM; use fewer tokens")
+    build = build_soc(layer.cfg, Path(folder), optimize=optimize, log=log)
+    start = time.monotonic()
+    firmware = compile_layer_firmware(build, layer, build.folder / "firmware-layer")
+    compiled = time.monotonic()
+    report = parse_report(run_soc(build, firmware, main_ram=main_ram, timeout=timeout))
+    ran = time.monotonic()
+    facts = report.facts
+    if not report.ok:
+        shown = ", ".join(f"{name} {value:#x}" for name, value in facts.items())
+        raise SocError(f"the layer firmware reported {report.error or 'no end'}"
+                       + (f" ({shown})" if shown else ""))
+    last = layer.last
+    if len(report.output) != last.out_size or checksum(report.output) != facts["checksum"]:
+        raise SocError(f"the layer firmware printed {len(report.output)} output bytes with "
+                       f"checksum {checksum(report.output):#010x}; it says {last.out_size} "
+                       f"and {facts['checksum']:#010x}")
+    for stage in layer.stages:
+        name, image = stage["name"], stage["image"]
+        counts = tuple(facts[f"{what}_count_{name}"] for what in ("out", "data", "prog"))
+        if counts != (image.out_len, image.data_len, image.prog_len):
+            raise SocError(f"stage {name}: the shell counted {counts} output beats, input "
+                           f"beats and instructions; the program has "
+                           f"{(image.out_len, image.data_len, image.prog_len)}")
+    return SocLayerRun(output=layer.output(report.output),
+                       cycles={s["name"]: facts[f"cycles_{s['name']}"] for s in layer.stages},
+                       model_cycles={s["name"]: s["model_cycles"] for s in layer.stages},
+                       report=report, layer=layer, build_s=build.seconds,
+                       firmware_s=compiled - start, run_s=ran - compiled)
+
+
+def run_bert_layer(bert, layer, batch, *, folder, optimize=False, timeout=3600, log=print):
+    """Encoder layer ``layer`` of ``bert`` (a compiled
+    :class:`~bertaccel.sw.bert.BertProgram`) for the tokenised ``batch`` (``input_ids``,
+    ``attention_mask``, ``token_type_ids``) on the SoC and on the software device; the layer's
+    input is the software device's output of the layers before it. Returns ``(soc_run,
+    reference)``, the latter the software device's int8 output of the layer."""
+    from ..sw import SoftwareDevice
+    from ..sw.bert import run_layer
+    from .layer import layer_image
+    from .system import MAIN_RAM_ORIGIN
+
+    mask = batch["attention_mask"].bool()
+    x = bert.embed_input(batch["input_ids"], batch.get("token_type_ids"))
+    software = SoftwareDevice(bert.cfg)
+    for earlier in range(layer):
+        x = run_layer(software, bert, earlier, x, mask)
+    reference = run_layer(software, bert, layer, x, mask)
+    image = layer_image(bert, layer, x, mask, base=MAIN_RAM_ORIGIN + FIRMWARE_RESERVE)
+    return (run_layer_image(image, folder=folder, optimize=optimize, timeout=timeout, log=log),
+            reference)

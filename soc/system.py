@@ -27,7 +27,8 @@ from migen import ClockSignal, Instance, ResetSignal, Signal
 from ..fpga.ip import SHELL_MODULE, litex_field, shell_ports
 from ..hw.axi import AxiShell, csr
 
-__all__ = ["ACCEL_ORIGIN", "ACCEL_SIZE", "ROM_SIZE", "SRAM_SIZE", "MAIN_RAM_SIZE",
+__all__ = ["ACCEL_ORIGIN", "ACCEL_SIZE", "ROM_SIZE", "SRAM_SIZE", "MAIN_RAM_ORIGIN",
+           "MAIN_RAM_SIZE",
            "SYS_CLK_HZ", "AccelPeripheral", "AccelSoC"]
 
 #: Where the shell's registers sit on the CPU bus (in VexRiscv's uncached IO region), and the
@@ -35,10 +36,14 @@ __all__ = ["ACCEL_ORIGIN", "ACCEL_SIZE", "ROM_SIZE", "SRAM_SIZE", "MAIN_RAM_SIZE
 ACCEL_ORIGIN = 0x9000_0000
 ACCEL_SIZE = 1 << csr.ADDR_WIDTH
 #: Memory sizes in bytes: the ROM holds the firmware with its image, main RAM the firmware's
-#: data (the accelerator's program, input data and output area among them), SRAM the stack.
+#: data (the accelerator's program, input data and output area among them) and an encoder
+#: layer's image (soc/layer.py: MiniLM's first layer on the 4x4 is 9.8 MB, its programs
+#: and input streams), SRAM the stack.
 ROM_SIZE = 0x1_0000
 SRAM_SIZE = 0x2000
-MAIN_RAM_SIZE = 0x1_0000
+MAIN_RAM_SIZE = 0x100_0000
+#: Where main RAM lies on the bus (LiteX's default).
+MAIN_RAM_ORIGIN = 0x4000_0000
 #: The simulated clock (only the UART's divider depends on it).
 SYS_CLK_HZ = 1_000_000
 
@@ -126,13 +131,18 @@ class AccelSoC(SoCCore):
     def __init__(self, cfg, verilog):
         platform = SimPlatform("SIM", list(_IO))
         self.crg = CRG(platform.request("sys_clk"))
-        # The ROM is initialised (with zeros) so that LiteX gives it a $readmemh file: the
-        # firmware is written there before each run, and the model needs no rebuild for it.
+        # The ROM and main RAM are initialised (with zeros) so that LiteX gives them $readmemh
+        # files: the firmware (and a layer's image) is written there before each run, and the
+        # model needs no rebuild for it.
         SoCCore.__init__(
             self, platform, clk_freq=SYS_CLK_HZ, cpu_type="vexriscv", cpu_variant="lite",
             integrated_rom_size=ROM_SIZE, integrated_rom_init=[0] * (ROM_SIZE // 4),
             integrated_sram_size=SRAM_SIZE, integrated_main_ram_size=MAIN_RAM_SIZE,
+            integrated_main_ram_init=[0] * (MAIN_RAM_SIZE // 4),
             uart_name="sim", with_timer=True, ident="bertaccel SoC", ident_version=False)
+        if self.mem_map["main_ram"] != MAIN_RAM_ORIGIN:
+            raise ValueError(f"LiteX puts main RAM at {self.mem_map['main_ram']:#x}, not "
+                             f"{MAIN_RAM_ORIGIN:#x}: update soc/system.py")
         self.sim_finish = SimFinish()
         self.accel = AccelPeripheral(platform, cfg, verilog)
         self.bus.add_slave("accel", self.accel.axil,

@@ -16,6 +16,12 @@ properties of the test).
 A program with an illegal instruction in its middle ends with the firmware reporting the fault
 the shell recorded: ``FAULT.CODE`` ILLEGAL_INSTRUCTION, the rule, and the instruction's index.
 
+The layer firmware (``soc/firmware/layer.c``) runs one encoder layer of a small random BERT
+(one layer, hidden 16, two heads, two sequences of 5 and 3 tokens padded to 5), its six stage
+programs back to back with the moves between them done on the CPU: the layer's output must
+equal the software device's bit for bit, every stage must end with the interrupt, and each
+stage's ``CYCLES`` can only be at least the cycle model's.
+
 Skipped when a tool is missing (LiteX, the VexRiscv Verilog, the RISC-V compiler, libevent and
 json-c headers; :func:`bertaccel.soc.build.missing_tools` names it), failed instead under
 ``BERTACCEL_REQUIRE_TOOLS=1``.
@@ -27,11 +33,11 @@ import torch
 from bertaccel.hw.axi import csr
 from bertaccel.hw.config import preset
 from bertaccel.hw.legal import Fault
-from bertaccel.soc.run import run_gemm, run_image
+from bertaccel.soc.run import run_bert_layer, run_gemm, run_image
 from bertaccel.sw.cycles import CycleModel
 from bertaccel.sw.devices import axi as axi_host
 from bertaccel.sw.tiler import compile_gemm
-from verif.helpers import check_outputs, missing_tool
+from verif.helpers import check_outputs, missing_tool, random_bert
 
 __all__ = []
 
@@ -87,3 +93,21 @@ def test_illegal_instruction_reported(sim_root):
     assert axi_host.field_value("FAULT", fault, "CHECK") == Fault.OPCODE, report.text
     assert axi_host.field_value("STATUS", status, "ERROR"), report.text
     assert report.facts["fault_pc"] == bad, report.text
+
+
+def test_encoder_layer_through_firmware(sim_root, record_property):
+    cfg = preset("2x2")
+    bert, batch = random_bert(cfg, seed=5, hidden=16, heads=2, intermediate=32, layers=1,
+                              lengths=(5, 3))
+    soc, reference = run_bert_layer(bert, 0, batch, folder=sim_root / f"soc-{cfg.tag}")
+    assert torch.equal(soc.output, reference), "the layer's output differs from the software " \
+        "device's"
+    text = soc.report.text
+    assert text.count("wake irq") == len(soc.cycles), text
+    for stage, cycles in soc.cycles.items():
+        model = soc.model_cycles[stage]
+        assert cycles >= model, f"stage {stage}: CYCLES {cycles} < the model's {model}"
+    record_property("cycles_soc", sum(soc.cycles.values()))
+    record_property("cycles_model", sum(soc.model_cycles.values()))
+    print(f"one encoder layer on the {cfg.name} SoC: CYCLES {soc.cycles} (the cycle model's "
+          f"core: {soc.model_cycles}); firmware {soc.firmware_s:.1f} s, run {soc.run_s:.1f} s")
