@@ -8,7 +8,8 @@ register with values of every width (``ROW_LEN`` and ``SHIFT1`` legal for the tw
 that follow). Its steps are serialised by tokens, so no unit reads a memory that another is
 still writing and the outputs are defined: each step's LOADs wait for the previous step's
 barrier, its MATMULs for the LOADs, its STOREs for the MATMULs, and the barrier (a MATMUL of no
-rows) for the STOREs. The RTL must give the instruction-level device's outputs and cycles on
+rows) for the STOREs; and nothing reads a row or a register the program has not written
+(:class:`_Draw`). The RTL must give the instruction-level device's outputs and cycles on
 every one (``verif/system/test_random_programs.py``, and every mutant of
 :mod:`bertaccel.cluster.mutation`).
 """
@@ -43,11 +44,11 @@ def _set(rng, param, low=0):
 class _Draw:
     """Draws one program's instructions; ``acc`` holds the accumulator rows written so far.
 
-    The memories keep what earlier runs left in them, which the software device does not model,
-    so nothing reads a row that the program has not written (and the program begins by setting
-    every register): the LOADs of a step are drawn
-    after its MATMULs and STOREs, to cover what they read, and an accumulator row is read (by a
-    STORE, or a MATMUL that accumulates) only once a MATMUL has written it."""
+    A device keeps its memories and registers from one run to the next, so a program that read
+    what it had not written would give what the run before it left. Nothing here does: the
+    program begins by setting every register, the LOADs of a step are drawn after its MATMULs
+    and STOREs to write what they read, and an accumulator row is read (by a STORE, or by a
+    MATMUL that accumulates) only once a MATMUL has written it."""
 
     def __init__(self, cfg, rng):
         self.cfg, self.rng, self.acc = cfg, rng, set()
@@ -142,7 +143,7 @@ class _Draw:
 def random_instrs(cfg, rng, steps):
     """The instructions of a random legal program of ``steps`` steps, drawn with ``rng``."""
     draw = _Draw(cfg, rng)
-    instrs = [_set(rng, param) for param in P]   # registers, too, keep an earlier run's values
+    instrs = [_set(rng, param) for param in P]
     for step in range(steps):
         instrs += draw.step(step == 0, step == steps - 1)
     return instrs
