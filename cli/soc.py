@@ -1,7 +1,6 @@
 """``bertaccel soc``: a random GEMM, or a BERT encoder layer, run by C firmware on the RISC-V
 SoC, in Verilator."""
 
-import json
 
 from . import common
 from .common import UsageError
@@ -52,13 +51,12 @@ class Soc:
         return self._gemm(args)
 
     def _gemm(self, args):
-        import sys
-
         from ..soc.build import missing_tools
         from ..soc.firmware import check_image
         from ..soc.run import gemm_image, run_image
         from ..sw import SoftwareDevice
         from ..sw.cycles import CycleModel
+        from .soc_layer import finish
 
         cfg = common.config(args.config)
         m, k, n = (common.dimension(name, getattr(args, name)) for name in "mkn")
@@ -82,18 +80,13 @@ class Soc:
                   "model_cycles": model, "wake": soc.report.wake,
                   "checksum": soc.report.facts["checksum"], "build_s": round(soc.build_s, 1),
                   "firmware_s": round(soc.firmware_s, 2), "run_s": round(soc.run_s, 2)}
-        if args.uart and not args.json:
-            print(soc.report.text, end="")
-        if args.json:
-            print(json.dumps(result))
-        else:
-            verdict = "bit-exact with" if exact else "DIFFERENT from"
-            print(f"{cfg.name} SoC: gemm {m}x{k}x{n} (seed {args.seed}) {verdict} the software "
-                  f"device; CYCLES {soc.cycles} (the cycle model's core: {model}), woken by "
-                  f"{soc.report.wake}; checksum {result['checksum']:#010x}; build "
-                  f"{soc.build_s:.0f} s, firmware {soc.firmware_s:.1f} s, run {soc.run_s:.1f} s")
-        if not exact:
-            print(f"bertaccel: error: the outputs of gemm {m}x{k}x{n} on the {cfg.name} SoC "
-                  f"differ from the software device's", file=sys.stderr)
-            return 1
-        return 0
+        verdict = "bit-exact with" if exact else "DIFFERENT from"
+        summary = (f"{cfg.name} SoC: gemm {m}x{k}x{n} (seed {args.seed}) {verdict} the "
+                   f"software device; CYCLES {soc.cycles} (the cycle model's core: {model}), "
+                   f"woken by {soc.report.wake}; checksum {result['checksum']:#010x}; build "
+                   f"{soc.build_s:.0f} s, firmware {soc.firmware_s:.1f} s, run "
+                   f"{soc.run_s:.1f} s")
+        return finish(args, soc, result, summary,
+                      None if exact else f"the outputs of gemm {m}x{k}x{n} on the {cfg.name} "
+                                         f"SoC differ from the software device's")
+

@@ -1,4 +1,5 @@
-"""``bertaccel soc --model``: one BERT encoder layer run by the SoC's layer firmware."""
+"""``bertaccel soc --model``: one BERT encoder layer run by the SoC's layer firmware; and the report
+that a SoC run of either kind prints (:func:`finish`)."""
 
 import json
 import sys
@@ -7,7 +8,7 @@ import warnings
 from . import common
 from .common import UsageError
 
-__all__ = ["run_layer"]
+__all__ = ["run_layer", "finish"]
 
 
 def _batch(bert, seq):
@@ -67,20 +68,26 @@ def run_layer(args):
               "image_bytes": len(soc.layer.blob), "checksum": soc.report.facts["checksum"],
               "build_s": round(soc.build_s, 1), "firmware_s": round(soc.firmware_s, 2),
               "run_s": round(soc.run_s, 1)}
+    verdict = "bit-exact with" if exact else "DIFFERENT from"
+    stages = ", ".join(f"{name} {soc.cycles[name]} ({soc.model_cycles[name]})"
+                       for name in soc.cycles)
+    summary = (f"{cfg.name} SoC: {args.model} layer {args.layer} at {args.seq} tokens "
+               f"{verdict} the software device; CYCLES {cycles} (the cycle model's core: "
+               f"{model}): {stages}; image {len(soc.layer.blob):,} bytes; build "
+               f"{soc.build_s:.0f} s, firmware {soc.firmware_s:.1f} s, run {soc.run_s:.0f} s")
+    return finish(args, soc, result, summary,
+                  None if exact else f"layer {args.layer} of {args.model} on the {cfg.name} "
+                                     f"SoC differs from the software device's")
+
+
+def finish(args, soc, result, summary, error):
+    """Print a SoC run's report: what the firmware printed (``--uart``), then ``result`` as one
+    JSON object (``--json``) or the line ``summary``, and ``error`` (None when the outputs were
+    bit-exact) on standard error. The exit status: 0, or 1 with an error."""
     if args.uart and not args.json:
         print(soc.report.text, end="")
-    if args.json:
-        print(json.dumps(result))
-    else:
-        verdict = "bit-exact with" if exact else "DIFFERENT from"
-        stages = ", ".join(f"{name} {soc.cycles[name]} ({soc.model_cycles[name]})"
-                           for name in soc.cycles)
-        print(f"{cfg.name} SoC: {args.model} layer {args.layer} at {args.seq} tokens "
-              f"{verdict} the software device; CYCLES {cycles} (the cycle model's core: "
-              f"{model}): {stages}; image {len(soc.layer.blob):,} bytes; build "
-              f"{soc.build_s:.0f} s, firmware {soc.firmware_s:.1f} s, run {soc.run_s:.0f} s")
-    if not exact:
-        print(f"bertaccel: error: layer {args.layer} of {args.model} on the {cfg.name} SoC "
-              f"differs from the software device's", file=sys.stderr)
+    print(json.dumps(result) if args.json else summary)
+    if error is not None:
+        print(f"bertaccel: error: {error}", file=sys.stderr)
         return 1
     return 0
