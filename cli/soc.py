@@ -48,8 +48,8 @@ class Soc:
                             help="with --board: synthesise, place and route the SoC with the "
                                  "GEMM's firmware in its ROM (yosys, nextpnr-ecp5; minutes)")
         parser.add_argument("--seed-pnr", type=int, default=1, help="nextpnr's seed (1)")
-        parser.add_argument("--sys-clk-mhz", type=float, default=50.0,
-                            help="with --board: the system clock from the PLL, MHz (50)")
+        parser.add_argument("--sys-clk-mhz", type=float, default=40.0,
+                            help="with --board: the system clock from the PLL, MHz (40)")
         common.add_cache_options(parser)
         parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
 

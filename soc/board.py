@@ -41,8 +41,9 @@ from .system import (ACCEL_ORIGIN, ACCEL_SIZE, MAIN_RAM_ORIGIN, ROM_SIZE, SRAM_S
 __all__ = ["BOARD_CLK_HZ", "DEVICE", "BoardSoC", "BoardBuild", "build_bitstream",
            "parse_nextpnr"]
 
-#: The system clock (LiteX's ULX3S default), from the PLL on the 25 MHz oscillator.
-BOARD_CLK_HZ = 50_000_000
+#: The system clock, from the PLL on the 25 MHz oscillator: 40 MHz, which nextpnr meets (48.3
+#: MHz for the 2x2); at LiteX's ULX3S default of 50 MHz the 2x2 SoC reaches 47.98 MHz.
+BOARD_CLK_HZ = 40_000_000
 #: The FPGA of the ULX3S-85F.
 DEVICE = "LFE5U-85F-6BG381C"
 #: The build's name: the bitstream is ``gateware/<BUILD_NAME>.bit``.
