@@ -1,4 +1,5 @@
-# bertaccel: make setup | test | demo | verilog | fpga | bitstream | multitask | coverage
+# bertaccel: make setup | test | demo | verilog | fpga | bitstream | soc-bitstream | multitask |
+# coverage
 #
 # Everything runs from a virtual environment (VENV, default .venv) that `setup` makes and
 # keeps current: it is remade when pyproject.toml changes.
@@ -9,7 +10,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.bertaccel-setup
 PRESETS := 2x2 4x4 4x8 8x8 16x16 32x32
 
-.PHONY: all setup tools test demo verilog fpga bitstream multitask coverage clean
+.PHONY: all setup tools test demo verilog fpga bitstream soc-bitstream multitask coverage clean
 .DEFAULT_GOAL := test
 
 all: test
@@ -61,6 +62,12 @@ fpga: setup
 BITSTREAM_CONFIG ?= 2x2
 bitstream: setup
 	$(BIN)/python bench/ulx3s.py --config $(BITSTREAM_CONFIG) --board 85F
+
+# The LiteX SoC (VexRiscv, the GEMM firmware in its ROM, the SDRAM as main RAM, the 2x2 AXI4
+# shell) as a ULX3S-85F bitstream, in build/board (not part of `make test`; docs/soc.md, "Board").
+SOC_BITSTREAM_CONFIG ?= 2x2
+soc-bitstream: setup
+	$(BIN)/bertaccel soc --board ulx3s --bitstream --config $(SOC_BITSTREAM_CONFIG)
 
 # all-MiniLM-L6-v2 fine-tuned on every task of golden/tasks on the CPU, fully and row-sparsely,
 # and each task's delta file (build/multitask, reused while the data, recipe and base model are

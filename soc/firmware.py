@@ -19,7 +19,8 @@ from ..sw.devices import axi as axi_host
 from .build import SocError
 
 __all__ = ["FIRMWARE_DIR", "MARCH", "Report", "image_header", "check_image",
-           "compile_firmware", "compile_layer_firmware", "layer_header", "parse_report",
+           "compile_firmware", "compile_board_firmware",
+           "compile_layer_firmware", "layer_header", "parse_report",
            "checksum"]
 
 #: The firmware's sources.
@@ -95,14 +96,34 @@ def compile_firmware(build, image, folder):
 
     Raises :class:`~bertaccel.soc.build.SocError` with the compiler's message if it fails.
     """
-    return _compile(build, folder, "main.c", {"image.h": image_header(image)})
+    return _compile(build, folder, ["main.c"], {"image.h": image_header(image)})
+
+
+#: Where the board's C start-up calls ``sdram_start`` (``board.c``): before LiteX's crt0.S
+#: copies ``.data`` into main RAM.
+_CRT0_HOOK = "data_init:\n"
+
+
+def compile_board_firmware(build, image, folder):
+    """:func:`compile_firmware` for the board (:mod:`bertaccel.soc.board`): with ``board.c``,
+    whose ``sdram_start`` a copy of LiteX's crt0.S calls first, to start the SDRAM."""
+    text = (_litex_includes()[1] / "crt0.S").read_text()
+    if text.count(_CRT0_HOOK) != 1:
+        raise SocError(f"LiteX's crt0.S has no single {_CRT0_HOOK.strip()!r}: update "
+                       f"soc/firmware.py for this LiteX")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    crt0 = folder / "crt0_board.S"
+    crt0.write_text(text.replace(_CRT0_HOOK, "  call sdram_start\n" + _CRT0_HOOK))
+    return _compile(build, folder, ["main.c", "board.c"], {"image.h": image_header(image)},
+                    crt0=crt0)
 
 
 def compile_layer_firmware(build, layer, folder):
     """Compile the layer firmware (``layer.c``) for ``layer`` (a
     :class:`~bertaccel.soc.layer.LayerImage`) against ``build`` in ``folder``; return the flat
     binary (bytes). Its image goes into main RAM (``run_soc(main_ram=...)``)."""
-    return _compile(build, folder, "layer.c", {"layer.h": layer_header(layer)})
+    return _compile(build, folder, ["layer.c"], {"layer.h": layer_header(layer)})
 
 
 def layer_header(layer):
@@ -132,12 +153,12 @@ def layer_header(layer):
         "#endif /* LAYER_H */", ""])
 
 
-def _compile(build, folder, source, headers):
+def _compile(build, folder, sources, headers, crt0=None):
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in headers.items():
         (folder / name).write_text(text)
-    crt0 = _litex_includes()[1] / "crt0.S"
+    crt0 = crt0 or _litex_includes()[1] / "crt0.S"
     elf, binary = folder / "firmware.elf", folder / "firmware.bin"
     includes = [build.include, *_litex_includes(), folder, build.header.parent]
     command = [_GCC, *MARCH, "-Os", "-g", "-Wall", "-Werror", "-ffreestanding", "-nostdlib",
@@ -145,7 +166,8 @@ def _compile(build, folder, source, headers):
                f'-DBERTACCEL_CSR_H="{build.header.name}"',
                *(f"-I{path}" for path in includes), f"-L{build.include}",
                "-T", str(FIRMWARE_DIR / "linker.ld"), "-Wl,--gc-sections",
-               str(crt0), str(FIRMWARE_DIR / source), "-o", str(elf)]
+               str(crt0), *(str(FIRMWARE_DIR / source) for source in sources),
+               "-o", str(elf)]
     for step in (command, [_OBJCOPY, "-O", "binary", str(elf), str(binary)]):
         if shutil.which(step[0]) is None:
             raise SocError(f"{step[0]} is not on PATH (Debian: gcc-riscv64-unknown-elf)")

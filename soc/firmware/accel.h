@@ -61,7 +61,9 @@ static inline void put_fact(const char *name, uint32_t value)
 static inline void finish(void)
 {
 	/* Ends the simulation (litex.build.sim SimFinish); on a board the CPU waits here. */
+#ifdef CSR_SIM_FINISH_BASE
 	sim_finish_finish_write(1);
+#endif
 	for (;;)
 		;
 }
