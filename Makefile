@@ -51,17 +51,20 @@ verilog: setup
 	$(BIN)/bertaccel verilog $(addprefix --config ,$(PRESETS)) -o build/verilog
 
 # Synthesis, place and route of every preset that fits an ECP5-85k (yosys and nextpnr from PyPI;
-# results cached in build/synth, tables in bench/results/synth.md and .json). See docs/fpga.md.
+# results cached in build/synth, tables in bench/results/synth.md and .json, then every figure of
+# bench/results' FPGA JSON in docs/fpga_results.md). See docs/fpga.md.
 # FPGA_JOBS runs side by side, each taking a core; with 2, about 50 minutes on 2 cores.
 FPGA_JOBS ?= 2
 fpga: setup
 	$(BIN)/python bench/synth.py --target ecp5-85k --jobs $(FPGA_JOBS)
+	$(BIN)/python -m bertaccel.fpga.results_page
 
 # A ULX3S-85F bitstream of the core behind its UART bridge (minutes; not part of `make test`).
 # 2x2 builds in about 2 minutes, 4x4 in 6; other presets: BITSTREAM_CONFIG=C (docs/fpga.md).
 BITSTREAM_CONFIG ?= 2x2
 bitstream: setup
 	$(BIN)/python bench/ulx3s.py --config $(BITSTREAM_CONFIG) --board 85F
+	$(BIN)/python -m bertaccel.fpga.results_page
 
 # The LiteX SoC (VexRiscv, the GEMM firmware in its ROM, the SDRAM as main RAM, the 2x2 AXI4
 # shell) as a ULX3S-85F bitstream, in build/board (not part of `make test`; docs/soc.md, "Board").

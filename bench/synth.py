@@ -35,7 +35,7 @@ from bertaccel.hw.config import PRESETS
 from bertaccel.fpga.errors import DoesNotFit, NotRouted
 from bertaccel.fpga.reports import not_routed_report
 from bertaccel.fpga.synth import synthesize
-from bertaccel.fpga.tables import format_seed_table, format_table
+from bertaccel.fpga.results_page import synth_markdown
 from bertaccel.fpga.targets import target
 
 RESULTS = Path(__file__).resolve().parent / "results" / "synth.json"
@@ -139,23 +139,10 @@ def main(argv=None):
     meshes = [report for future in meshes if (report := future.result())]
     datapaths = [report for future in datapaths if (report := future.result())]
 
-    record({"target": tgt.name, "part": tgt.part, "seed": args.seed, "freq_mhz": args.freq,
-            "reports": reports, "meshes": meshes, "datapaths": datapaths},
-           args.output, __file__, argv)
-    heading = (f"{tgt.name} ({tgt.part}, speed grade {tgt.part.split('-')[-1][0]}), "
-               f"nextpnr seed {args.seed}, clock constraint {args.freq:g} MHz")
-    table = format_table(reports, seed=args.seed)
-    tools = next((r["tools"] for r in reports if r.get("tools")), {})
-    versions = ", ".join(f"{k} {v}" for k, v in tools.items() if k in ("yosys", "nextpnr"))
-    text = (f"{heading}; {versions}. Fmax is nextpnr's estimate after routing; the critical "
-            f"path runs between the named cells (see docs/fpga.md).\n\n{table}\n")
-    if meshes:
-        text += (f"\nThe PE array alone (`--design mesh`), same part and constraint, one run per "
-                 f"seed:\n\n{format_seed_table(meshes)}\n")
-    if datapaths:
-        text += (f"\nThe datapath (`--design datapath`: the execute unit, its PE array, both "
-                 f"scratchpads and the accumulator), same part and constraint, one run per "
-                 f"seed:\n\n{format_seed_table(datapaths)}\n")
+    summary = {"target": tgt.name, "part": tgt.part, "seed": args.seed, "freq_mhz": args.freq,
+               "reports": reports, "meshes": meshes, "datapaths": datapaths}
+    record(summary, args.output, __file__, argv)
+    text = synth_markdown(summary)
     args.output.with_suffix(".md").write_text(text)
     print(text)
     print(f"\nwrote {args.output} ({time.monotonic() - begin:.0f} s)")

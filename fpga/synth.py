@@ -9,7 +9,8 @@ The flow is the one a board build runs, minus the board: the core's Verilog (fro
 :func:`bertaccel.hw.verilog.convert`, for an ECP5: with the DSP primitives of
 :mod:`bertaccel.hw.dsp`, as an amaranth ECP5 platform gets them), ``synth_ecp5`` in yosys, then
 ``nextpnr-ecp5`` placing and routing it on the named part with a fixed seed, with timing
-reported for the one clock. docs/fpga.md has the results.
+reported for the one clock. docs/fpga.md says what the flow does; docs/fpga_results.md has the
+figures of the last recorded runs.
 
 The flow's rooms: :mod:`.targets` (the parts, and the fit check), :mod:`.designs` (what goes
 behind the pins: :class:`~bertaccel.fpga.designs.SynthTop`), :mod:`.scripts` (what the tools are

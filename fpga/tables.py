@@ -1,5 +1,6 @@
 """Markdown tables of synthesis reports (as :func:`~bertaccel.fpga.synth.synthesize` and
-:func:`~bertaccel.fpga.reports.not_routed_report` give them), for docs/fpga.md and the bench."""
+:func:`~bertaccel.fpga.reports.not_routed_report` give them), for docs/fpga_results.md and the
+bench."""
 
 from .reports import short_name
 

@@ -255,7 +255,7 @@ PRESETS = {
     "2x2":   dataclasses.replace(_BASE, rows=2,  cols=2,  spad_depth=1024, acc_depth=256),
     "4x4":   dataclasses.replace(_BASE, rows=4,  cols=4,  spad_depth=2048, acc_depth=512),
     # Eight epilogue lanes (72 MULT18X18D and their wide stages spread over every DSP row of an
-    # ECP5-85k) do not route on that part; four cost BERT-base 0.13 % more cycles (docs/fpga.md).
+    # ECP5-85k) do not route on that part; four cost BERT-base 0.05 % more cycles (docs/fpga.md).
     "4x8":   dataclasses.replace(_BASE, rows=4,  cols=8,  spad_depth=2048, acc_depth=512,
                                  epilogue_lanes=4),
     # Row-wise epilogues (softmax, LayerNorm) need whole rows in one accumulator half, and a
