@@ -9,6 +9,7 @@
     bertaccel synth --config 8x8 --target ecp5-85k [--json]   # yosys + nextpnr: resources, Fmax
     bertaccel soc --config 2x2 --m 9 --k 21 --n 11 [--uart] [--json]  # C firmware on a RISC-V SoC
     bertaccel run --model minilm --text "..." [--device ref|rtl] [--json]  # BERT embedding
+    bertaccel classify --model F --pair "..." "..." [--device ref|rtl] [--json]  # a task head
     bertaccel bench bert --shape bert-base --seq 128 --batch 1 --config 16x16 [--json]
     bertaccel profile --model minilm [--config 8x8] [--png P] [--json]  # host vs accelerator
     bertaccel eval stsb [--configs 8x8,16x16] [--split dev,test] [--json]  # STS-B Spearman
@@ -44,6 +45,7 @@ import warnings
 
 from ..sw.paths import PathError
 from .bench import Bench
+from .classify import Classify
 from .common import Parser, UsageError
 from .demo import Demo
 from .eval import Eval
@@ -61,7 +63,7 @@ from .verilog import Verilog
 __all__ = ["APPLETS", "main", "parser"]
 
 #: Every command, in the order ``bertaccel --help`` lists them.
-APPLETS = (Verilog, Gemm, Demo, Synth, Soc, Run, Bench, Eval, Seqpoint, Sweep, Regress,
+APPLETS = (Verilog, Gemm, Demo, Synth, Soc, Run, Classify, Bench, Eval, Seqpoint, Sweep, Regress,
            Multitask, Profile)
 
 

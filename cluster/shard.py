@@ -83,10 +83,10 @@ class ShardedStream:
     def __call__(self, encoder, texts, *, total, batch_size=32, window=None, writer=None,
                  compare_fp32=False, progress=None, keep=False):
         """What :func:`~bertaccel.sw.bert.stream.encode_stream` does and returns, on Ray."""
-        from ..sw.bert.encoder import RunStats, _check_batch_size
+        from ..sw.bert.encoder import RunStats, check_batch_size
         from ..sw.bert.stream import windows
 
-        _check_batch_size(batch_size)
+        check_batch_size(batch_size)
         window = window or 16 * batch_size
         with connect(self.address, workers=self.workers) as where:
             run = RunStats(encoder)

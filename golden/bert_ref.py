@@ -17,8 +17,8 @@ import torch
 from . import families
 
 __all__ = ["MINILM", "ModelError", "minilm_path", "model_path", "max_seq_length", "load",
-           "load_tokenizer", "tokenize", "forward", "mean_pool", "embed", "cosine_similarity",
-           "spearman"]
+           "load_task", "load_tokenizer", "tokenize", "forward", "mean_pool", "embed",
+           "cosine_similarity", "spearman"]
 
 
 #: The name that stands for sentence-transformers/all-MiniLM-L6-v2 (the local copy).
@@ -102,9 +102,53 @@ def load(spec=None, *, check=None):
             families.bert_config(config)
         except families.FamilyError as error:
             raise ModelError(f"{error} (in {str(path)!r})") from None
+    kind = transformers.BertModel if config.model_type == "bert" else transformers.AutoModel
+    tokenizer, model = _from_pretrained(path, kind)
+    return tokenizer, families.as_bert(model)
+
+
+#: The task models :func:`load_task` builds, by the suffix of the architecture's name.
+TASK_KINDS = {"ForSequenceClassification": "AutoModelForSequenceClassification",
+              "ForTokenClassification": "AutoModelForTokenClassification"}
+
+
+def load_task(spec):
+    """``(tokenizer, model)`` of a task model's folder: the ``*ForSequenceClassification`` or
+    ``*ForTokenClassification`` model its config's ``architectures`` names, float32, eval mode,
+    eager attention, offline; its base is a BERT-family encoder (:func:`families.as_bert` sees
+    it as BERT).
+
+    Raises
+    ------
+    ModelError
+        If the folder cannot be read, names no such architecture, or its encoder is not of the
+        BERT family.
+    """
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    path = model_path(spec)
+    config = load_config(path)
+    names = list(getattr(config, "architectures", None) or [])
+    kinds = [auto for suffix, auto in TASK_KINDS.items()
+             if any(name.endswith(suffix) for name in names)]
+    if not kinds:
+        raise ModelError(f"{str(path)!r} holds {', '.join(names) or 'no architecture'}, not a "
+                         f"*ForSequenceClassification or *ForTokenClassification model")
+    try:
+        families.bert_config(config)
+    except families.FamilyError as error:
+        raise ModelError(f"{error} (in {str(path)!r})") from None
+    return _from_pretrained(path, getattr(transformers, kinds[0]))
+
+
+def _from_pretrained(path, kind):
+    """``(tokenizer, model)`` from ``path``, ``model`` a ``kind`` in eval mode; a damaged
+    folder is a :class:`ModelError`."""
+    import transformers
     from safetensors import SafetensorError
 
-    kind = transformers.BertModel if config.model_type == "bert" else transformers.AutoModel
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = kind.from_pretrained(path, attn_implementation="eager", local_files_only=True,
@@ -114,7 +158,7 @@ def load(spec=None, *, check=None):
             RuntimeError) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         raise ModelError(f"cannot load the BERT model in {str(path)!r}: {lines[0]}") from None
-    return tokenizer, families.as_bert(model.eval())
+    return tokenizer, model.eval()
 
 
 def load_config(spec=None):

@@ -33,7 +33,8 @@ from .load import MINILM, BertError, load_bert
 from .run import run_bert
 from .timing import StageTimer
 
-__all__ = ["Encoder", "Embeddings", "DEVICES", "CALIBRATION"]
+__all__ = ["Encoder", "Embeddings", "RunStats", "DEVICES", "CALIBRATION",
+           "check_batch_size"]
 
 #: The devices :class:`Encoder` runs on.
 DEVICES = ("ref", "isa", "rtl")
@@ -250,7 +251,7 @@ class Encoder:
         """
         if isinstance(texts, str):
             texts = [texts]
-        _check_batch_size(batch_size)
+        check_batch_size(batch_size)
         run = RunStats(self)
         ids = self.tokenize(list(texts))
         out = np.empty((len(ids), self.hidden), dtype=np.float32)
@@ -288,7 +289,7 @@ class Encoder:
         return False
 
 
-def _check_batch_size(batch_size):
+def check_batch_size(batch_size):
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise BertError(f"batch_size must be an int of at least 1, not {batch_size!r}")
 
@@ -307,6 +308,11 @@ class RunStats:
         """Run one batch on the encoder and count it; its embeddings (``progress``: see
         :meth:`Encoder.run_batch`)."""
         emb, _, stats = self.encoder.run_batch(batch, progress)
+        self.count(batch, stats)
+        return emb
+
+    def count(self, batch, stats):
+        """Count one batch that :meth:`Encoder.run_batch` ran, with its ``stats``."""
         size, seq = batch["input_ids"].shape
         spec = self.encoder.bert.spec
         self.cycles += stats["cycles"]
@@ -318,7 +324,6 @@ class RunStats:
         self.padded += size * seq
         if stats["bit_exact"] is not None:
             self.bit_exact = stats["bit_exact"] and self.bit_exact is not False
-        return emb
 
     def finish(self):
         cfg = self.encoder.cfg

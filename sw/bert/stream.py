@@ -189,9 +189,9 @@ def encode_stream(encoder, texts, *, total, batch_size=32, window=None, writer=N
         ``cosine_fp32`` (min, mean) with ``compare_fp32``; with ``keep``, ``embeddings`` and
         ``cosines``.
     """
-    from .encoder import RunStats, _check_batch_size
+    from .encoder import RunStats, check_batch_size
 
-    _check_batch_size(batch_size)
+    check_batch_size(batch_size)
     run = RunStats(encoder)
     kept, kept_cos, cos_min, cos_sum = [], [], None, 0.0
     window = window or 16 * batch_size
