@@ -43,6 +43,7 @@ import torch
 from .tasks import DEFAULT_RETRIES, Failure, run_tasks
 
 __all__ = ["SCHEMA", "SCOPE", "STALLS", "GEMMS", "Case", "MutantPlan", "selection", "edge_cases",
+           "step_cases",
            "hand_programs", "plan_mutants", "golden_run", "check_mutant", "mutation_run",
            "prove_mutant", "PROVED",
            "mutant_id", "summarize", "format_mutation"]
@@ -55,7 +56,7 @@ SCOPE = "bertaccel_harness.core"
 #: stalled runs); a sink that is mostly stalled, so every queue before it fills; sources that
 #: are mostly idle, so every queue after them runs dry.
 STALLS = {"free": (1, 0, 0), "stalled": (2, 77, 102), "sink_bound": (3, 0, 224),
-          "source_bound": (4, 192, 0), "sink_half": (5, 0, 128), "both_half": (6, 128, 128)}
+          "source_bound": (4, 192, 0)}
 #: The epilogues of the GEMMs (None: the raw accumulator).
 EPILOGUES = (None, "requant", "gelu", "softmax", "layernorm")
 #: ``(m, k, n, epilogue, operands)``: the suite's GEMM with each epilogue, one over many
@@ -158,7 +159,7 @@ def selection(cfg, seed=5):
     edge-case ones and the flat ones (outputs compared), the :func:`hand_programs` (cycles
     and beat counts compared), :data:`RANDOM_PROGRAMS` random legal ones (outputs compared),
     :data:`ILLEGAL_PROGRAMS` illegal ones (fault, index and cycles compared), then the
-    :func:`edge_cases`."""
+    :func:`edge_cases` and the :func:`step_cases`."""
     from ..sw.hand_programs import raw_program
     from ..sw.illegal_programs import illegal_cases
     from ..sw.random_programs import random_program
@@ -188,7 +189,44 @@ def selection(cfg, seed=5):
     illegal, _ = illegal_cases(cfg, ILLEGAL_PROGRAMS, seed)
     cases += [Case(f"illegal_{number}_{fault.name.lower()}", program, {}, False, beats)
               for number, (fault, program, beats) in enumerate(illegal)]
-    return cases + edge_cases(cfg, gen)
+    return cases + edge_cases(cfg, gen) + step_cases(cfg, gen)
+
+
+#: Softmax scales and LayerNorm headrooms of :func:`step_cases`.
+STEP_SCALES = (1 / 32, 1 / 8, 1 / 2, 2)
+STEP_HEADROOMS = (1, 2, 4, 8, 32, 128)
+
+
+def step_cases(cfg, gen, *, m=8, n=24):
+    """GEMMs whose product is ``b`` itself (``a`` the identity), outputs compared: softmax
+    rows of ``b``'s entries times each of :data:`STEP_SCALES`, so that logits lie every
+    distance below the row's largest, up to and past the exponent table's cut-off; and
+    LayerNorm rows of ``b`` (no residual) in an int16 format with each of
+    :data:`STEP_HEADROOMS` times the room their largest value needs, so that the variance
+    term D's top bit sweeps over a dozen places."""
+    from ..sw import compile_gemm
+    from ..sw.epilogue import LayerNorm, Softmax
+
+    a = torch.eye(m, dtype=torch.int8)
+    cases = []
+    for scale in STEP_SCALES:
+        b = torch.randint(-128, 128, (m, n), generator=gen, dtype=torch.int8)
+        epilogue = Softmax(in_scale=scale, mask=torch.zeros(n, dtype=torch.bool))
+        cases.append(Case(f"steps_softmax_{scale:g}", compile_gemm(cfg, m, m, n,
+                                                                   epilogue=epilogue),
+                          {"a": a, "b": b}, True))
+    in_scale = 1 / 8
+    for headroom in STEP_HEADROOMS:
+        b = torch.randint(-128, 128, (m, n), generator=gen, dtype=torch.int8)
+        gamma = 0.5 + torch.rand(n, generator=gen, dtype=torch.float64)
+        beta = 0.2 * torch.randn(n, generator=gen, dtype=torch.float64)
+        epilogue = LayerNorm(in_scale=in_scale, gamma=gamma, beta=beta, out_scale=5 / 127,
+                             eps=1e-12, residual_scale=1 / 74, absmax=128 * in_scale * headroom)
+        inputs = {"a": a, "b": b, "r": torch.zeros(m, n, dtype=torch.int8)}
+        cases.append(Case(f"steps_layernorm_{headroom}", compile_gemm(cfg, m, m, n,
+                                                                      epilogue=epilogue),
+                          inputs, True))
+    return cases
 
 
 def edge_cases(cfg, gen):

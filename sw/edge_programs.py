@@ -85,8 +85,10 @@ def checker_programs(cfg):
     past the accumulator from an odd row, and by its row count alone, and one a hundred
     instructions into a program (the product rules' late verdict names its index); STORE_AUX
     past the scratchpad from an ``aux_addr`` with bit 8 set; STORE_ACC of a STORE of 2**14
-    rows whose ``param_addr`` (unchecked for RAW) is 256; and a legal RAW STORE of five
-    strips of stride 0 whose ``param_addr`` has bit 11 set."""
+    rows whose ``param_addr`` (unchecked for RAW) is 256; a legal RAW STORE of five strips of
+    stride 0 whose ``param_addr`` has bit 11 set; and MATMUL_A of a MATMUL of ``2**13 + 1``
+    rows (the execute unit takes it before the fault is raised and runs it: the run's cycles
+    turn on its row count's bit 13)."""
     acc, spad = cfg.acc_depth, cfg.spad_depth
     ln = [isa.Set(index=P.ROW_LEN, value=3 * cfg.cols), isa.Set(index=P.SHIFT1, value=8)]
     aux_addr = spad - 224
@@ -103,4 +105,6 @@ def checker_programs(cfg):
                                     aux_addr=aux_addr)],
         "rows_high": [isa.Store(acc_addr=0, rows=1 << 14, param_addr=256)],
         "param_high": [isa.Store(acc_addr=0, rows=1, strips=5, stride=0, param_addr=1 << 11)],
+        "matmul_long": [isa.Matmul(a_addr=0, b_addr=0, acc_addr=0, m_len=(1 << 13) + 1,
+                                   accumulate=False)],
     }

@@ -79,6 +79,8 @@ def test_checker_programs_fault_where_named():
     assert _fault(programs["acc_late"]) == (Fault.STORE_ACC, 100)
     assert _fault(programs["aux_past"]) == (Fault.STORE_AUX, 2)
     assert _fault(programs["param_high"]) == (Fault.NONE, None)
+    assert _fault(programs["matmul_long"]) == (Fault.MATMUL_A, 0)
+    assert programs["matmul_long"][0].m_len & 1 << 13
 
 
 def test_one_bit_moves_each_checker_program_across_its_bound():

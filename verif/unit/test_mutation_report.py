@@ -53,3 +53,20 @@ def test_the_bench_table_gives_reasons():
         assert key.count(":") >= 2 and key.rsplit(":", 1)[1].split("^")[0] in (
             "inv", "const0", "const1", "cnot0", "cnot1"), key
         assert len(reason) > 40, key
+
+
+def test_step_cases_sweep_scales_and_headrooms():
+    import torch
+
+    from bertaccel.cluster.mutation import STEP_HEADROOMS, STEP_SCALES, step_cases
+
+    cases = step_cases(PRESETS["2x2"], torch.Generator().manual_seed(1))
+    assert len(cases) == len(STEP_SCALES) + len(STEP_HEADROOMS)
+    assert len({case.name for case in cases}) == len(cases)
+    for case in cases:
+        assert case.exact and torch.equal(case.inputs["a"], torch.eye(8, dtype=torch.int8))
+        case.program.validate()
+    # each headroom is another int16 format: another program
+    programs = {tuple(int(word) for word in case.program.words())
+                for case in cases if "layernorm" in case.name}
+    assert len(programs) == len(STEP_HEADROOMS)
