@@ -17,7 +17,9 @@ programs (:func:`selection`): every output must equal the software device's, bit
 free-running run must take exactly the cycle model's cycles; the stalled runs' cycles are then
 the reference. Then each mutant is a Ray task (:func:`check_mutant`) that runs the selection on
 the RTL device, free-running and with idle source cycles and sink backpressure, until a run
-differs: its outputs (GEMMs), its cycle count, its beat counts or its error flag. A mutant is
+differs: its outputs (GEMMs), its cycle count, its beat counts, what the core waits for at
+the end (``o_wait``), its error flag, or an illegal program's fault, index and cycles. A mutant
+is
 
 ``killed``
     a run differed;
@@ -40,7 +42,8 @@ import torch
 
 from .tasks import DEFAULT_RETRIES, Failure, run_tasks
 
-__all__ = ["SCHEMA", "SCOPE", "STALLS", "GEMMS", "Case", "MutantPlan", "selection",
+__all__ = ["SCHEMA", "SCOPE", "STALLS", "GEMMS", "Case", "MutantPlan", "selection", "edge_cases",
+           "step_cases",
            "hand_programs", "plan_mutants", "golden_run", "check_mutant", "mutation_run",
            "prove_mutant", "PROVED",
            "mutant_id", "summarize", "format_mutation"]
@@ -68,16 +71,16 @@ RANDOM_GEMMS = 4
 RANDOM_LIMITS = (17, 70, 17)
 #: Random GEMMs for each epilogue whose parameters reach the epilogue's range limits
 #: (``operands="edge"`` of :func:`bertaccel.sw.epilogue.random_gemm`).
-EDGE_GEMMS = 3
+EDGE_GEMMS = 8
+#: Random GEMMs for each epilogue whose rows are nearly constant (``operands="flat"``: the
+#: smallest LayerNorm variances, uniform softmax rows).
+FLAT_GEMMS = 2
 #: Random legal programs, every field over its legal range (outputs compared)
 #: (:func:`bertaccel.sw.random_programs.random_program`).
-RANDOM_PROGRAMS = 16
+RANDOM_PROGRAMS = 48
 #: Illegal programs, aimed at every rule of the checker in turn
 #: (:func:`bertaccel.sw.illegal_programs.illegal_cases`).
 ILLEGAL_PROGRAMS = 24
-#: Cycles an illegal program is given as its reference (the fault ends it far sooner; a
-#: mutant past twice this and 1,000 has timed out).
-ILLEGAL_CYCLES = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,10 +155,11 @@ def _gemm_case(cfg, m, k, n, op, operands, gen):
 
 
 def selection(cfg, seed=5):
-    """The fixed programs every mutant runs, in order: the :data:`GEMMS`, the random ones and
-    the edge-case ones (outputs compared), the :func:`hand_programs` (cycles and beat counts
-    compared), :data:`RANDOM_PROGRAMS` random legal ones (outputs compared), then
-    :data:`ILLEGAL_PROGRAMS` illegal ones (fault and index compared)."""
+    """The fixed programs every mutant runs, in order: the :data:`GEMMS`, the random ones, the
+    edge-case ones and the flat ones (outputs compared), the :func:`hand_programs` (cycles
+    and beat counts compared), :data:`RANDOM_PROGRAMS` random legal ones (outputs compared),
+    :data:`ILLEGAL_PROGRAMS` illegal ones (fault, index and cycles compared), then the
+    :func:`edge_cases` and the :func:`step_cases`."""
     from ..sw.hand_programs import raw_program
     from ..sw.illegal_programs import illegal_cases
     from ..sw.random_programs import random_program
@@ -169,6 +173,9 @@ def selection(cfg, seed=5):
     for op in EPILOGUES[1:]:
         shapes += [(*(rng.randint(1, top) for top in RANDOM_LIMITS), op, "edge")
                    for _ in range(EDGE_GEMMS)]
+    for op in EPILOGUES[1:]:
+        shapes += [(*(rng.randint(1, top) for top in RANDOM_LIMITS), op, "flat")
+                   for _ in range(FLAT_GEMMS)]
     cases = [_gemm_case(cfg, *gemm, gen) for gemm in shapes]
     for name, instrs in hand_programs(cfg).items():
         program = raw_program(cfg, instrs)
@@ -182,6 +189,66 @@ def selection(cfg, seed=5):
     illegal, _ = illegal_cases(cfg, ILLEGAL_PROGRAMS, seed)
     cases += [Case(f"illegal_{number}_{fault.name.lower()}", program, {}, False, beats)
               for number, (fault, program, beats) in enumerate(illegal)]
+    return cases + edge_cases(cfg, gen) + step_cases(cfg, gen)
+
+
+#: Softmax scales and LayerNorm headrooms of :func:`step_cases`.
+STEP_SCALES = (1 / 32, 1 / 8, 1 / 2, 2)
+STEP_HEADROOMS = (1, 2, 4, 8, 32, 128)
+
+
+def step_cases(cfg, gen, *, m=8, n=24):
+    """GEMMs whose product is ``b`` itself (``a`` the identity), outputs compared: softmax
+    rows of ``b``'s entries times each of :data:`STEP_SCALES`, so that logits lie every
+    distance below the row's largest, up to and past the exponent table's cut-off; and
+    LayerNorm rows of ``b`` (no residual) in an int16 format with each of
+    :data:`STEP_HEADROOMS` times the room their largest value needs, so that the variance
+    term D's top bit sweeps over a dozen places."""
+    from ..sw import compile_gemm
+    from ..sw.epilogue import LayerNorm, Softmax
+
+    a = torch.eye(m, dtype=torch.int8)
+    cases = []
+    for scale in STEP_SCALES:
+        b = torch.randint(-128, 128, (m, n), generator=gen, dtype=torch.int8)
+        epilogue = Softmax(in_scale=scale, mask=torch.zeros(n, dtype=torch.bool))
+        cases.append(Case(f"steps_softmax_{scale:g}", compile_gemm(cfg, m, m, n,
+                                                                   epilogue=epilogue),
+                          {"a": a, "b": b}, True))
+    in_scale = 1 / 8
+    for headroom in STEP_HEADROOMS:
+        b = torch.randint(-128, 128, (m, n), generator=gen, dtype=torch.int8)
+        gamma = 0.5 + torch.rand(n, generator=gen, dtype=torch.float64)
+        beta = 0.2 * torch.randn(n, generator=gen, dtype=torch.float64)
+        epilogue = LayerNorm(in_scale=in_scale, gamma=gamma, beta=beta, out_scale=5 / 127,
+                             eps=1e-12, residual_scale=1 / 74, absmax=128 * in_scale * headroom)
+        inputs = {"a": a, "b": b, "r": torch.zeros(m, n, dtype=torch.int8)}
+        cases.append(Case(f"steps_layernorm_{headroom}", compile_gemm(cfg, m, m, n,
+                                                                      epilogue=epilogue),
+                          inputs, True))
+    return cases
+
+
+def edge_cases(cfg, gen):
+    """The programs of :mod:`bertaccel.sw.edge_programs`: the exact ones with random inputs
+    (outputs compared), the timed ones (cycles and beats compared), the checker's (fault and
+    index compared, run as the illegal programs are)."""
+    from ..sw import edge_programs as edges
+    from ..sw.hand_programs import raw_program
+
+    cases = []
+    for name, instrs in edges.exact_programs(cfg).items():
+        program = raw_program(cfg, instrs)
+        x = torch.randint(-128, 128, program.inputs["x"], generator=gen, dtype=torch.int8)
+        cases.append(Case(f"edge_{name}", program, {"x": x}, True))
+    for name, instrs in edges.timed_programs(cfg).items():
+        program = raw_program(cfg, instrs)
+        x = torch.zeros(program.inputs["x"], dtype=torch.int8)
+        cases.append(Case(f"edge_{name}", program, {"x": x}, False))
+    for name, instrs in edges.checker_programs(cfg).items():
+        program = raw_program(cfg, instrs)
+        beats = program.pack(x=torch.zeros(program.inputs["x"], dtype=torch.int8))
+        cases.append(Case(f"checker_{name}", program, {}, False, beats))
     return cases
 
 
@@ -261,32 +328,43 @@ def _outcome(device, case, index, ref):
                 return "killed", f"output {name}: {bad} of {want.numel()} values differ"
     if result.cycles != ref["cycles"]:
         return "killed", f"{result.cycles} cycles, not {ref['cycles']}"
+    if result.stats["wait"] != ref["wait"]:
+        return "killed", f"waits for {result.stats['wait']:#x} at the end, not {ref['wait']:#x}"
     return None
 
 
-def _fault(device, case):
+def _fault(device, case, cycles=None):
     """``(fault, index)`` of the illegal ``case`` on ``device``, or None if it ran to the end;
-    a run past its cycles raises DeviceError."""
+    a run past its cycles raises DeviceError. ``cycles`` (a list) gets the run's cycles,
+    where the device counts them."""
     from ..sw.devices.base import IllegalProgram
 
     try:
-        device.execute(case.program, case.beats)
+        _, stats = device.execute(case.program, case.beats)
     except IllegalProgram as error:
+        if cycles is not None:
+            cycles.append(error.cycles)
         return int(error.fault), error.index
+    if cycles is not None:
+        cycles.append(stats.get("cycles"))
     return None
 
 
 def _illegal_outcome(device, case, ref):
-    """:func:`_outcome` of an illegal program: the same fault at the same instruction."""
+    """:func:`_outcome` of an illegal program: the same fault at the same instruction, after
+    the same cycles."""
     from ..sw.devices.base import DeviceError
 
+    cycles = []
     try:
-        got = _fault(device, case)
+        got = _fault(device, case, cycles)
     except DeviceError as error:
         status = "timed_out" if "not done after" in str(error) else "killed"
         return status, str(error).splitlines()[0]
     if got != ref["fault"]:
         return "killed", f"fault {got}, not {ref['fault']}"
+    if cycles != [ref["cycles"]]:
+        return "killed", f"the run ended after {cycles[0]} cycles, not {ref['cycles']}"
     return None
 
 
@@ -333,11 +411,14 @@ def golden_run(plan, cases, *, build_root):
         refs[stall] = {}
         for case in cases:
             if case.beats is not None:
-                fault = _fault(device, case)
+                ran = []
+                fault = _fault(device, case, ran)
                 soft = _fault(SoftwareDevice(cfg), case)
                 assert fault == soft, \
                     f"the unmutated design faults {fault} on {case.name}, the software {soft}"
-                refs[stall][case.name] = {"fault": fault, "cycles": ILLEGAL_CYCLES}
+                # The units finish what they took before the fault (a STORE the checker's
+                # late rules fault may have started): the run's cycles are its reference.
+                refs[stall][case.name] = {"fault": fault, "cycles": ran[0]}
                 continue
             result = device.run(case.program, **case.inputs)
             want = model.run(case.program).cycles
@@ -350,7 +431,8 @@ def golden_run(plan, cases, *, build_root):
             assert (result.cycles >= want) if stalled else (result.cycles == want), \
                 f"the unmutated design took {result.cycles} cycles on {case.name} ({stall}), " \
                 f"the cycle model {want}"
-            refs[stall][case.name] = {"outputs": result.outputs, "cycles": result.cycles}
+            refs[stall][case.name] = {"outputs": result.outputs, "cycles": result.cycles,
+                                      "wait": result.stats["wait"]}
         # The workers start their own; this process's simulator is done.
         _DEVICES.pop((spec["build_root"], spec["key"], stall)).close()
     return refs
@@ -418,9 +500,10 @@ PROVED = ("proved equivalent by yosys (equiv_make, equiv_simple, equiv_induct on
 def summarize(plan, rows, cases, *, wall_s, golden_s, equivalent=None, gaps=None):
     """The report: every mutant's row, the counts, and the kill rate.
 
-    A survivor is equivalent when yosys proved it (:data:`PROVED`) or ``equivalent`` maps its
-    :func:`mutant_id` to the reason no program can tell it apart; equivalent mutants leave the
-    kill rate's denominator. Every other survivor is a test gap, described by ``gaps(row)``
+    A survivor is equivalent when yosys proved it (:data:`PROVED`, counted in
+    ``proved_equivalent``) or ``equivalent`` maps its :func:`mutant_id` to the reason no
+    program can tell it apart where its module sits (``context_equivalent``); equivalent
+    mutants leave the kill rate's denominator. Every other survivor is a test gap, described by ``gaps(row)``
     (the kind of program that would kill it). The kill rate is (killed + timed out) /
     (mutants - equivalent): a hang is an observable difference.
     """
@@ -454,6 +537,8 @@ def summarize(plan, rows, cases, *, wall_s, golden_s, equivalent=None, gaps=None
                    for name, (s, i, k) in STALLS.items()},
         "mutants": len(rows), **counts, "equivalent": n_equivalent,
         "proved_equivalent": sum(bool(row.get("proved")) for row in rows),
+        "context_equivalent": sum(row["equivalent"] is not None and not row.get("proved")
+                                  for row in rows),
         "test_gaps": counts["survived"] - n_equivalent,
         "kill_rate": detected / relevant if relevant else None,
         "survivors": [row for row in rows if row["status"] == "survived"],
@@ -475,7 +560,9 @@ def format_mutation(report):
     rate = report["kill_rate"]
     lines.append(f"{report['mutants']} mutants of {report['config']}: {report['killed']} killed, "
                  f"{report['timed_out']} timed out, {report['survived']} survived "
-                 f"({report['equivalent']} equivalent), {report['error']} errors; kill rate "
+                 f"({report['proved_equivalent']} proved equivalent, "
+                 f"{report['context_equivalent']} equivalent in context, "
+                 f"{report['test_gaps']} test gaps), {report['error']} errors; kill rate "
                  + (f"{100 * rate:.1f} %" if rate is not None else "n/a")
                  + f" of non-equivalent mutants, in {report['wall_s']:.0f} s")
     return "\n".join(lines)

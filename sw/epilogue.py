@@ -38,7 +38,7 @@ keeps every ``|gamma|`` below 2**15, and ``beta`` as int16 in 1/256 output LSBs 
 """
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -632,17 +632,30 @@ def random_gemm(m, k, n, op, *, generator, operands="random"):
     every element -128 with ``operands="min"``), :func:`random_epilogue` of ``op`` (``None``:
     raw; with ``operands="edge"`` uniform operands and the epilogue's scales spread over
     :data:`EDGE_SPREAD` octaves), and for LayerNorm its residual ``r``; drawn from
-    ``generator`` in that order."""
+    ``generator`` in that order.
+
+    ``operands="flat"`` makes every row of the product nearly constant: the columns of ``b``
+    are one random column, with about one entry in eight one more, and the scales are spread
+    as for ``"edge"``; a LayerNorm has no bias and a zero residual, so its rows' variance is
+    zero or a few units (the smallest ``D`` and the ends of the RSQRT table), and softmax
+    rows are (nearly) uniform."""
     if operands == "min":
         a = torch.full((m, k), -128, dtype=torch.int8)
         b = torch.full((k, n), -128, dtype=torch.int8)
     else:
         a = torch.randint(-128, 128, (m, k), generator=generator, dtype=torch.int8)
         b = torch.randint(-128, 128, (k, n), generator=generator, dtype=torch.int8)
+    if operands == "flat":
+        column = b[:, :1].expand(k, n).to(torch.int16)
+        nudge = torch.randint(0, 8, (k, n), generator=generator) == 0
+        b = (column + nudge).clamp(max=127).to(torch.int8)
     inputs = {"a": a, "b": b}
-    spread = EDGE_SPREAD if operands == "edge" else 0
+    spread = EDGE_SPREAD if operands in ("edge", "flat") else 0
     epilogue = None if op is None else random_epilogue(op, k=k, n=n, generator=generator,
                                                        spread=spread)
     if op == "layernorm":
         inputs["r"] = torch.randint(-128, 128, (m, n), generator=generator, dtype=torch.int8)
+        if operands == "flat":
+            inputs["r"].zero_()
+            epilogue = replace(epilogue, bias=None)
     return inputs, epilogue

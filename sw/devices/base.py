@@ -38,15 +38,18 @@ class IllegalProgram(DeviceError):
     fault : bertaccel.hw.legal.Fault
     index : int
         The instruction's index in the program.
+    cycles : int or None
+        Clock cycles the faulted run took until the core was idle, where the device counts
+        them.
     """
 
-    def __init__(self, program, fault, index, *, where=None):
+    def __init__(self, program, fault, index, *, where=None, cycles=None):
         words = program.words()
         instr = program.instrs[index] if index < len(program.instrs) else None
         state = legal.state_at(words, index) if instr is not None else None
         text = explain(program.cfg, fault, index, instr, state)
         super().__init__(f"{where}: {text}" if where else text)
-        self.fault, self.index = fault, index
+        self.fault, self.index, self.cycles = fault, index, cycles
 
 
 @dataclass

@@ -417,7 +417,8 @@ class RtlDevice(Device):
                 raise DeviceError(f"{where}: the core stopped with an error naming no rule of "
                                   f"hw/legal.py (fault code {fault}, instruction {pc}): the "
                                   f"gateware is broken; log: {self.log_file}")
-            raise IllegalProgram(program, legal.Fault(fault), pc, where=where)
+            raise IllegalProgram(program, legal.Fault(fault), pc, where=where,
+                                 cycles=reply["cycles"])
         if reply["stuck"]:
             raise DeviceError(f"{where}: stuck: no progress for {self.watchdog} cycles; "
                               f"{wait_text(reply['wait'])} ({reply['data_used']} of {n_data} "
@@ -475,6 +476,8 @@ class RtlDevice(Device):
         cycles = reply["cycles"]
         return out_beats, {
             "cycles": cycles,
+            # What the core waited for in its last cycle (idle: an instruction).
+            "wait": reply["wait"],
             "instructions": len(instrs),
             "data_beats": n_data,
             "out_beats": out_beats.shape[0],
