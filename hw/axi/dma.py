@@ -278,6 +278,8 @@ class WriteEngine(wiring.Component):
                 aw_valid.eq(0),
                 w_active.eq(0),
             ]
+        if is_formal(platform):
+            m.d.comb += Assert(addr[:shift] == 0)
         return m
 
     def _fill(self, m, bus_bytes):
