@@ -332,7 +332,10 @@ class AxiShell(wiring.Component):
                 m.d.sync += run.fault.eq(code["ILLEGAL_INSTRUCTION"])
             with m.Elif(run.stuck):
                 m.d.sync += [run.fault.eq(code["WATCHDOG"]), run.halted.eq(1)]
-        with m.Elif(r_error | b_error | overrun | run.stuck):
+        # A later fault halts the shell too; a window fault even in a run started while an
+        # earlier fault is still recorded (no soft reset between), so that no region outside
+        # the window is ever read or written.
+        with m.Elif(r_error | b_error | overrun | run.stuck | (run.window != 0)):
             m.d.sync += run.halted.eq(1)
 
     def _run_control(self, m, bank, core, dmas, run, start, soft_reset):

@@ -13,12 +13,9 @@ below ``OUT_LEN``; that every write burst starts at a bus word, is at most ``max
 long and ends at or before the next 4 KiB boundary; and that AW and W, once offered, stay
 up and unchanged until taken (soft resets included).
 
-Two rules are assumed. The host's: ``FAULT.CODE`` is NONE in the cycle the window is
-checked (a run starts after a soft reset of any faulted run, as ``run_ops`` does it). A run
-started while ``FAULT.CODE`` still holds an earlier fault skips its window fault (only the
-first fault of a run halts the shell), and an output area that runs past the top of the
-address space is then written on, wrapped to address 0: the proof fails without this rule.
-The core's: no result reaches the write engine in the cycle of the window check, nor from the
+A run started while ``FAULT.CODE`` still holds an earlier fault (no soft reset between) keeps
+that fault, but its window fault halts the shell all the same: the proof holds without any rule
+for the host. One rule is assumed, the core's: no result reaches the write engine in the cycle of the window check, nor from the
 first cycle the shell is finishing on (it raises the engine's ``flush`` once every instruction
 is taken and the core is not ``o_busy``, or after an ILLEGAL_INSTRUCTION fault). A core keeps
 it where it offers results only while busy and is idle at a start; but after an
@@ -195,17 +192,15 @@ class _Watch(Elaboratable):
             for part in range(1, per_word):
                 strobed = axi("wstrb")[part * beat_bytes:(part + 1) * beat_bytes].any()
                 m.d.comb += Assert(~strobed | (written * per_word + part < out_len))
-        # The host's rule: no fault is recorded when the window is checked (a soft reset
-        # after a faulted run); the core's: no result reaches the write engine then, nor while
-        # the shell has begun to finish (see the module's docstring for why).
+        # The core's rule: no result reaches the write engine when the window is checked, nor
+        # while the shell has begun to finish (see the module's docstring for why).
         checking, finished = Signal(), Signal()
         m.d.sync += checking.eq(start)
         with m.If(start):
             m.d.sync += finished.eq(0)
         with m.Elif(out_wr.flush):
             m.d.sync += finished.eq(1)
-        m.d.comb += [Assume(~checking | (bank.port("FAULT", "CODE") == csr.FAULT["NONE"])),
-                     Assume(~(out_wr.i.valid & (out_wr.flush | finished | checking)))]
+        m.d.comb += Assume(~(out_wr.i.valid & (out_wr.flush | finished | checking)))
         overrun = bank.port("FAULT", "CODE") == csr.FAULT["OUT_OVERRUN"]
         m.d.comb += [Cover(axi("awvalid") & axi("awready") & overrun),
                      Cover(axi("wvalid") & axi("wready") & axi("wlast")
