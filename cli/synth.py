@@ -68,6 +68,26 @@ def _synth_seeds(args, cfg, tgt):
     return 1 if any("failure" in run for run in report["runs"]) else 0
 
 
+def _with_lut_pes(cfg, tgt, text):
+    """``cfg`` with ``--lut-pes`` (a number, or ``auto``: :func:`~bertaccel.fpga.targets.
+    fit_lut_pes` for ``tgt``), or as it is without the option."""
+    import dataclasses
+
+    from ..fpga.errors import DoesNotFit
+    from ..fpga.targets import fit_lut_pes
+    from ..hw.config import ConfigError
+    if text is None:
+        return cfg
+    try:
+        if text == "auto":
+            return dataclasses.replace(cfg, lut_pes=fit_lut_pes(cfg, tgt))
+        if not text.isdigit():
+            raise UsageError(f"--lut-pes must be a number or auto, not {text!r}")
+        return dataclasses.replace(cfg, lut_pes=int(text))
+    except (ConfigError, DoesNotFit) as error:
+        raise UsageError(str(error)) from None
+
+
 def _seed_list(text):
     """The seeds of ``--seeds``: distinct integers from 0 to 2**31-1."""
     from ..cluster.grid import GridError, int_list, name_list
@@ -119,6 +139,10 @@ class Synth:
                             help="nextpnr's router: router1 (nextpnr's default, timing-driven; the "
                                  "faster routes) or router2 (finishes where router1 stalls on "
                                  "congestion) (router1)")
+        parser.add_argument("--lut-pes", metavar="N|auto",
+                            help="PEs that multiply in the fabric instead of a MULT18X18D (the "
+                                 "last columns): a number, or auto for the fewest with which the "
+                                 "core's multipliers fit --target (the config's own)")
         parser.add_argument("--force", action="store_true",
                             help="run the tools even if build/synth holds a current result")
         parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -134,6 +158,7 @@ class Synth:
             tgt = target(args.target)
         except SynthError as error:
             raise UsageError(str(error)) from None
+        cfg = _with_lut_pes(cfg, tgt, args.lut_pes)
         if not 0 <= args.seed < 1 << 31:
             raise UsageError(f"--seed must be from 0 to 2**31-1, not {args.seed}")
         if not 1 <= args.freq <= 1000:
@@ -145,6 +170,11 @@ class Synth:
             return _synth_seeds(args, cfg, tgt)
         if args.address or args.workers is not None or args.retries is not None:
             raise UsageError("--address, --workers and --retries apply to --seeds only")
+        from ..fpga.synth import check_before_synthesis
+        try:
+            check_before_synthesis(cfg, tgt, args.design)     # before the Verilog is written
+        except SynthError as error:
+            raise UsageError(str(error)) from None
         progress = (lambda text: print(f"bertaccel: {text}", file=sys.stderr)) if not args.json \
             else None
         try:

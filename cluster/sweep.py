@@ -193,12 +193,12 @@ def point_row(cfg, workload, timing, synth=None):
     ``workload``, ``status`` (``"ok"`` or ``"failed"``), ``failure`` (the exception's class)
     and ``reason``; ``cycles``, ``ideal_cycles``, ``utilization``, ``clock_mhz``,
     ``latency_us`` (at ``clock_mhz``), ``stages`` (cycles per stage) and ``array_dsp`` (the
-    PE array's MULT18X18D, one per MAC); with synthesis ``lut4``, ``ff``, ``dsp``, ``bram``
-    (DP16KD), ``fmax_mhz`` and ``latency_us_fmax``."""
+    PE array's MULT18X18D, one per MAC but for the ``lut_pes``); with synthesis ``lut4``,
+    ``ff``, ``dsp``, ``bram`` (DP16KD), ``fmax_mhz`` and ``latency_us_fmax``."""
     row = {"config": config_fields(cfg), "workload": workload.to_dict(), "status": "ok",
            "failure": None, "reason": None, "cycles": None, "ideal_cycles": None,
            "utilization": None, "clock_mhz": cfg.clock_mhz, "latency_us": None,
-           "stages": None, "array_dsp": cfg.macs_per_cycle,
+           "stages": None, "array_dsp": cfg.macs_per_cycle - cfg.lut_pes,
            **dict.fromkeys(_SYNTH_KEYS), "latency_us_fmax": None}
     failures = []
     if isinstance(timing, Failure):

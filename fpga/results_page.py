@@ -6,8 +6,8 @@
                                           [--output docs/fpga_results.md] [--check]
 
 The page holds every figure of the last runs that wrote ``synth.json`` (``make fpga``, through
-``bench/synth.py``), ``ulx3s-<config>-85F.json`` (``make bitstream``, ``bench/ulx3s.py``) and
-``netlist_<config>.json`` (``bench/netlist.py``), each table under the stamp of the file it
+``bench/synth.py``), ``synth_lut.json`` (``bench/synth_lut.py``), ``ulx3s-<config>-85F.json``
+(``make bitstream``, ``bench/ulx3s.py``) and ``netlist_<config>.json`` (``bench/netlist.py``), each table under the stamp of the file it
 comes from (commit, date, machine, command) or a line saying the file has none. ``make fpga``
 and ``make bitstream`` run this after their bench; ``--check`` writes nothing and exits with 1
 where the page differs from what it would write (``verif/unit/test_fpga_results.py`` checks
@@ -87,6 +87,31 @@ def _synth_section(summary):
                         f"{summary['target']}`.)"]
 
 
+def _lut_section(summary):
+    """The seeds of ``bench/synth_lut.py`` (``synth_lut.json``): a core with ``lut_pes`` of its
+    PEs multiplying in the fabric."""
+    runs = summary["runs"]
+    routed = [r for r in runs if "fmax_mhz" in r]
+    lines = ["## A core with PEs multiplying in the fabric", "",
+             _stamp("synth_lut.json", summary, "python bench/synth_lut.py"), "",
+             f"{summary['config']}, `lut_pes` {summary['lut_pes']}, on {summary['target']} "
+             f"({summary['part']}), clock constraint {summary['freq_mhz']:g} MHz, yosys's "
+             f"classic abc and nextpnr's static placer:", ""]
+    if routed:
+        lines += [format_seed_table(routed), ""]
+        for r in routed:
+            path = r["critical_path"]
+            lines.append(f"* seed {r['seed']}: {path['from']} -> {path['to']} "
+                         f"({path['delay_ns']:.2f} ns, {path['routing_ns']:.2f} of it routing); "
+                         f"yosys {r['yosys_s'] / 60:.0f} min, nextpnr {r['nextpnr_s'] / 60:.0f} "
+                         f"min.")
+    for r in runs:
+        if "fmax_mhz" not in r:
+            lines.append(f"* seed {r['seed']}: not routed, {r['error']} ({r['lut4']:,} LUT4, "
+                         f"{r['ff']:,} FF, {r['mult18x18d']} MULT18X18D, {r['dp16kd']} DP16KD).")
+    return lines
+
+
 def _size(name):
     """Sort key of a file named after a config (``ulx3s-4x8-85F.json``): rows, then columns."""
     found = re.search(r"(\d+)x(\d+)", name)
@@ -151,6 +176,8 @@ def render(results):
              "stamp and the command that writes it.", ""]
     if (results / "synth.json").exists():
         lines += _synth_section(_load(results / "synth.json")) + [""]
+    if (results / "synth_lut.json").exists():
+        lines += _lut_section(_load(results / "synth_lut.json")) + [""]
     boards = sorted(results.glob("ulx3s-*.json"), key=lambda p: _size(p.name))
     if boards:
         lines += _board_section(boards) + [""]

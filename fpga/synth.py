@@ -26,9 +26,11 @@ seed, placer or router, so runs that differ only in those share one: the first m
 ``build/synth/netlists/`` and the others wait for it and copy it (``"netlist_shared": true``),
 which is what lets a seed sweep run yosys once.
 
-**Fit.** A config is refused before synthesis (:class:`DoesNotFit`) when its multipliers cannot
-have one DSP each (``rows * cols`` MULT18X18D) or its memories need more DP16KD than the part has,
-and again after synthesis against the counts yosys reports.
+**Fit.** A config is refused before synthesis (:class:`DoesNotFit`) when its multipliers need
+more MULT18X18D than the part has (:func:`~bertaccel.fpga.targets.dsp_blocks`: one a PE but for
+its ``lut_pes``, the epilogue's and the checker's; the message names the ``lut_pes`` that would
+fit, :func:`~bertaccel.fpga.targets.fit_lut_pes`) or its memories more DP16KD, and again after
+synthesis against the counts yosys reports.
 """
 
 import fcntl
@@ -53,7 +55,7 @@ from .reports import (BLOCK_RAM_CELLS, LUT_RAM_CELLS, abc9_failed_an_assertion,
                       parse_nextpnr_report, parse_yosys_stat)
 from .scripts import CLASSIC_ABC_STEPS, blocks_script, lpf, nextpnr_command, yosys_scripts
 from .tables import format_seed_table, format_table
-from .targets import TARGETS, Target, check_fit, estimate, target
+from .targets import TARGETS, Target, check_fit, dsp_blocks, estimate, fit_lut_pes, target
 from .tools import find_tool, run_tool, tool_version, tool_versions
 
 __all__ = [
@@ -61,7 +63,8 @@ __all__ = [
     "RAM_COPY_GROUP", "LUT_MAPPERS", "PLACERS",
     # from the flow's rooms
     "SynthError", "DoesNotFit", "NotRouted", "Target", "TARGETS", "target", "DESIGNS",
-    "SynthTop", "TOP_NAME", "CLASSIC_ABC_STEPS", "estimate", "check_fit", "tool_versions",
+    "SynthTop", "TOP_NAME", "CLASSIC_ABC_STEPS", "estimate", "check_fit", "dsp_blocks",
+    "fit_lut_pes", "tool_versions",
     "nextpnr_command", "not_routed_report", "parse_yosys_stat", "parse_memory_mapping",
     "parse_nextpnr_report", "abc9_failed_an_assertion", "BLOCK_RAM_CELLS", "LUT_RAM_CELLS",
     "format_table", "format_seed_table",
@@ -282,7 +285,16 @@ def check_before_synthesis(cfg, tgt, design):
     """Refuse an unknown design (:class:`SynthError`) or one whose estimate does not fit
     ``tgt`` (:class:`DoesNotFit`), before any tool runs."""
     check_design(design)         # before the fit check, which assumes a known design
-    check_fit(cfg, tgt, estimate(cfg, design), when="(estimated before synthesis)")
+    need = estimate(cfg, design)
+    hint = ""
+    if design in ("core", "mesh") and need["mult18x18d"] > tgt.totals["mult18x18d"]:
+        try:
+            fit = fit_lut_pes(cfg, tgt) if design == "core" else (
+                need["mult18x18d"] - tgt.totals["mult18x18d"] + cfg.lut_pes)
+            hint = f"; lut_pes {fit} would fit its multipliers (--lut-pes auto)"
+        except DoesNotFit:
+            hint = "; no lut_pes fits its multipliers"
+    check_fit(cfg, tgt, need, when="(estimated before synthesis)", hint=hint)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -67,6 +67,12 @@ class AccelConfig:
         a power of two from 32 to 512. It does not change the core.
     axi_addr_width : int
         Address width in bits of that AXI4 master, from 32 to 64. It does not change the core.
+    lut_pes : int
+        PEs whose int8 x int8 multiply is built in the fabric (an adder tree of partial
+        products, :mod:`bertaccel.hw.lutmul`) instead of a DSP block, from 0 to
+        ``rows * cols``: the last ``lut_pes`` PEs in column-major order (:meth:`is_lut_pe`),
+        so the last columns whole and the bottom rows of the column before. Their products are
+        the same in the same cycles; on an ECP5 each saves one MULT18X18D for LUT4s.
     """
 
     rows: int = 8
@@ -81,6 +87,7 @@ class AccelConfig:
     clock_mhz: float = 200.0
     axi_data_width: int = _AXI_DATA_WIDTH
     axi_addr_width: int = _AXI_ADDR_WIDTH
+    lut_pes: int = 0
 
     def __post_init__(self):
         for name in ("rows", "cols"):
@@ -118,6 +125,10 @@ class AccelConfig:
                 or not 32 <= self.axi_addr_width <= 64):
             raise ConfigError(f"axi_addr_width must be an int from 32 to 64, "
                               f"not {self.axi_addr_width!r}")
+        if (isinstance(self.lut_pes, bool) or not isinstance(self.lut_pes, int)
+                or not 0 <= self.lut_pes <= self.rows * self.cols):
+            raise ConfigError(f"lut_pes must be an int from 0 to rows * cols "
+                              f"({self.rows * self.cols}), not {self.lut_pes!r}")
 
     # -- derived sizes -------------------------------------------------------------------------
 
@@ -148,12 +159,15 @@ class AccelConfig:
 
         The AXI widths change only the FPGA shell, not the core: they are named (``_ax128a40``)
         only when they differ from the defaults, so every core build keeps its name. The
-        epilogue's lanes are named (``_el4``) only when there are fewer than ``cols``.
+        epilogue's lanes are named (``_el4``) only when there are fewer than ``cols``, and the
+        fabric multipliers (``_lut23``) only when there are any.
         """
         tag = f"r{self.rows}c{self.cols}_i{self.in_width}a{self.acc_width}" \
               f"_sp{self.spad_depth}_acc{self.acc_depth}_pm{self.pmem_depth}_q{self.queue_depth}"
         if self.ep_lanes != self.cols:
             tag += f"_el{self.ep_lanes}"
+        if self.lut_pes:
+            tag += f"_lut{self.lut_pes}"
         if (self.axi_data_width, self.axi_addr_width) != (_AXI_DATA_WIDTH, _AXI_ADDR_WIDTH):
             tag += f"_ax{self.axi_data_width}a{self.axi_addr_width}"
         return tag
@@ -172,6 +186,11 @@ class AccelConfig:
     def ep_ratio(self):
         """Sub-beats (cycles) the epilogue takes for one ``cols``-wide beat."""
         return self.cols // self.ep_lanes
+
+    def is_lut_pe(self, row, col):
+        """Whether PE (``row``, ``col``) multiplies in the fabric: the last ``lut_pes`` PEs
+        in column-major order (index ``col * rows + row``)."""
+        return col * self.rows + row >= self.rows * self.cols - self.lut_pes
 
     @property
     def macs_per_cycle(self):

@@ -44,7 +44,8 @@ class SystolicMesh(wiring.Component):
     weight thus goes from the scratchpads' block RAM into a flip-flop first (nextpnr puts the
     ECP5 block RAM's clock-to-output at 5.8 ns, which leaves no time for anything but
     routing), and every multiplier sees its own input registers only. The latency is
-    ``cfg.mesh_latency``.
+    ``cfg.mesh_latency``. The PEs of ``cfg.is_lut_pe`` (``cfg.lut_pes`` of them, the last
+    columns) multiply in the fabric instead of a DSP block, with the same latency.
 
     Parameters
     ----------
@@ -76,8 +77,9 @@ class SystolicMesh(wiring.Component):
         cfg = self._cfg
         m = Module()
 
-        pes = [[ProcessingElement(in_width=cfg.in_width, acc_width=cfg.acc_width, top=r == 0)
-                for _ in range(cfg.cols)] for r in range(cfg.rows)]
+        pes = [[ProcessingElement(in_width=cfg.in_width, acc_width=cfg.acc_width, top=r == 0,
+                                  lut=cfg.is_lut_pe(r, c))
+                for c in range(cfg.cols)] for r in range(cfg.rows)]
         for r, row in enumerate(pes):
             for c, pe in enumerate(row):
                 m.submodules[f"pe_{r}_{c}"] = pe

@@ -5,6 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .dsp import KEEP, product_register
+from .lutmul import TREE_LATENCY, tree_product
 
 __all__ = ["ProcessingElement"]
 
@@ -49,6 +50,11 @@ class ProcessingElement(wiring.Component):
     product (sign-extended) with no sum register. The mesh spends that saved cycle on an input
     register for the top row.
 
+    A PE built with ``lut`` multiplies in the fabric on every target
+    (:func:`bertaccel.hw.lutmul.tree_product`: partial products summed by an adder tree with a
+    register after each of its three levels, the last being the copy the adder reads), with the
+    same product in the same cycle, so no DSP block (``AccelConfig.lut_pes``).
+
     Parameters
     ----------
     in_width : int
@@ -56,6 +62,8 @@ class ProcessingElement(wiring.Component):
     acc_width : int
         Partial-sum width; sums wrap modulo ``2 ** acc_width``.
     top : bool
+        See above.
+    lut : bool
         See above.
 
     Members
@@ -77,9 +85,11 @@ class ProcessingElement(wiring.Component):
 
     #: Cycles from an operand at ``i_a`` to its product in the register the adder reads.
     PRODUCT_LATENCY = 3
+    assert TREE_LATENCY == PRODUCT_LATENCY
 
-    def __init__(self, *, in_width=8, acc_width=32, top=False):
+    def __init__(self, *, in_width=8, acc_width=32, top=False, lut=False):
         self._in_width = in_width
+        self._lut = lut
         self._acc_width = acc_width
         self._top = top
         members = {
@@ -131,13 +141,17 @@ class ProcessingElement(wiring.Component):
             o_w_bank.eq(self.i_w_bank),
         ]
         m.d.comb += [self.o_bank.eq(o_bank), self.o_w_bank.eq(o_w_bank)]
-        # On an ECP5 all three registers are the MULT18X18D's own.
-        product_dsp = product_register(m, self.i_a, weight, platform=platform, name="product",
-                                       input_registers=True)
-        # A fabric copy of the product: the route out of a DSP site ends at a flip-flop, and
-        # the adder takes the product from there.
-        product = Signal.like(product_dsp, name="product_q")
-        m.d.sync += product.eq(product_dsp)
+        if self._lut:
+            # Three adder levels with a register after each: the DSP path's latency.
+            product = tree_product(m, self.i_a, weight, name="product_q")
+        else:
+            # On an ECP5 all three registers are the MULT18X18D's own.
+            product_dsp = product_register(m, self.i_a, weight, platform=platform,
+                                           name="product", input_registers=True)
+            # A fabric copy of the product: the route out of a DSP site ends at a flip-flop,
+            # and the adder takes the product from there.
+            product = Signal.like(product_dsp, name="product_q")
+            m.d.sync += product.eq(product_dsp)
         if self._top:
             m.d.comb += self.o_psum.eq(product)
         else:

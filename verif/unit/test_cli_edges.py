@@ -96,6 +96,34 @@ def test_build_folders_are_checked_first(capsys, monkeypatch, a_file, argv):
     assert sorted(path.name for path in a_file.parent.iterdir()) == ["a_file"]
 
 
+@pytest.mark.parametrize("option, message", [
+    ("99", "lut_pes must be an int from 0 to rows * cols (4), not 99"),
+    ("two", "--lut-pes must be a number or auto, not 'two'"),
+])
+def test_synth_lut_pes_is_checked_first(capsys, monkeypatch, option, message):
+    from bertaccel.fpga import synth
+    monkeypatch.setattr(synth, "synthesize", lambda *a, **k: pytest.fail("synthesised"))
+    assert cli.main(["synth", "--config", "2x2", "--lut-pes", option]) == 2
+    one_line_error(capsys, message)
+
+
+def test_synth_names_the_lut_pes_that_fit(capsys, monkeypatch, tmp_path):
+    """A core with more MACs than the part's DSPs: refused with the lut_pes that fits, which
+    ``--lut-pes auto`` then takes."""
+    from bertaccel.fpga import synth
+    seen = []
+    monkeypatch.setattr(synth, "synthesize", lambda cfg, *a, **k: seen.append(cfg) or 1 / 0)
+    config = tmp_path / "16x8.json"
+    config.write_text(json.dumps({"base": "8x8", "rows": 16}))
+    assert cli.main(["synth", "--config", str(config), "--build-root", str(tmp_path)]) == 2
+    one_line_error(capsys, "needs 179 MULT18X18D > 156", "lut_pes 23 would fit")
+    assert not seen
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["synth", "--config", str(config), "--lut-pes", "auto",
+                  "--build-root", str(tmp_path)])
+    assert [cfg.lut_pes for cfg in seen] == [23]
+
+
 def test_profile_png_is_checked_before_profiling(capsys, monkeypatch):
     from bertaccel.analysis import profile as prof
     monkeypatch.setattr(prof, "profile", lambda *a, **k: pytest.fail("profiled"))

@@ -38,6 +38,10 @@ def test_defaults_and_presets_are_valid():
     ({"epilogue_lanes": 3}, "epilogue_lanes", "3"),
     ({"epilogue_lanes": 1}, "epilogue_lanes", "1"),
     ({"epilogue_lanes": True}, "epilogue_lanes", "True"),
+    ({"lut_pes": -1}, "lut_pes", "-1"),
+    ({"rows": 2, "cols": 4, "lut_pes": 9}, "lut_pes", "9"),
+    ({"lut_pes": 2.0}, "lut_pes", "2.0"),
+    ({"lut_pes": True}, "lut_pes", "True"),
 ])
 def test_bad_field_is_named(fields, field, value):
     with pytest.raises(ConfigError, match=field) as info:
@@ -63,6 +67,19 @@ def test_epilogue_lanes():
     # named in the tag only when it differs from cols, so other builds keep their folders
     assert dataclasses.replace(cfg, epilogue_lanes=8).tag == cfg.tag
     assert narrow.tag == cfg.tag + "_el2"
+
+
+def test_lut_pes_are_the_last_columns():
+    cfg = PRESETS["4x4"]
+    assert not any(cfg.is_lut_pe(r, c) for r in range(4) for c in range(4))
+    assert cfg.tag + "_lut6" == dataclasses.replace(cfg, lut_pes=6).tag
+    six = dataclasses.replace(cfg, lut_pes=6)
+    # Column 3 whole, and the bottom rows of column 2.
+    assert {(r, c) for r in range(4) for c in range(4) if six.is_lut_pe(r, c)} \
+        == {(0, 3), (1, 3), (2, 3), (3, 3), (2, 2), (3, 2)}
+    every = dataclasses.replace(cfg, lut_pes=16)
+    assert all(every.is_lut_pe(r, c) for r in range(4) for c in range(4))
+    assert six.label == "4x4 (custom: lut_pes 6)"
 
 
 def test_from_dict_unknown_field_is_named():

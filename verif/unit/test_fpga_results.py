@@ -73,3 +73,22 @@ def test_bad_folder_is_a_one_line_error(tmp_path):
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert "--results must be a folder" in done.stderr
+
+
+def test_lut_core_section_follows_synth_lut_json(tmp_path):
+    folder = _copy_results(tmp_path)
+    assert "multiplying in the fabric" not in results_page.render(folder)
+    run = {"config": "16x8 (custom: t)", "seed": 1, "lut4": 31000, "ff": 40000,
+           "mult18x18d": 156, "dp16kd": 168, "fmax_mhz": 126.44, "yosys_s": 600,
+           "nextpnr_s": 2400, "critical_path": {"from": "a.Q", "to": "b.DI", "delay_ns": 7.91,
+                                                "routing_ns": 5.5}}
+    stopped = {"config": "16x8 (custom: t)", "seed": 2, "lut4": 31000, "ff": 40000,
+               "mult18x18d": 156, "dp16kd": 168, "error": "stopped after 80 min"}
+    (folder / "synth_lut.json").write_text(json.dumps(
+        {"config": "16x8 (custom: t)", "lut_pes": 23, "target": "ecp5-85k",
+         "part": "LFE5U-85F-6BG381C", "freq_mhz": 150.0, "runs": [run, stopped]}))
+    page = results_page.render(folder)
+    assert "| 16x8 (custom: t) | 31,000 | 40,000 | 156 | 168 | 126.4 | **126.4** |" in page
+    assert "* seed 1: a.Q -> b.DI (7.91 ns, 5.50 of it routing); yosys 10 min" in page
+    assert "* seed 2: not routed, stopped after 80 min" in page
+    assert "`lut_pes` 23" in page
