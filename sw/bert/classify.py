@@ -93,6 +93,8 @@ class Classifier:
             raise BertError("give texts or pairs, one of the two")
         check_batch_size(batch_size)
         items = list(texts if texts is not None else pairs)
+        if not items:
+            raise BertError("no text given")
         run, rows, errors = RunStats(self.encoder), [], []
         for lo in range(0, len(items), batch_size):
             chunk = items[lo:lo + batch_size]
