@@ -30,13 +30,11 @@ from litex.build.io import DDROutput
 from litex.build.lattice import LatticeECP5Platform
 from litex.gen import LiteXModule
 from litex.soc.cores.clock import ECP5PLL
-from litex.soc.integration.soc import SoCRegion
 from litex.soc.integration.soc_core import SoCCore
 from migen import ClockDomain, ClockSignal, Signal
 
-from .build import SocError
-from .system import (ACCEL_ORIGIN, ACCEL_SIZE, MAIN_RAM_ORIGIN, ROM_SIZE, SRAM_SIZE,
-                     AccelPeripheral)
+from .build import LitexFolder, SocError
+from .system import MAIN_RAM_ORIGIN, ROM_SIZE, SRAM_SIZE, add_accel
 
 __all__ = ["BOARD_CLK_HZ", "DEVICE", "BoardSoC", "BoardBuild", "build_bitstream",
            "parse_nextpnr"]
@@ -128,32 +126,16 @@ class BoardSoC(SoCCore):
         module = MT48LC16M16(sys_clk_hz, "1:1")
         self.add_sdram("sdram", phy=self.sdrphy, module=module, origin=MAIN_RAM_ORIGIN,
                        size=0x4000_0000, l2_cache_size=8192)
-        self.accel = AccelPeripheral(platform, cfg, verilog)
-        self.bus.add_slave("accel", self.accel.axil,
-                           region=SoCRegion(origin=ACCEL_ORIGIN, size=ACCEL_SIZE, cached=False))
-        self.bus.add_master("accel", master=self.accel.axi)
-        self.irq.add("accel", use_loc_if_exists=True)
+        add_accel(self, platform, cfg, verilog)
 
 
-class BoardBuild:
+class BoardBuild(LitexFolder):
     """A board build folder: LiteX's ``gateware/`` and ``software/include/``, the shell's
     Verilog and register map, the firmware, the bitstream and ``board.json``."""
 
     def __init__(self, cfg, folder):
         self.cfg = cfg
         self.folder = Path(folder).resolve()
-
-    @property
-    def include(self):
-        return self.folder / "software" / "include"
-
-    @property
-    def header(self):
-        return self.folder / f"bertaccel_csr_{self.cfg.tag}.h"
-
-    @property
-    def gateware(self):
-        return self.folder / "gateware"
 
     @property
     def bitstream(self):

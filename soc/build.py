@@ -27,7 +27,7 @@ from ..hw.axi import AxiShell
 from ..hw.verilog import convert, source_key
 from ..sim.build import SimulationError, verilator_bin_dir
 
-__all__ = ["SocBuild", "SocError", "build_soc", "run_soc", "missing_tools"]
+__all__ = ["LitexFolder", "SocBuild", "SocError", "build_soc", "run_soc", "missing_tools"]
 
 _HERE = Path(__file__).resolve().parent
 _STAMP = ".bertaccel-soc.json"
@@ -61,8 +61,28 @@ def missing_tools():
     return missing
 
 
+class LitexFolder:
+    """The layout of a LiteX build folder (``self.folder``) for the shell of ``self.cfg``."""
+
+    @property
+    def gateware(self):
+        """LiteX's gateware folder: the SoC's Verilog, the memories' ``.init`` files, what the
+        tools build from them."""
+        return self.folder / "gateware"
+
+    @property
+    def include(self):
+        """The folder of LiteX's generated headers (``generated/csr.h`` and the rest)."""
+        return self.folder / "software" / "include"
+
+    @property
+    def header(self):
+        """The register map of the shell (:func:`bertaccel.fpga.ip.csr_header`)."""
+        return self.folder / f"bertaccel_csr_{self.cfg.tag}.h"
+
+
 @dataclass(frozen=True)
-class SocBuild:
+class SocBuild(LitexFolder):
     """A built SoC.
 
     Members
@@ -76,21 +96,6 @@ class SocBuild:
     cfg: object
     folder: Path
     seconds: float
-
-    @property
-    def gateware(self):
-        """LiteX's gateware folder: ``sim.v``, the memories' ``.init`` files, the model."""
-        return self.folder / "gateware"
-
-    @property
-    def include(self):
-        """The folder of LiteX's generated headers (``generated/csr.h`` and the rest)."""
-        return self.folder / "software" / "include"
-
-    @property
-    def header(self):
-        """The register map of the shell (:func:`bertaccel.fpga.ip.csr_header`)."""
-        return self.folder / f"bertaccel_csr_{self.cfg.tag}.h"
 
     @property
     def model(self):

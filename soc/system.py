@@ -29,7 +29,7 @@ from ..hw.axi import AxiShell, csr
 
 __all__ = ["ACCEL_ORIGIN", "ACCEL_SIZE", "ROM_SIZE", "SRAM_SIZE", "MAIN_RAM_ORIGIN",
            "MAIN_RAM_SIZE",
-           "SYS_CLK_HZ", "AccelPeripheral", "AccelSoC"]
+           "SYS_CLK_HZ", "AccelPeripheral", "AccelSoC", "add_accel"]
 
 #: Where the shell's registers sit on the CPU bus (in VexRiscv's uncached IO region), and the
 #: size of their window.
@@ -118,6 +118,16 @@ class AccelPeripheral(LiteXModule):
         self.specials += Instance(SHELL_MODULE, **ports)
 
 
+def add_accel(soc, platform, cfg, verilog):
+    """Put the shell on ``soc`` (a LiteX ``SoCCore``) as ``soc.accel``: its AXI4-Lite slave at
+    :data:`ACCEL_ORIGIN` (uncached), its AXI4 master on the bus, its interrupt."""
+    soc.accel = AccelPeripheral(platform, cfg, verilog)
+    soc.bus.add_slave("accel", soc.accel.axil,
+                      region=SoCRegion(origin=ACCEL_ORIGIN, size=ACCEL_SIZE, cached=False))
+    soc.bus.add_master("accel", master=soc.accel.axi)
+    soc.irq.add("accel", use_loc_if_exists=True)
+
+
 class AccelSoC(SoCCore):
     """The SoC of the module docstring.
 
@@ -144,8 +154,4 @@ class AccelSoC(SoCCore):
             raise ValueError(f"LiteX puts main RAM at {self.mem_map['main_ram']:#x}, not "
                              f"{MAIN_RAM_ORIGIN:#x}: update soc/system.py")
         self.sim_finish = SimFinish()
-        self.accel = AccelPeripheral(platform, cfg, verilog)
-        self.bus.add_slave("accel", self.accel.axil,
-                           region=SoCRegion(origin=ACCEL_ORIGIN, size=ACCEL_SIZE, cached=False))
-        self.bus.add_master("accel", master=self.accel.axi)
-        self.irq.add("accel", use_loc_if_exists=True)
+        add_accel(self, platform, cfg, verilog)
