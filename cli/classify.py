@@ -15,22 +15,26 @@ SHOWN = 8
 
 def _read_inputs(args):
     """``(texts, pairs)`` of ``--text``, ``--pair`` and ``--text-file`` (one text a line, or
-    a pair as two texts with a tab between); one of the two is None."""
+    a pair as two texts with a tab between; read as ``bertaccel run`` reads it,
+    :func:`~bertaccel.sw.bert.text.read_text_file`); one of the two is None."""
+    from ..sw.bert import BertError
+    from ..sw.bert.text import read_text_file
+
     texts, pairs = list(args.text or []), [tuple(p) for p in args.pair or []]
     if args.text_file:
         try:
-            with open(args.text_file, encoding="utf-8") as lines:
-                for line in lines:
-                    fields = line.rstrip("\n").split("\t")
-                    if not line.strip():
-                        continue
-                    if len(fields) > 2:
-                        raise UsageError(f"{args.text_file}: a line holds one text or two "
-                                         f"with a tab between, not {len(fields)} fields")
-                    (pairs if len(fields) == 2 else texts).append(
-                        tuple(fields) if len(fields) == 2 else fields[0])
-        except (OSError, UnicodeDecodeError) as error:
-            raise UsageError(f"cannot read --text-file {args.text_file}: {error}") from None
+            lines = read_text_file(args.text_file)
+        except BertError as error:
+            raise UsageError(str(error)) from None
+        for line in lines:
+            fields = line.split("\t")
+            if len(fields) > 2:
+                raise UsageError(f"{args.text_file}: a line holds one text or two with a tab "
+                                 f"between, not {len(fields)} fields")
+            if len(fields) == 2:
+                pairs.append(tuple(fields))
+            else:
+                texts.append(line)
     if texts and pairs:
         raise UsageError("give texts or text pairs, not both")
     if not texts and not pairs:

@@ -89,19 +89,13 @@ def load(spec=None, *, check=None):
     ModelError
         If the folder does not exist, its config cannot be read, or it is not a BERT model.
     """
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
+    transformers = _transformers()
     path = model_path(spec)
     config = load_config(path)
     if check is not None:
         check(config)
     else:
-        try:
-            families.bert_config(config)
-        except families.FamilyError as error:
-            raise ModelError(f"{error} (in {str(path)!r})") from None
+        _check_family(config, path)
     kind = transformers.BertModel if config.model_type == "bert" else transformers.AutoModel
     tokenizer, model = _from_pretrained(path, kind)
     return tokenizer, families.as_bert(model)
@@ -124,10 +118,7 @@ def load_task(spec):
         If the folder cannot be read, names no such architecture, or its encoder is not of the
         BERT family.
     """
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
+    transformers = _transformers()
     path = model_path(spec)
     config = load_config(path)
     names = list(getattr(config, "architectures", None) or [])
@@ -136,17 +127,32 @@ def load_task(spec):
     if not kinds:
         raise ModelError(f"{str(path)!r} holds {', '.join(names) or 'no architecture'}, not a "
                          f"*ForSequenceClassification or *ForTokenClassification model")
+    _check_family(config, path)
+    return _from_pretrained(path, getattr(transformers, kinds[0]))
+
+
+def _transformers():
+    """``transformers``, offline and without progress bars."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    return transformers
+
+
+def _check_family(config, path):
+    """A :class:`ModelError` unless ``config`` (of the folder ``path``) is a BERT-family
+    encoder's (:func:`families.bert_config`)."""
     try:
         families.bert_config(config)
     except families.FamilyError as error:
         raise ModelError(f"{error} (in {str(path)!r})") from None
-    return _from_pretrained(path, getattr(transformers, kinds[0]))
 
 
 def _from_pretrained(path, kind):
     """``(tokenizer, model)`` from ``path``, ``model`` a ``kind`` in eval mode; a damaged
     folder is a :class:`ModelError`."""
-    import transformers
+    transformers = _transformers()
     from safetensors import SafetensorError
 
     try:

@@ -96,9 +96,9 @@ class Classifier:
         if not items:
             raise BertError("no text given")
         run, rows, errors = RunStats(self.encoder), [], []
+        bert = self.encoder.bert
         for lo in range(0, len(items), batch_size):
             chunk = items[lo:lo + batch_size]
-            bert = self.encoder.bert
             batch = bert.encode(chunk) if texts is not None else bert.encode_pairs(chunk)
             got, stats = self.logits(batch)
             run.count(batch, stats)
