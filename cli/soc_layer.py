@@ -1,5 +1,5 @@
-"""``bertaccel soc --model``: one BERT encoder layer run by the SoC's layer firmware; and the report
-that a SoC run of either kind prints (:func:`finish`)."""
+"""``bertaccel soc --model``: one BERT encoder layer run by the SoC's layer firmware; and the
+report that a SoC run of either kind prints (:func:`finish`)."""
 
 import json
 import sys

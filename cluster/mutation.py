@@ -501,11 +501,11 @@ def summarize(plan, rows, cases, *, wall_s, golden_s, equivalent=None, gaps=None
     """The report: every mutant's row, the counts, and the kill rate.
 
     A survivor is equivalent when yosys proved it (:data:`PROVED`, counted in
-    ``proved_equivalent``) or ``equivalent`` maps its :func:`mutant_id` to the reason no
-    program can tell it apart where its module sits (``context_equivalent``); equivalent
-    mutants leave the kill rate's denominator. Every other survivor is a test gap, described by ``gaps(row)``
-    (the kind of program that would kill it). The kill rate is (killed + timed out) /
-    (mutants - equivalent): a hang is an observable difference.
+    ``proved_equivalent``) or ``equivalent`` maps its :func:`mutant_id` to the reason no program
+    can tell it apart where its module sits (``context_equivalent``); equivalent mutants leave
+    the kill rate's denominator. Every other survivor is a test gap, described by ``gaps(row)``
+    (the kind of program that would kill it). The kill rate is (killed + timed out) / (mutants -
+    equivalent): a hang is an observable difference.
     """
     equivalent = dict(equivalent or {})
     for row in rows:

@@ -7,11 +7,12 @@
 
 The page holds every figure of the last runs that wrote ``synth.json`` (``make fpga``, through
 ``bench/synth.py``), ``synth_lut.json`` (``bench/synth_lut.py``), ``ulx3s-<config>-85F.json``
-(``make bitstream``, ``bench/ulx3s.py``) and ``netlist_<config>.json`` (``bench/netlist.py``), each table under the stamp of the file it
-comes from (commit, date, machine, command) or a line saying the file has none. ``make fpga``
-and ``make bitstream`` run this after their bench; ``--check`` writes nothing and exits with 1
-where the page differs from what it would write (``verif/unit/test_fpga_results.py`` checks
-the committed page so). docs/fpga.md says what the flows and the columns are.
+(``make bitstream``, ``bench/ulx3s.py``) and ``netlist_<config>.json`` (``bench/netlist.py``),
+each table under the stamp of the file it comes from (commit, date, machine, command) or a line
+saying the file has none. ``make fpga`` and ``make bitstream`` run this after their bench;
+``--check`` writes nothing and exits with 1 where the page differs from what it would write
+(``verif/unit/test_fpga_results.py`` checks the committed page so). docs/fpga.md says what the
+flows and the columns are.
 """
 
 import argparse

@@ -109,8 +109,8 @@ def estimate(cfg, design="core"):
 
     Its MULT18X18D (:func:`dsp_blocks`; none for the store and handshakes designs); block
     RAM for the two scratchpads and the accumulator (which has two read ports and so two
-    copies of one write and one read port each), not counting the core's smaller memories. yosys's own counts, checked after synthesis, are what the report
-    gives.
+    copies of one write and one read port each), not counting the core's smaller memories.
+    yosys's own counts, checked after synthesis, are what the report gives.
 
     Returns
     -------

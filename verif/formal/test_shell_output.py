@@ -15,16 +15,16 @@ up and unchanged until taken (soft resets included).
 
 A run started while ``FAULT.CODE`` still holds an earlier fault (no soft reset between) keeps
 that fault, but its window fault halts the shell all the same: the proof holds without any rule
-for the host. One rule is assumed, the core's: no result reaches the write engine in the cycle of the window check, nor from the
-first cycle the shell is finishing on (it raises the engine's ``flush`` once every instruction
-is taken and the core is not ``o_busy``, or after an ILLEGAL_INSTRUCTION fault). A core keeps
-it where it offers results only while busy and is idle at a start; but after an
-ILLEGAL_INSTRUCTION fault a STORE that began may still stream, and without this rule the proof
-fails: a result taken in the cycle the run ends is written after ``DONE``, and a START
-meanwhile resets the engine with its AW request not taken; a result after a partial word was
-flushed goes to a word of its own past the area's end; and a result taken in the check cycle is
-written even when the window check then faults (to a wrapped address, for an area past the
-top).
+for the host. One rule is assumed, the core's: no result reaches the write engine in the cycle
+of the window check, nor from the first cycle the shell is finishing on (it raises the engine's
+``flush`` once every instruction is taken and the core is not ``o_busy``, or after an
+ILLEGAL_INSTRUCTION fault). A core keeps it where it offers results only while busy and is idle
+at a start; but after an ILLEGAL_INSTRUCTION fault a STORE that began may still stream, and
+without this rule the proof fails: a result taken in the cycle the run ends is written after
+``DONE``, and a START meanwhile resets the engine with its AW request not taken; a result after
+a partial word was flushed goes to a word of its own past the area's end; and a result taken in
+the check cycle is written even when the window check then faults (to a wrapped address, for an
+area past the top).
 
 Bounded: 10 cycles from reset (each cycle more doubles the solver's time) reach a start, the
 one-cycle window check, results taken up to ``OUT_LEN`` and one refused past it (the
