@@ -72,7 +72,7 @@ def timed_programs(cfg):
 def _exec_pushes(cfg, **push):
     """256 MATMULs that each push a token: the last two legal ones long, so that the execute
     unit is still busy when the 256th comes and the checker faults it (an idle execute unit can
-    takes a MATMUL before its fault is raised, and one that finds its channel full never
+    take a MATMUL before its fault is raised, and one that finds its channel full never
     hands it over: the core hangs)."""
     long = matmul(cfg.acc_depth // 2, **push)
     return [matmul(0, **push)] * (isa.TOKEN_MAX - 2) + [long, long, matmul(0, **push)]
